@@ -1,0 +1,120 @@
+import { readFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+
+/** One reading of a cgroup v2 directory. Absent fields were not readable (controller not enabled). */
+export interface CgroupV2Reading {
+  /** cpu.stat usage_usec, user_usec, system_usec. */
+  usageUsec?: bigint;
+  userUsec?: bigint;
+  systemUsec?: bigint;
+  /** cpu.stat nr_throttled and throttled_usec (only with the cpu controller). */
+  nrThrottled?: bigint;
+  throttledUsec?: bigint;
+  /** memory.current, bytes. */
+  memoryCurrent?: bigint;
+  /** memory.peak, bytes (kernel 5.19+). */
+  memoryPeak?: bigint;
+  /** memory.swap.current, bytes. */
+  swapCurrent?: bigint;
+  /** memory.stat anon / file / kernel (or kernel_stack + slab), bytes. */
+  anon?: bigint;
+  file?: bigint;
+  kernel?: bigint;
+}
+
+/** Default mount point of the cgroup v2 hierarchy. */
+export const CGROUP_V2_ROOT = "/sys/fs/cgroup";
+
+/**
+ * The cgroup v2 directory of a process (`0::/path` in /proc/<pid>/cgroup joined to the unified
+ * mount), or undefined when the host is not on a pure cgroup v2 hierarchy or the process is gone.
+ *
+ * @example
+ * ```ts
+ * import { cgroupV2PathOf } from "@nomadkit/server/stats";
+ * const dir = await cgroupV2PathOf(process.pid); // "/sys/fs/cgroup/system.slice/nomad.service"
+ * ```
+ */
+export async function cgroupV2PathOf(
+  pid: number,
+  options: { procRoot?: string; cgroupRoot?: string } = {},
+): Promise<string | undefined> {
+  const cgroupRoot = options.cgroupRoot ?? CGROUP_V2_ROOT;
+  // A hybrid v1/v2 host has no cgroup.controllers at the root: v2 there holds no controllers.
+  if (!existsSync(`${cgroupRoot}/cgroup.controllers`)) return undefined;
+  let text: string;
+  try {
+    text = await readFile(`${options.procRoot ?? "/proc"}/${pid}/cgroup`, "utf8");
+  } catch {
+    return undefined;
+  }
+  const line = text.split("\n").find((l) => l.startsWith("0::"));
+  if (!line) return undefined;
+  const rel = line.slice(3);
+  return rel === "/" ? cgroupRoot : `${cgroupRoot}${rel}`;
+}
+
+async function readOpt(path: string): Promise<string | undefined> {
+  try {
+    return await readFile(path, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
+function flatKeyed(text: string | undefined): Map<string, bigint> {
+  const out = new Map<string, bigint>();
+  if (!text) return out;
+  for (const line of text.split("\n")) {
+    const [k, v] = line.trim().split(/\s+/);
+    if (k && v && /^\d+$/.test(v)) out.set(k, BigInt(v));
+  }
+  return out;
+}
+
+function single(text: string | undefined): bigint | undefined {
+  const t = text?.trim();
+  return t && /^\d+$/.test(t) ? BigInt(t) : undefined;
+}
+
+/**
+ * Reads cpu.stat, memory.current, memory.peak, memory.swap.current and memory.stat of a cgroup v2
+ * directory. Missing files leave their fields undefined, so callers can set measured_fields truthfully.
+ *
+ * @example
+ * ```ts
+ * import { readCgroupV2 } from "@nomadkit/server/stats";
+ * const r = await readCgroupV2("/sys/fs/cgroup/nomad.slice/task.scope");
+ * console.log(r.memoryCurrent, r.usageUsec);
+ * ```
+ */
+export async function readCgroupV2(dir: string): Promise<CgroupV2Reading> {
+  const [cpuStat, current, peak, swap, memStat] = await Promise.all([
+    readOpt(`${dir}/cpu.stat`),
+    readOpt(`${dir}/memory.current`),
+    readOpt(`${dir}/memory.peak`),
+    readOpt(`${dir}/memory.swap.current`),
+    readOpt(`${dir}/memory.stat`),
+  ]);
+  const cpu = flatKeyed(cpuStat);
+  const mem = flatKeyed(memStat);
+  const r: CgroupV2Reading = {};
+  const set = <K extends keyof CgroupV2Reading>(k: K, v: bigint | undefined) => {
+    if (v !== undefined) r[k] = v;
+  };
+  set("usageUsec", cpu.get("usage_usec"));
+  set("userUsec", cpu.get("user_usec"));
+  set("systemUsec", cpu.get("system_usec"));
+  set("nrThrottled", cpu.get("nr_throttled"));
+  set("throttledUsec", cpu.get("throttled_usec"));
+  set("memoryCurrent", single(current));
+  set("memoryPeak", single(peak));
+  set("swapCurrent", single(swap));
+  set("anon", mem.get("anon"));
+  set("file", mem.get("file"));
+  const kernel =
+    mem.get("kernel") ??
+    (mem.has("kernel_stack") || mem.has("slab") ? (mem.get("kernel_stack") ?? 0n) + (mem.get("slab") ?? 0n) : undefined);
+  set("kernel", kernel);
+  return r;
+}

@@ -1,0 +1,151 @@
+import { readFile, readdir } from "node:fs/promises";
+
+/** The fields of /proc/<pid>/stat the SDK uses. Times are in clock ticks (see `clockTicksPerSecond`). */
+export interface ProcStat {
+  pid: number;
+  /** Parent pid. */
+  ppid: number;
+  /** Executable name, without the parentheses. */
+  comm: string;
+  /** One-letter state (R, S, Z, ...). */
+  state: string;
+  /** CPU time in user mode, clock ticks. */
+  utime: number;
+  /** CPU time in kernel mode, clock ticks. */
+  stime: number;
+  /** Start time after boot, clock ticks; with pid it identifies a process across pid reuse. */
+  starttime: number;
+}
+
+/** Resident and swapped memory of one process, in bytes. */
+export interface ProcMemory {
+  rss: bigint;
+  /** Undefined when the kernel does not report VmSwap (no swap support). */
+  swap: bigint | undefined;
+}
+
+/**
+ * Parses the text of /proc/<pid>/stat. The command name may contain spaces and parentheses, so
+ * the fields are located from the LAST `)`.
+ *
+ * @example
+ * ```ts
+ * import { parseProcStat } from "@nomadkit/server/stats";
+ * parseProcStat("42 (sh) S 1 42 42 0 -1 4194560 1 0 0 0 7 3 0 0 20 0 1 0 1234 0 0");
+ * ```
+ */
+export function parseProcStat(text: string): ProcStat | undefined {
+  const open = text.indexOf("(");
+  const close = text.lastIndexOf(")");
+  if (open < 0 || close < open) return undefined;
+  const pid = Number.parseInt(text.slice(0, open), 10);
+  // Field N of proc(5) (1-based) is rest[N - 3].
+  const rest = text.slice(close + 2).trim().split(/\s+/);
+  if (!Number.isFinite(pid) || rest.length < 20) return undefined;
+  return {
+    pid,
+    comm: text.slice(open + 1, close),
+    state: rest[0]!,
+    ppid: Number(rest[1]),
+    utime: Number(rest[11]),
+    stime: Number(rest[12]),
+    starttime: Number(rest[19]),
+  };
+}
+
+/**
+ * Reads /proc/<pid>/stat; undefined when the process does not exist (any more).
+ *
+ * @example
+ * ```ts
+ * import { readProcStat } from "@nomadkit/server/stats";
+ * const self = await readProcStat(process.pid);
+ * ```
+ */
+export async function readProcStat(pid: number, procRoot = "/proc"): Promise<ProcStat | undefined> {
+  try {
+    return parseProcStat(await readFile(`${procRoot}/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads VmRSS and VmSwap from /proc/<pid>/status; undefined when the process is gone.
+ * A zombie has neither line and reads as zero RSS.
+ *
+ * @example
+ * ```ts
+ * import { readProcMemory } from "@nomadkit/server/stats";
+ * const mem = await readProcMemory(process.pid); // { rss: 52428800n, swap: 0n }
+ * ```
+ */
+export async function readProcMemory(pid: number, procRoot = "/proc"): Promise<ProcMemory | undefined> {
+  let text: string;
+  try {
+    text = await readFile(`${procRoot}/${pid}/status`, "utf8");
+  } catch {
+    return undefined;
+  }
+  let rss = 0n;
+  let swap: bigint | undefined;
+  for (const line of text.split("\n")) {
+    if (line.startsWith("VmRSS:")) rss = kib(line);
+    else if (line.startsWith("VmSwap:")) swap = kib(line);
+  }
+  return { rss, swap };
+}
+
+function kib(line: string): bigint {
+  const m = /(\d+)\s*kB/.exec(line);
+  return m ? BigInt(m[1]!) * 1024n : 0n;
+}
+
+/**
+ * Every live process of the host as /proc/<pid>/stat, keyed by pid. Processes that exit during
+ * the scan are skipped.
+ */
+export async function readAllProcStats(procRoot = "/proc"): Promise<Map<number, ProcStat>> {
+  const names = await readdir(procRoot);
+  const stats = await Promise.all(
+    names.filter((n) => /^\d+$/.test(n)).map((n) => readProcStat(Number(n), procRoot)),
+  );
+  const out = new Map<number, ProcStat>();
+  for (const s of stats) if (s) out.set(s.pid, s);
+  return out;
+}
+
+/**
+ * The process tree rooted at `rootPid`: the root first, then every descendant (children,
+ * grandchildren, ...), found through the ppid links of /proc/<pid>/stat. Empty when the root is gone.
+ *
+ * @example
+ * ```ts
+ * import { processTree } from "@nomadkit/server/stats";
+ * const tree = await processTree(task.pid);
+ * console.log(tree.map((p) => `${p.pid} ${p.comm}`));
+ * ```
+ */
+export async function processTree(rootPid: number, procRoot = "/proc"): Promise<ProcStat[]> {
+  const all = await readAllProcStats(procRoot);
+  const root = all.get(rootPid);
+  if (!root) return [];
+  const children = new Map<number, ProcStat[]>();
+  for (const s of all.values()) {
+    if (s.pid === rootPid) continue;
+    let list = children.get(s.ppid);
+    if (!list) children.set(s.ppid, (list = []));
+    list.push(s);
+  }
+  const out: ProcStat[] = [root];
+  for (let i = 0; i < out.length; i++) {
+    for (const c of children.get(out[i]!.pid) ?? []) out.push(c);
+  }
+  return out;
+}
+
+/** Seconds since boot, from /proc/uptime. */
+export async function readUptimeSeconds(procRoot = "/proc"): Promise<number> {
+  const text = await readFile(`${procRoot}/uptime`, "utf8");
+  return Number.parseFloat(text);
+}

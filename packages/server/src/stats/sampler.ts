@@ -1,0 +1,255 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  CPUUsageSchema,
+  CPUUsage_Fields,
+  MemoryUsageSchema,
+  MemoryUsage_Fields,
+  TaskResourceUsageSchema,
+  TaskStatsSchema,
+  type TaskResourceUsage,
+  type TaskStats,
+} from "@nomadkit/protocol/driver";
+import { setTimeout as delay } from "node:timers/promises";
+import { readCgroupV2, type CgroupV2Reading } from "./cgroup.js";
+import { clockTicksPerSecond, hostCompute, totalTicks, type HostCompute } from "./host.js";
+import { processTree, readProcMemory, readUptimeSeconds, type ProcStat } from "./proc.js";
+
+/** Options for {@link ProcessTreeSampler}. */
+export interface ProcessTreeSamplerOptions {
+  /** Host capacity for total_ticks; default {@link hostCompute}(). */
+  host?: HostCompute;
+  /**
+   * A cgroup v2 directory that holds exactly the task (a dedicated cgroup). When set and readable,
+   * the aggregate comes from the cgroup (cpu.stat, memory.current, memory.stat, ...) and lists the
+   * extra fields it measures; per-pid numbers always come from /proc.
+   */
+  cgroupPath?: string;
+  /** Alternative procfs mount (tests). */
+  procRoot?: string;
+  /** Clock ticks per second; default `getconf CLK_TCK`. */
+  clockTicks?: number;
+}
+
+/** One sample of a process tree. */
+export interface ResourceSample {
+  /** When the sample was taken. */
+  timestamp: Date;
+  /** Usage of the whole tree (or of the cgroup), cpu and memory always set. */
+  agg: TaskResourceUsage;
+  /** Usage per process, keyed by pid as a decimal string (Nomad's `resource_usage_by_pid`). */
+  byPid: Record<string, TaskResourceUsage>;
+}
+
+interface CpuMark {
+  utime: number;
+  stime: number;
+  at: number;
+}
+
+const PROC_CPU_FIELDS = [CPUUsage_Fields.SYSTEM_MODE, CPUUsage_Fields.USER_MODE, CPUUsage_Fields.PERCENT];
+
+/**
+ * Samples CPU and memory of a process and all its descendants from /proc (and optionally a cgroup
+ * v2 directory). CPU percentages are relative to one core and computed between consecutive
+ * samples; a process seen for the first time is averaged over its lifetime, so even the first
+ * sample of a busy task shows CPU use. `total_ticks` is derived with {@link totalTicks}.
+ * `measured_fields` lists only what was really read: system/user mode and percent, RSS, and swap
+ * when the kernel reports it (plus usage, cache, peak, kernel, throttling from a cgroup).
+ *
+ * @example
+ * ```ts
+ * import { ProcessTreeSampler } from "@nomadkit/server/stats";
+ * const sampler = new ProcessTreeSampler(child.pid!);
+ * const stats = await sampler.taskStats("task-1"); // TaskStats message, ready to send
+ * console.log(stats.aggResourceUsage?.cpu?.percent, stats.aggResourceUsage?.memory?.rss);
+ * ```
+ */
+export class ProcessTreeSampler {
+  readonly rootPid: number;
+  readonly host: HostCompute;
+  private readonly options: ProcessTreeSamplerOptions;
+  private readonly clk: number;
+  private marks = new Map<string, CpuMark>();
+  private cgMark: { reading: CgroupV2Reading; at: number } | undefined;
+
+  constructor(rootPid: number, options: ProcessTreeSamplerOptions = {}) {
+    this.rootPid = rootPid;
+    this.options = options;
+    this.host = options.host ?? hostCompute();
+    this.clk = options.clockTicks ?? clockTicksPerSecond();
+  }
+
+  /** Takes one sample. A vanished root yields zeros (with timestamp, cpu and memory set). */
+  async sample(): Promise<ResourceSample> {
+    const procRoot = this.options.procRoot;
+    const timestamp = new Date();
+    const at = monotonicSeconds();
+    const [tree, uptime] = await Promise.all([processTree(this.rootPid, procRoot), readUptimeSeconds(procRoot)]);
+    const mems = await Promise.all(tree.map((p) => readProcMemory(p.pid, procRoot)));
+
+    const nextMarks = new Map<string, CpuMark>();
+    const byPid: Record<string, TaskResourceUsage> = {};
+    let aggUser = 0;
+    let aggSys = 0;
+    let aggRss = 0n;
+    let aggSwap = 0n;
+    let swapKnown = tree.length > 0;
+    tree.forEach((p, i) => {
+      const { user, sys } = this.cpuPercent(p, at, uptime, nextMarks);
+      const mem = mems[i];
+      aggUser += user;
+      aggSys += sys;
+      aggRss += mem?.rss ?? 0n;
+      if (mem?.swap === undefined) swapKnown = false;
+      else aggSwap += mem.swap;
+      byPid[String(p.pid)] = this.usage(user, sys, mem?.rss ?? 0n, mem?.swap);
+    });
+    this.marks = nextMarks;
+
+    let agg = this.usage(aggUser, aggSys, aggRss, swapKnown ? aggSwap : undefined);
+    if (this.options.cgroupPath) agg = await this.cgroupUsage(this.options.cgroupPath, at, agg);
+    return { timestamp, agg, byPid };
+  }
+
+  /** Takes one sample and wraps it as a `TaskStats` message for task `id`. */
+  async taskStats(id: string): Promise<TaskStats> {
+    return toTaskStats(id, await this.sample());
+  }
+
+  private cpuPercent(p: ProcStat, at: number, uptime: number, next: Map<string, CpuMark>) {
+    const key = `${p.pid}:${p.starttime}`;
+    const prev = this.marks.get(key);
+    next.set(key, { utime: p.utime, stime: p.stime, at });
+    let dUser: number;
+    let dSys: number;
+    let seconds: number;
+    if (prev) {
+      dUser = p.utime - prev.utime;
+      dSys = p.stime - prev.stime;
+      seconds = at - prev.at;
+    } else {
+      // First sight: average over the process's life so far.
+      dUser = p.utime;
+      dSys = p.stime;
+      seconds = Math.max(uptime - p.starttime / this.clk, 1 / this.clk);
+    }
+    if (!(seconds > 0)) return { user: 0, sys: 0 };
+    const f = 100 / this.clk / seconds;
+    return { user: Math.max(0, dUser * f), sys: Math.max(0, dSys * f) };
+  }
+
+  private usage(user: number, sys: number, rss: bigint, swap: bigint | undefined): TaskResourceUsage {
+    const percent = user + sys;
+    const memFields = [MemoryUsage_Fields.RSS];
+    if (swap !== undefined) memFields.push(MemoryUsage_Fields.SWAP);
+    return create(TaskResourceUsageSchema, {
+      cpu: create(CPUUsageSchema, {
+        userMode: user,
+        systemMode: sys,
+        percent,
+        totalTicks: totalTicks(percent, this.host),
+        measuredFields: PROC_CPU_FIELDS,
+      }),
+      memory: create(MemoryUsageSchema, { rss, swap: swap ?? 0n, measuredFields: memFields }),
+    });
+  }
+
+  private async cgroupUsage(dir: string, at: number, procAgg: TaskResourceUsage): Promise<TaskResourceUsage> {
+    const r = await readCgroupV2(dir);
+    const prev = this.cgMark;
+    this.cgMark = { reading: r, at };
+    const cpu = procAgg.cpu!;
+    if (r.usageUsec !== undefined && prev?.reading.usageUsec !== undefined && at > prev.at) {
+      const f = 100 / 1e6 / (at - prev.at);
+      const d = (a: bigint | undefined, b: bigint | undefined) =>
+        a !== undefined && b !== undefined && a >= b ? Number(a - b) * f : 0;
+      cpu.percent = d(r.usageUsec, prev.reading.usageUsec);
+      cpu.userMode = d(r.userUsec, prev.reading.userUsec);
+      cpu.systemMode = d(r.systemUsec, prev.reading.systemUsec);
+      cpu.totalTicks = totalTicks(cpu.percent, this.host);
+    }
+    if (r.nrThrottled !== undefined && r.throttledUsec !== undefined) {
+      cpu.throttledPeriods = r.nrThrottled;
+      cpu.throttledTime = r.throttledUsec * 1000n;
+      cpu.measuredFields = [...PROC_CPU_FIELDS, CPUUsage_Fields.THROTTLED_PERIODS, CPUUsage_Fields.THROTTLED_TIME];
+    }
+    if (r.memoryCurrent === undefined) return procAgg;
+    const fields: MemoryUsage_Fields[] = [MemoryUsage_Fields.USAGE];
+    const memory = create(MemoryUsageSchema, { usage: r.memoryCurrent });
+    if (r.anon !== undefined) {
+      memory.rss = r.anon;
+      fields.push(MemoryUsage_Fields.RSS);
+    }
+    if (r.file !== undefined) {
+      memory.cache = r.file;
+      fields.push(MemoryUsage_Fields.CACHE);
+    }
+    if (r.memoryPeak !== undefined) {
+      memory.maxUsage = r.memoryPeak;
+      fields.push(MemoryUsage_Fields.MAX_USAGE);
+    }
+    if (r.kernel !== undefined) {
+      memory.kernelUsage = r.kernel;
+      fields.push(MemoryUsage_Fields.KERNEL_USAGE);
+    }
+    if (r.swapCurrent !== undefined) {
+      memory.swap = r.swapCurrent;
+      fields.push(MemoryUsage_Fields.SWAP);
+    }
+    memory.measuredFields = fields.sort((a, b) => a - b);
+    return create(TaskResourceUsageSchema, { cpu, memory });
+  }
+}
+
+function monotonicSeconds(): number {
+  return Number(process.hrtime.bigint()) / 1e9;
+}
+
+/**
+ * Wraps a {@link ResourceSample} as a `TaskStats` message (timestamp, agg_resource_usage with cpu
+ * and memory, resource_usage_by_pid), the shape both Driver.TaskStats and Executor.Stats send.
+ *
+ * @example
+ * ```ts
+ * import { ProcessTreeSampler, toTaskStats } from "@nomadkit/server/stats";
+ * const stats = toTaskStats("task-1", await new ProcessTreeSampler(pid).sample());
+ * ```
+ */
+export function toTaskStats(id: string, sample: ResourceSample): TaskStats {
+  return create(TaskStatsSchema, {
+    id,
+    timestamp: timestampFromDate(sample.timestamp),
+    aggResourceUsage: sample.agg,
+    resourceUsageByPid: sample.byPid,
+  });
+}
+
+/**
+ * Yields one `TaskStats` per interval (the first at once) until `signal` aborts; the loop a stats
+ * RPC needs. Sampling errors end the iteration with that error.
+ *
+ * @example
+ * ```ts
+ * import { ProcessTreeSampler, pollTaskStats } from "@nomadkit/server/stats";
+ * for await (const s of pollTaskStats(new ProcessTreeSampler(pid), "t1", { intervalMs: 1000, signal })) {
+ *   send(s);
+ * }
+ * ```
+ */
+export async function* pollTaskStats(
+  sampler: ProcessTreeSampler,
+  id: string,
+  options: { intervalMs: number; signal?: AbortSignal },
+): AsyncGenerator<TaskStats> {
+  const interval = Math.max(1, options.intervalMs);
+  const { signal } = options;
+  while (!signal?.aborted) {
+    yield await sampler.taskStats(id);
+    try {
+      await delay(interval, undefined, { signal });
+    } catch {
+      return; // aborted
+    }
+  }
+}

@@ -1,0 +1,170 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { CPUUsage_Fields, MemoryUsage_Fields } from "@nomadkit/protocol/driver";
+import {
+  ProcessTreeSampler,
+  hostCompute,
+  parseProcStat,
+  pollTaskStats,
+  processTree,
+  readCgroupV2,
+  totalTicks,
+} from "../src/stats.js";
+
+const children: ChildProcess[] = [];
+afterEach(() => {
+  for (const c of children.splice(0)) {
+    try {
+      process.kill(-c.pid!, "SIGKILL");
+    } catch {
+      /* gone */
+    }
+  }
+});
+
+/** A shell with two busy-looping children, in its own process group so cleanup kills all. */
+function busyTree(): ChildProcess {
+  const c = spawn("sh", ["-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait"], {
+    detached: true,
+    stdio: "ignore",
+  });
+  children.push(c);
+  return c;
+}
+
+async function until<T>(probe: () => Promise<T | undefined>): Promise<T> {
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+describe("total_ticks and host compute", () => {
+  it("is percent/100 * totalComputeMhz / numCores", () => {
+    expect(totalTicks(150, { numCores: 4, totalComputeMhz: 10000 })).toBe(3750);
+    expect(totalTicks(0, { numCores: 4, totalComputeMhz: 10000 })).toBe(0);
+    expect(totalTicks(Number.NaN, { numCores: 4, totalComputeMhz: 10000 })).toBe(0);
+  });
+
+  it("sums cpu MHz from cpuinfo, falls back to 1000 per core, honours overrides", () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-cpuinfo-"));
+    try {
+      const withMhz = join(dir, "a");
+      writeFileSync(withMhz, "processor\t: 0\ncpu MHz\t\t: 2000.5\n\nprocessor\t: 1\ncpu MHz\t\t: 1999.5\n");
+      expect(hostCompute({ cpuinfoPath: withMhz })).toEqual({ numCores: 2, totalComputeMhz: 4000 });
+      const noMhz = join(dir, "b");
+      writeFileSync(noMhz, "processor\t: 0\n\nprocessor\t: 1\n\nprocessor\t: 2\n");
+      expect(hostCompute({ cpuinfoPath: noMhz })).toEqual({ numCores: 3, totalComputeMhz: 3000 });
+      expect(hostCompute({ cpuinfoPath: withMhz, totalComputeMhz: 9000 })).toEqual({ numCores: 2, totalComputeMhz: 9000 });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const real = hostCompute();
+    expect(real.numCores).toBeGreaterThan(0);
+    expect(real.totalComputeMhz).toBeGreaterThan(0);
+  });
+});
+
+describe("/proc readers", () => {
+  it("parses a stat line whose comm holds spaces and parentheses", () => {
+    const s = parseProcStat("4242 (my (odd) cmd) R 17 4242 4242 0 -1 4194560 1 0 0 0 70 30 0 0 20 0 1 0 1234 0 0")!;
+    expect(s).toMatchObject({ pid: 4242, comm: "my (odd) cmd", state: "R", ppid: 17, utime: 70, stime: 30, starttime: 1234 });
+  });
+
+  it("finds the whole process tree", async () => {
+    const root = busyTree();
+    const tree = await until(async () => {
+      const t = await processTree(root.pid!);
+      return t.length >= 3 ? t : undefined;
+    });
+    expect(tree[0]!.pid).toBe(root.pid);
+    expect(tree.slice(1).every((p) => p.ppid === root.pid)).toBe(true);
+    expect(await processTree(2 ** 22 + 12345)).toEqual([]);
+  });
+});
+
+describe("ProcessTreeSampler", () => {
+  it("reports cpu, memory, timestamp and per-pid usage of a busy tree", async () => {
+    const root = busyTree();
+    // Wait until the tree exists and has burnt at least one tick (a condition, not a sleep).
+    await until(async () => {
+      const t = await processTree(root.pid!);
+      return t.length >= 3 && t.some((p) => p.utime + p.stime > 0) ? t : undefined;
+    });
+    const host = { numCores: 2, totalComputeMhz: 4000 };
+    const sampler = new ProcessTreeSampler(root.pid!, { host });
+    const stats = await sampler.taskStats("t1");
+    expect(stats.id).toBe("t1");
+    expect(stats.timestamp).toBeDefined();
+    const cpu = stats.aggResourceUsage!.cpu!;
+    const mem = stats.aggResourceUsage!.memory!;
+    expect(cpu.percent).toBeGreaterThan(0);
+    expect(cpu.userMode + cpu.systemMode).toBeCloseTo(cpu.percent, 6);
+    expect(cpu.totalTicks).toBeCloseTo(totalTicks(cpu.percent, host), 6);
+    expect(cpu.measuredFields).toEqual([CPUUsage_Fields.SYSTEM_MODE, CPUUsage_Fields.USER_MODE, CPUUsage_Fields.PERCENT]);
+    expect(cpu.measuredFields).not.toContain(CPUUsage_Fields.TOTAL_TICKS);
+    expect(mem.rss).toBeGreaterThan(0n);
+    expect(mem.measuredFields).toContain(MemoryUsage_Fields.RSS);
+    expect(mem.measuredFields).not.toContain(MemoryUsage_Fields.USAGE);
+    expect(Object.keys(stats.resourceUsageByPid).length).toBeGreaterThanOrEqual(3);
+    expect(stats.resourceUsageByPid[String(root.pid)]).toBeDefined();
+
+    // A second sample measures the interval since the first.
+    const again = await sampler.sample();
+    expect(again.agg.cpu!.percent).toBeGreaterThanOrEqual(0);
+    expect(again.agg.memory!.rss).toBeGreaterThan(0n);
+  });
+
+  it("answers zeros, with cpu, memory and timestamp, once the process is gone", async () => {
+    const c = spawn("true");
+    await new Promise((r) => c.on("exit", r));
+    const stats = await new ProcessTreeSampler(c.pid!).taskStats("gone");
+    expect(stats.timestamp).toBeDefined();
+    expect(stats.aggResourceUsage!.cpu!.percent).toBe(0);
+    expect(stats.aggResourceUsage!.memory!.rss).toBe(0n);
+    expect(stats.resourceUsageByPid).toEqual({});
+  });
+
+  it("pollTaskStats yields until aborted", async () => {
+    const ac = new AbortController();
+    const got = [];
+    for await (const s of pollTaskStats(new ProcessTreeSampler(process.pid), "self", { intervalMs: 1, signal: ac.signal })) {
+      got.push(s);
+      if (got.length === 3) ac.abort();
+    }
+    expect(got).toHaveLength(3);
+    expect(got.every((s) => s.timestamp && s.aggResourceUsage?.cpu && s.aggResourceUsage?.memory)).toBe(true);
+  });
+});
+
+describe("cgroup v2", () => {
+  it("reads cgroup files and lists only what it measured", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-cg-"));
+    try {
+      writeFileSync(join(dir, "cpu.stat"), "usage_usec 1000000\nuser_usec 600000\nsystem_usec 400000\nnr_periods 10\nnr_throttled 3\nthrottled_usec 2500\n");
+      writeFileSync(join(dir, "memory.current"), "8192000\n");
+      writeFileSync(join(dir, "memory.stat"), "anon 4096000\nfile 2048000\nkernel 1024\n");
+      const r = await readCgroupV2(dir);
+      expect(r).toMatchObject({ usageUsec: 1000000n, userUsec: 600000n, nrThrottled: 3n, throttledUsec: 2500n, memoryCurrent: 8192000n, anon: 4096000n, file: 2048000n, kernel: 1024n });
+      expect(r.memoryPeak).toBeUndefined();
+      expect(r.swapCurrent).toBeUndefined();
+
+      const stats = await new ProcessTreeSampler(process.pid, { cgroupPath: dir }).taskStats("cg");
+      const mem = stats.aggResourceUsage!.memory!;
+      expect(mem.usage).toBe(8192000n);
+      expect(mem.rss).toBe(4096000n);
+      expect(mem.cache).toBe(2048000n);
+      expect(mem.measuredFields).toEqual([MemoryUsage_Fields.RSS, MemoryUsage_Fields.CACHE, MemoryUsage_Fields.KERNEL_USAGE, MemoryUsage_Fields.USAGE]);
+      const cpu = stats.aggResourceUsage!.cpu!;
+      expect(cpu.throttledPeriods).toBe(3n);
+      expect(cpu.throttledTime).toBe(2_500_000n);
+      expect(cpu.measuredFields).toContain(CPUUsage_Fields.THROTTLED_TIME);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
