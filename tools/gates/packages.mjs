@@ -1,0 +1,21 @@
+#!/usr/bin/env node
+// check:packages — every public workspace package must pack cleanly for both module systems:
+// publint (package.json/exports/files) and attw --pack (types resolve for node16 CJS + ESM and
+// bundlers; node10 resolution is out of scope: engines.node is >=20).
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { bin, finish, root, run } from "./exec.mjs";
+
+const rootPkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
+const failures = [];
+for (const ws of rootPkg.workspaces) {
+  const pkg = JSON.parse(readFileSync(path.join(root, ws, "package.json"), "utf8"));
+  if (pkg.private) continue;
+  console.log(`\n== ${pkg.name} (${ws})`);
+  if (run(bin("publint"), ["--strict", ws]) !== 0) failures.push(`publint: ${pkg.name}`);
+  const attw = ["--pack", ws, "--profile", "node16"];
+  // Quiet when clean; on failure run again with the full resolution table.
+  if (run(bin("attw"), [...attw, "--quiet"]) !== 0 && run(bin("attw"), attw) !== 0) failures.push(`attw: ${pkg.name}`);
+  else console.log("attw: ok");
+}
+finish("check:packages", failures);
