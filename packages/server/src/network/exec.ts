@@ -1,0 +1,86 @@
+import { accessSync, constants } from "node:fs";
+import { delimiter, isAbsolute, join } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { isNamespaceMount } from "./linux.js";
+import type { NetworkIsolation } from "./types.js";
+
+/** A command line: the file to execute and its arguments. */
+export interface CommandLine {
+  file: string;
+  args: string[];
+}
+
+/** Options for {@link netnsCommand}. */
+export interface NetnsCommandOptions {
+  /** Switch to this uid after entering the namespace (entering needs root, so spawn as root). */
+  uid?: number;
+  /** Switch to this gid after entering the namespace; supplementary groups are dropped. */
+  gid?: number;
+  /** The nsenter binary; default found on the executor's PATH. */
+  nsenter?: string;
+}
+
+/**
+ * Whether a spec asks for a namespace a process must enter: it has a path (HOST mode and empty
+ * specs do not).
+ */
+export function needsNetns(spec: Partial<NetworkIsolation> | undefined): spec is Partial<NetworkIsolation> & { path: string } {
+  return !!spec && typeof spec.path === "string" && spec.path !== "";
+}
+
+/**
+ * Wraps a command so it runs inside the spec's network namespace: `nsenter --net=<path>
+ * [--setgid G --setuid U] -- file args...`. A spec without a path returns the command unchanged.
+ * Because entering a namespace needs root, a task user must be given here (as uid/gid) instead of
+ * to spawn: nsenter drops privileges after `setns`.
+ *
+ * @example
+ * ```ts
+ * import { spawn } from "node:child_process";
+ * import { netnsCommand } from "@nomadkit/server/network";
+ * const { file, args } = netnsCommand(spec, "ip", ["-o", "link"], { uid: 65534, gid: 65534 });
+ * spawn(file, args, { stdio: "inherit" });
+ * ```
+ */
+export function netnsCommand(
+  spec: Partial<NetworkIsolation> | undefined,
+  file: string,
+  args: readonly string[],
+  options: NetnsCommandOptions = {},
+): CommandLine {
+  if (!needsNetns(spec)) return { file, args: [...args] };
+  const pre = [`--net=${spec.path}`];
+  if (options.gid !== undefined) pre.push(`--setgid=${options.gid}`);
+  if (options.uid !== undefined) pre.push(`--setuid=${options.uid}`);
+  return { file: options.nsenter ?? nsenterPath(), args: [...pre, "--", file, ...args] };
+}
+
+/**
+ * Checks that the spec's namespace exists before a task is started in it, so a missing namespace
+ * is an error naming the field rather than a cryptic nsenter failure.
+ */
+export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefined, field = "network_isolation.path"): Promise<void> {
+  if (!needsNetns(spec)) return;
+  if (!isAbsolute(spec.path) || !(await isNamespaceMount(spec.path))) {
+    throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is not a mounted network namespace`, Code.InvalidArgument);
+  }
+}
+
+let cachedNsenter: string | undefined;
+
+/** Absolute path of nsenter on the current PATH (tasks may have a PATH without it). */
+export function nsenterPath(): string {
+  if (cachedNsenter) return cachedNsenter;
+  const dirs = (process.env.PATH ?? "").split(delimiter).concat(["/usr/bin", "/bin", "/usr/sbin", "/sbin"]);
+  for (const d of dirs) {
+    if (!d) continue;
+    const p = join(d, "nsenter");
+    try {
+      accessSync(p, constants.X_OK);
+      return (cachedNsenter = p);
+    } catch {
+      // next
+    }
+  }
+  return "nsenter";
+}
