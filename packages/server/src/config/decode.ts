@@ -1,0 +1,43 @@
+/**
+ * Decoding Nomad's msgpack config bytes (`SetConfigRequest.msgpack_config`,
+ * `TaskConfig.msgpack_driver_config`) into typed values checked against a schema.
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Decoder } from "@msgpack/msgpack";
+import type { HclSpec } from "./spec.js";
+import { ConfigFieldError } from "./values.js";
+
+/**
+ * Decode msgpack `bytes` with `schema`. Empty bytes mean "no config block" (every field absent, so
+ * defaults apply). Nulls (Nomad's encoding of unset attributes) become absent fields.
+ *
+ * Any problem — malformed msgpack, a wrong type, a missing required field — throws a `ConnectError`
+ * with code InvalidArgument whose message starts with `label` and names the field, e.g.
+ * `task config: field "args[1]": expected string, got number`. Nothing else is thrown.
+ *
+ * @example
+ * ```ts
+ * const cfg = decodeConfig(taskConfig, req.task.msgpackDriverConfig, "task config");
+ * ```
+ */
+export function decodeConfig<T>(schema: HclSpec<T, boolean>, bytes: Uint8Array, label = "config"): T {
+  let raw: unknown = null;
+  if (bytes.byteLength > 0) {
+    try {
+      // Every element takes at least one byte, so no honest length exceeds the input size.
+      const limit = bytes.byteLength;
+      raw = new Decoder({ maxStrLength: limit, maxBinLength: limit, maxArrayLength: limit, maxMapLength: limit, maxExtLength: limit }).decode(bytes);
+    } catch (err) {
+      throw new ConnectError(`${label}: malformed msgpack: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
+    }
+  }
+  try {
+    const v = schema.decode(raw, []);
+    if (v === undefined) throw new ConfigFieldError([], "required value is missing");
+    return v;
+  } catch (err) {
+    if (err instanceof ConfigFieldError) throw new ConnectError(`${label}: ${err.message}`, Code.InvalidArgument);
+    // Anything else (e.g. a RangeError from hostile nesting) is still the caller's bad input.
+    throw new ConnectError(`${label}: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
+  }
+}

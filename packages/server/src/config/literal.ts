@@ -1,0 +1,48 @@
+/**
+ * JS values → HCL native-syntax expressions, for hclspec `Literal` (Nomad parses the literal with
+ * `hclsyntax.ParseExpression` and evaluates it without variables).
+ */
+
+/** Render `value` as an HCL expression. Throws `TypeError` for values HCL cannot express. */
+export function toHclLiteral(value: unknown): string {
+  if (value === null || value === undefined) return "null";
+  switch (typeof value) {
+    case "string":
+      return hclString(value);
+    case "boolean":
+      return value ? "true" : "false";
+    case "number":
+      if (!Number.isFinite(value)) throw new TypeError(`HCL literal cannot express ${value}`);
+      return String(value);
+    case "bigint":
+      return value.toString();
+    case "object": {
+      if (Array.isArray(value)) return `[${value.map(toHclLiteral).join(", ")}]`;
+      const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
+      return `{${entries.map(([k, v]) => `${hclString(k)} = ${toHclLiteral(v)}`).join(", ")}}`;
+    }
+    default:
+      throw new TypeError(`HCL literal cannot express a ${typeof value}`);
+  }
+}
+
+/**
+ * A quoted HCL string: HCL knows only the escapes \n \r \t \" \\ \uNNNN, and treats `${` and `%{`
+ * as template sequences unless doubled.
+ */
+function hclString(s: string): string {
+  let out = '"';
+  for (let i = 0; i < s.length; i++) {
+    const ch = s[i]!;
+    const code = s.charCodeAt(i);
+    if (ch === '"') out += '\\"';
+    else if (ch === "\\") out += "\\\\";
+    else if (ch === "\n") out += "\\n";
+    else if (ch === "\r") out += "\\r";
+    else if (ch === "\t") out += "\\t";
+    else if ((ch === "$" || ch === "%") && s[i + 1] === "{") out += ch + ch;
+    else if (code < 0x20 || code === 0x7f) out += `\\u${code.toString(16).padStart(4, "0")}`;
+    else out += ch;
+  }
+  return out + '"';
+}

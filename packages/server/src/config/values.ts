@@ -1,0 +1,153 @@
+/**
+ * Checking decoded msgpack values against HCL types. Every failure is a {@link ConfigFieldError}
+ * carrying the field path, so the status the caller gets names the field.
+ */
+import { parseCtyJsonType, type HclType, formatHclType } from "./types.js";
+
+/** A path into a config value: object keys and list indexes. */
+export type FieldPath = readonly (string | number)[];
+
+/** A decoded value did not match the schema at `path`. */
+export class ConfigFieldError extends Error {
+  constructor(
+    readonly path: FieldPath,
+    readonly problem: string,
+  ) {
+    super(path.length === 0 ? problem : `field "${formatPath(path)}": ${problem}`);
+    this.name = "ConfigFieldError";
+  }
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_-]*$/;
+
+/** `args[1]`, `mount[0].source`, `labels["a b"]`. */
+export function formatPath(path: FieldPath): string {
+  let out = "";
+  for (const seg of path) {
+    if (typeof seg === "number") out += `[${seg}]`;
+    else if (IDENT.test(seg)) out += out === "" ? seg : `.${seg}`;
+    else out += `[${JSON.stringify(seg)}]`;
+  }
+  return out;
+}
+
+/** What a msgpack-decoded value is, in HCL words, for "expected X, got Y". */
+export function describeValue(v: unknown): string {
+  if (v === null || v === undefined) return "null";
+  if (typeof v === "boolean") return "bool";
+  if (typeof v === "number" || typeof v === "bigint") return Number.isNaN(v) ? "NaN" : "number";
+  if (typeof v === "string") return "string";
+  if (Array.isArray(v)) return "list";
+  if (v instanceof Uint8Array) return "bytes";
+  if (v instanceof Date) return "timestamp";
+  if (isPlainMap(v)) return "map";
+  return "msgpack extension";
+}
+
+/** A msgpack map as @msgpack/msgpack decodes it: a plain object. */
+export function isPlainMap(v: unknown): v is Record<string, unknown> {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return false;
+  const proto = Object.getPrototypeOf(v) as unknown;
+  return proto === Object.prototype || proto === null;
+}
+
+const NUMERIC = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
+
+/** Deepest nesting accepted for `any` values, so hostile input cannot exhaust the stack. */
+const MAX_DEPTH = 256;
+
+/**
+ * Convert a msgpack-decoded value to the JS value of HCL type `t`, or throw
+ * {@link ConfigFieldError}. `null` is returned for null (the caller decides whether that is allowed).
+ * Collections may not contain nulls.
+ */
+export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0): unknown {
+  if (v === null || v === undefined) return null;
+  if (depth > MAX_DEPTH) throw new ConfigFieldError(path, "value nested too deeply");
+  const mismatch = () => new ConfigFieldError(path, `expected ${formatHclType(t)}, got ${describeValue(v)}`);
+  switch (t.kind) {
+    case "string":
+      if (typeof v !== "string") throw mismatch();
+      return v;
+    case "bool":
+      if (typeof v !== "boolean") throw mismatch();
+      return v;
+    case "number":
+      if (typeof v === "number" && !Number.isNaN(v)) return v;
+      if (typeof v === "bigint") return Number(v);
+      // cty encodes numbers that are neither int64 nor exact float64 as decimal strings.
+      if (typeof v === "string" && NUMERIC.test(v)) return Number(v);
+      throw mismatch();
+    case "list":
+    case "set": {
+      if (!Array.isArray(v)) throw mismatch();
+      const out = new Array<unknown>(v.length);
+      for (let i = 0; i < v.length; i++) out[i] = nonNull(t.elem, v[i], [...path, i], depth);
+      return out;
+    }
+    case "map": {
+      if (!isPlainMap(v)) throw mismatch();
+      const out: Record<string, unknown> = {};
+      for (const k of Object.keys(v)) out[k] = nonNull(t.elem, v[k], [...path, k], depth);
+      return out;
+    }
+    case "object": {
+      if (!isPlainMap(v)) throw mismatch();
+      const out: Record<string, unknown> = {};
+      for (const [k, at] of t.attrs) {
+        const val = convertValue(at, v[k], [...path, k], depth + 1);
+        if (val !== null) out[k] = val;
+      }
+      return out;
+    }
+    case "tuple": {
+      if (!Array.isArray(v)) throw mismatch();
+      if (v.length !== t.elems.length) {
+        throw new ConfigFieldError(path, `expected ${t.elems.length} elements, got ${v.length}`);
+      }
+      return t.elems.map((et, i) => convertValue(et, v[i], [...path, i], depth + 1));
+    }
+    case "any":
+      return convertDynamic(v, path, depth);
+  }
+}
+
+function nonNull(t: HclType, v: unknown, path: FieldPath, depth: number): unknown {
+  const out = convertValue(t, v, path, depth + 1);
+  if (out === null) throw new ConfigFieldError(path, `expected ${formatHclType(t)}, got null`);
+  return out;
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A value of type `any`: cty marshals it as `[type as JSON bytes, value]`; decode the value with that
+ * type. Without the wrapper (hand-made msgpack), take the value as it is.
+ */
+function convertDynamic(v: unknown, path: FieldPath, depth: number): unknown {
+  if (Array.isArray(v) && v.length === 2 && (v[0] instanceof Uint8Array || typeof v[0] === "string")) {
+    let typeJson: unknown;
+    try {
+      typeJson = JSON.parse(typeof v[0] === "string" ? v[0] : utf8.decode(v[0]));
+    } catch {
+      typeJson = undefined;
+    }
+    const t = parseCtyJsonType(typeJson);
+    if (t !== undefined) return t.kind === "any" ? plain(v[1], path, depth + 1) : convertValue(t, v[1], path, depth + 1);
+  }
+  return plain(v, path, depth);
+}
+
+function plain(v: unknown, path: FieldPath, depth: number): unknown {
+  if (depth > MAX_DEPTH) throw new ConfigFieldError(path, "value nested too deeply");
+  if (v === null || v === undefined) return null;
+  if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") return v;
+  if (typeof v === "bigint") return Number(v);
+  if (Array.isArray(v)) return v.map((e, i) => plain(e, [...path, i], depth + 1));
+  if (isPlainMap(v)) {
+    const out: Record<string, unknown> = {};
+    for (const k of Object.keys(v)) out[k] = plain(v[k], [...path, k], depth + 1);
+    return out;
+  }
+  throw new ConfigFieldError(path, `unsupported value: ${describeValue(v)}`);
+}

@@ -1,0 +1,212 @@
+// The hclspec builder and msgpack config decoding: schema messages as Nomad reads them, typed
+// decoding with defaults, errors that name the field, and hostile bytes that never crash.
+import { create, toJson } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { encode } from "@msgpack/msgpack";
+import { SpecSchema } from "@nomadkit/protocol/hclspec";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { decodeConfig, parseHclType, spec, toHclLiteral, type SpecValue } from "../src/config/index.js";
+
+const taskSchema = spec.object({
+  command: spec.attr("string", { required: true }),
+  args: spec.attr("list(string)"),
+  env: spec.attr("map(string)"),
+  timeout: spec.attr("number", { default: 30 }),
+  verbose: spec.default(spec.attr("bool"), false),
+  mode: spec.literal("fast"),
+  limits: spec.block({ cpu: spec.attr("number"), memory: spec.attr("number", { required: true }) }),
+  mount: spec.blockList({ source: spec.attr("string", { required: true }), readonly: spec.attr("bool") }, { max: 3 }),
+  port: spec.blockMap(["label"], { to: spec.attr("number") }),
+  labels: spec.blockAttrs("string"),
+  extra: spec.attr("any"),
+  image_name: spec.attr("string", { name: "image" }),
+});
+
+type TaskConfig = SpecValue<typeof taskSchema>;
+
+function invalid(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+    return (err as ConnectError).rawMessage;
+  }
+  throw new Error("expected InvalidArgument");
+}
+
+/** Nomad's encoding: every attribute of the object present, unset ones as nil. */
+function nomadMsgpack(v: Record<string, unknown>): Uint8Array {
+  const all: Record<string, unknown> = {
+    command: null,
+    args: null,
+    env: null,
+    timeout: null,
+    verbose: null,
+    mode: "fast",
+    limits: null,
+    mount: [],
+    port: {},
+    labels: null,
+    extra: null,
+    image_name: null,
+  };
+  return encode({ ...all, ...v });
+}
+
+describe("hclspec builder", () => {
+  it("produces the Spec message Nomad reads", () => {
+    const json = toJson(SpecSchema, taskSchema.toProto()) as { object: { attributes: Record<string, unknown> } };
+    const a = json.object.attributes;
+    expect(a["command"]).toEqual({ Attr: { name: "command", type: "string", required: true } });
+    expect(a["args"]).toEqual({ Attr: { name: "args", type: "list(string)" } });
+    expect(a["timeout"]).toEqual({ default: { primary: { Attr: { name: "timeout", type: "number" } }, default: { literal: { value: "30" } } } });
+    expect(a["verbose"]).toEqual({ default: { primary: { Attr: { name: "verbose", type: "bool" } }, default: { literal: { value: "false" } } } });
+    expect(a["mode"]).toEqual({ literal: { value: '"fast"' } });
+    expect(a["limits"]).toMatchObject({ blockValue: { name: "limits", nested: { object: { attributes: { memory: { Attr: { name: "memory", required: true } } } } } } });
+    expect(a["mount"]).toMatchObject({ blockList: { name: "mount", maxItems: "3" } });
+    expect(a["port"]).toMatchObject({ blockMap: { name: "port", labels: ["label"] } });
+    expect(a["labels"]).toEqual({ blockAttrs: { name: "labels", type: "string" } });
+    expect(a["image_name"]).toEqual({ Attr: { name: "image", type: "string" } });
+    expect(create(SpecSchema, taskSchema.toProto()).block.case).toBe("object");
+  });
+
+  it("renders literals as HCL expressions", () => {
+    expect(toHclLiteral('a "b" ${c} %{d} \\ \n\t\x01')).toBe('"a \\"b\\" $${c} %%{d} \\\\ \\n\\t\\u0001"');
+    expect(toHclLiteral(["a", 1, true, null])).toBe('["a", 1, true, null]');
+    expect(toHclLiteral({ k: "v", "a b": [1] })).toBe('{"k" = "v", "a b" = [1]}');
+    expect(() => toHclLiteral(Number.NaN)).toThrow(TypeError);
+  });
+
+  it("rejects bad schemas when they are built", () => {
+    expect(() => spec.attr("lists(string)" as "string")).toThrow(/unknown type "lists"/);
+    expect(() => spec.attr("list(string" as "string")).toThrow(/expected "\)"/);
+    expect(() => spec.attr("number", { default: "x" as unknown as number })).toThrow(/does not fit type number/);
+    expect(() => spec.attr("string").toProto()).toThrow(/needs a name/);
+    expect(() => spec.object({ "bad name": spec.attr("string") }).toProto()).toThrow(/not a valid HCL identifier/);
+    expect(parseHclType("object({a = list(number), b=tuple([string, bool])})")).toMatchObject({ kind: "object" });
+  });
+});
+
+describe("decodeConfig", () => {
+  it("decodes Nomad's msgpack into typed values with defaults", () => {
+    const cfg: TaskConfig = decodeConfig(
+      taskSchema,
+      nomadMsgpack({
+        command: "/bin/echo",
+        args: ["a", "b"],
+        env: { A: "1" },
+        limits: { cpu: null, memory: 128 },
+        mount: [{ source: "/tmp", readonly: true }],
+        port: { http: { to: 8080 } },
+        extra: [Buffer.from('["list","number"]'), [1, 2]],
+        image_name: "alpine",
+      }),
+      "task config",
+    );
+    expect(cfg).toEqual({
+      command: "/bin/echo",
+      args: ["a", "b"],
+      env: { A: "1" },
+      timeout: 30,
+      verbose: false,
+      mode: "fast",
+      limits: { memory: 128 },
+      mount: [{ source: "/tmp", readonly: true }],
+      port: { http: { to: 8080 } },
+      extra: [1, 2],
+      image_name: "alpine",
+    });
+    // Type-level: required and defaulted fields are not optional.
+    const cmd: string = cfg.command;
+    const timeout: number = cfg.timeout;
+    const args: string[] | undefined = cfg.args;
+    expect([cmd, timeout, args]).toBeDefined();
+  });
+
+  it("treats empty bytes as an empty block (defaults apply, required fields reported)", () => {
+    const s = spec.object({ level: spec.attr("string", { default: "info" }), n: spec.attr("number") });
+    expect(decodeConfig(s, new Uint8Array(), "plugin config")).toEqual({ level: "info" });
+    expect(invalid(() => decodeConfig(taskSchema, new Uint8Array(), "task config"))).toBe('task config: field "command": required attribute is missing');
+  });
+
+  it("accepts cty's big numbers encoded as strings", () => {
+    const s = spec.object({ n: spec.attr("number") });
+    expect(decodeConfig(s, encode({ n: "0.1000000000000000000001" }))).toEqual({ n: 0.1 });
+    expect(invalid(() => decodeConfig(s, encode({ n: "ten" }), "plugin config"))).toBe('plugin config: field "n": expected number, got string');
+  });
+
+  it.each([
+    [{ command: "x", args: ["a", 7] }, 'task config: field "args[1]": expected string, got number'],
+    [{ command: "x", args: ["a", null] }, 'task config: field "args[1]": expected string, got null'],
+    [{ command: 5 }, 'task config: field "command": expected string, got number'],
+    [{ command: "x", env: { "A B": true } }, 'task config: field "env["A B"]": expected string, got bool'],
+    [{ command: "x", limits: { cpu: 1 } }, 'task config: field "limits.memory": required attribute is missing'],
+    [{ command: "x", mount: [{ source: "/a" }, { readonly: "yes" }] }, 'task config: field "mount[1].source": required attribute is missing'],
+    [{ command: "x", mount: [{ source: "/a", readonly: "yes" }] }, 'task config: field "mount[0].readonly": expected bool, got string'],
+    [{ command: "x", mount: [{ source: "a" }, { source: "b" }, { source: "c" }, { source: "d" }] }, 'task config: field "mount": expected at most 3 blocks, got 4'],
+    [{ command: "x", port: { http: { to: "eighty" } } }, 'task config: field "port.http.to": expected number, got string'],
+    [{ command: "x", port: ["http"] }, 'task config: field "port": expected a map keyed by label, got list'],
+    [{ command: "x", timeout: [1] }, 'task config: field "timeout": expected number, got list'],
+  ])("names the field: %j", (value, message) => {
+    expect(invalid(() => decodeConfig(taskSchema, nomadMsgpack(value), "task config"))).toBe(message);
+  });
+
+  it("rejects a non-map root and malformed bytes as InvalidArgument", () => {
+    expect(invalid(() => decodeConfig(taskSchema, encode([1, 2]), "task config"))).toBe("task config: expected a map of fields, got list");
+    expect(invalid(() => decodeConfig(taskSchema, Uint8Array.of(0xc1), "task config"))).toMatch(/^task config: malformed msgpack: /);
+    expect(invalid(() => decodeConfig(taskSchema, Uint8Array.of(0x92, 0x01), "task config"))).toMatch(/^task config: malformed msgpack: /);
+    // Extra bytes after a valid value, and a huge declared length with nothing behind it.
+    expect(invalid(() => decodeConfig(taskSchema, Uint8Array.of(0x80, 0x80), "task config"))).toMatch(/malformed msgpack/);
+    expect(invalid(() => decodeConfig(taskSchema, Uint8Array.of(0xdd, 0xff, 0xff, 0xff, 0xff), "task config"))).toMatch(/malformed msgpack/);
+    expect(invalid(() => decodeConfig(taskSchema, encode({ __proto__x: 1, command: Uint8Array.of(1) }), "task config"))).toBe(
+      'task config: field "command": expected string, got bytes',
+    );
+  });
+
+  const good = nomadMsgpack({ command: "/bin/sh", args: ["-c", "true"], mount: [{ source: "/x" }], port: { a: { to: 1 } }, extra: "s" });
+
+  it("property: random bytes decode or fail with InvalidArgument, nothing else", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 256 }), (bytes) => {
+        try {
+          decodeConfig(taskSchema, bytes, "task config");
+        } catch (err) {
+          return err instanceof ConnectError && err.code === Code.InvalidArgument && err.rawMessage.startsWith("task config: ");
+        }
+        return true;
+      }),
+      { seed: 0x5eed, numRuns: 3000 },
+    );
+  });
+
+  it("property: truncated and bit-flipped encodings fail with InvalidArgument, nothing else", () => {
+    fc.assert(
+      fc.property(fc.nat({ max: good.length - 1 }), fc.nat({ max: good.length - 1 }), fc.integer({ min: 0, max: 255 }), (cut, at, byte) => {
+        for (const bytes of [good.subarray(0, cut), Uint8Array.from(good, (b, i) => (i === at ? byte : b))]) {
+          try {
+            decodeConfig(taskSchema, bytes, "task config");
+          } catch (err) {
+            if (!(err instanceof ConnectError && err.code === Code.InvalidArgument)) return false;
+          }
+        }
+        return true;
+      }),
+      { seed: 0xc0ffee, numRuns: 2000 },
+    );
+  });
+
+  it("property: well-typed values round-trip", () => {
+    const s = spec.object({ a: spec.attr("list(string)"), m: spec.attr("map(number)"), b: spec.attr("bool") });
+    fc.assert(
+      fc.property(
+        fc.record({ a: fc.array(fc.string()), m: fc.dictionary(fc.string().filter((k) => k !== "__proto__"), fc.double({ noNaN: true }).map((x) => (Object.is(x, -0) ? 0 : x))), b: fc.boolean() }),
+        (v) => {
+          expect(decodeConfig(s, encode(v))).toEqual(v);
+        },
+      ),
+      { seed: 7, numRuns: 300 },
+    );
+  });
+});
