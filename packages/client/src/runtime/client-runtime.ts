@@ -1,0 +1,200 @@
+/**
+ * The one client call layer. Every generated client method calls exactly one of `unary`,
+ * `serverStream`, `clientStream` or `bidiStream`, which run the call on a connect `Transport` and
+ * normalise every failure the same way (Nomad's `HandleReqCtxGrpcErr`, applied to all methods):
+ *
+ * 1. caller cancelled (its AbortSignal fired)      -> cancellation error (`isCancellation(err)`)
+ * 2. FailedPrecondition with a RecoverableError detail -> `RecoverableError`
+ * 3. transport failure and the plugin's exit signal fires within the grace period
+ *                                                    -> `PluginShutdownError` (cause: the original)
+ * 4. anything else                                   -> the original error
+ */
+import type {
+  DescMessage,
+  DescMethodBiDiStreaming,
+  DescMethodClientStreaming,
+  DescMethodServerStreaming,
+  DescMethodUnary,
+  MessageInitShape,
+  MessageShape,
+} from "@bufbuild/protobuf";
+import { Code, ConnectError, type CallOptions, type Transport } from "@connectrpc/connect";
+import { PluginShutdownError, cancellationError, isCancellation } from "../errors.js";
+import { ExitWatch, type PluginExitSignal } from "./exit-watch.js";
+import { isTransportFailure, recoverableFrom } from "./normalize.js";
+
+export type { CallOptions };
+
+/** How long Nomad waits for a plugin to be known dead after a failed call. */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 3000;
+
+/** Options shared by every call of a client. */
+export interface ClientOptions {
+  /**
+   * Fires when the plugin process is gone (e.g. an AbortSignal aborted on the child's `exit`, or a
+   * promise that settles then). Without it, transport failures are returned unchanged.
+   */
+  pluginExited?: PluginExitSignal;
+  /** How long a transport failure waits for `pluginExited` before giving up (default 3000 ms). */
+  shutdownGraceMs?: number;
+  /** Defaults merged under each call's options (per-call values win; headers are not merged). */
+  callOptions?: CallOptions;
+}
+
+/**
+ * Runs calls on a transport with nomadkit's error semantics. Share one per plugin connection;
+ * generated clients accept either a `Transport` or a `ClientRuntime`.
+ *
+ * @example
+ * ```ts
+ * const rt = new ClientRuntime(transport, { pluginExited: exitSignal });
+ * const driver = new DriverClient(rt);
+ * const base = new BasePluginClient(rt);
+ * ```
+ */
+export class ClientRuntime {
+  readonly transport: Transport;
+  readonly #exit: ExitWatch | undefined;
+  readonly #graceMs: number;
+  readonly #defaults: CallOptions | undefined;
+
+  constructor(transport: Transport, options: ClientOptions = {}) {
+    this.transport = transport;
+    this.#exit = options.pluginExited === undefined ? undefined : new ExitWatch(options.pluginExited);
+    this.#graceMs = options.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+    this.#defaults = options.callOptions;
+  }
+
+  /** Call a unary method. */
+  async unary<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodUnary<I, O>,
+    request: MessageInitShape<I>,
+    options?: CallOptions,
+  ): Promise<MessageShape<O>> {
+    const opts = this.#merge(options);
+    try {
+      const res = await this.transport.unary(
+        method,
+        opts.signal,
+        opts.timeoutMs,
+        opts.headers,
+        request,
+        opts.contextValues,
+      );
+      opts.onHeader?.(res.header);
+      opts.onTrailer?.(res.trailer);
+      return res.message;
+    } catch (err) {
+      throw await this.normalizeError(err, opts.signal);
+    }
+  }
+
+  /** Call a server-streaming method; failures surface from the iterator. */
+  serverStream<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodServerStreaming<I, O>,
+    request: MessageInitShape<I>,
+    options?: CallOptions,
+  ): AsyncIterable<MessageShape<O>> {
+    return this.#stream(method, once(request), options);
+  }
+
+  /** Call a client-streaming method. */
+  async clientStream<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodClientStreaming<I, O>,
+    requests: AsyncIterable<MessageInitShape<I>>,
+    options?: CallOptions,
+  ): Promise<MessageShape<O>> {
+    let last: MessageShape<O> | undefined;
+    let count = 0;
+    for await (const m of this.#stream(method, requests, options)) {
+      last = m;
+      count++;
+    }
+    if (last === undefined || count !== 1) {
+      throw new ConnectError(
+        `protocol error: expected exactly one response message, got ${count}`,
+        Code.Unimplemented,
+      );
+    }
+    return last;
+  }
+
+  /** Call a bidi-streaming method; failures surface from the iterator. */
+  bidiStream<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodBiDiStreaming<I, O>,
+    requests: AsyncIterable<MessageInitShape<I>>,
+    options?: CallOptions,
+  ): AsyncIterable<MessageShape<O>> {
+    return this.#stream(method, requests, options);
+  }
+
+  /**
+   * Map a failed call's error to what callers see (see the module comment). Exposed for code that
+   * talks to a plugin outside the generated clients.
+   */
+  async normalizeError(err: unknown, callerSignal?: AbortSignal): Promise<unknown> {
+    if (isCancellation(err)) return err;
+    if (callerSignal?.aborted) return cancellationError(err);
+    const ce = err instanceof ConnectError ? err : undefined;
+    if (ce === undefined) return err;
+    const rec = recoverableFrom(ce);
+    if (rec !== undefined) return rec;
+    if (this.#exit !== undefined && isTransportFailure(ce)) {
+      switch (await this.#exit.wait(this.#graceMs, callerSignal)) {
+        case "exited":
+          return new PluginShutdownError({ cause: err });
+        case "cancelled":
+          return cancellationError(err);
+        case "timeout":
+          break;
+      }
+    }
+    return err;
+  }
+
+  #merge(options: CallOptions | undefined): CallOptions {
+    return this.#defaults === undefined ? (options ?? {}) : { ...this.#defaults, ...options };
+  }
+
+  #stream<I extends DescMessage, O extends DescMessage>(
+    method:
+      | DescMethodServerStreaming<I, O>
+      | DescMethodClientStreaming<I, O>
+      | DescMethodBiDiStreaming<I, O>,
+    requests: AsyncIterable<MessageInitShape<I>>,
+    options: CallOptions | undefined,
+  ): AsyncIterable<MessageShape<O>> {
+    const opts = this.#merge(options);
+    // The call starts when iteration starts, like connect's own clients.
+    const run = async function* (rt: ClientRuntime): AsyncGenerator<MessageShape<O>> {
+      try {
+        const res = await rt.transport.stream(
+          method,
+          opts.signal,
+          opts.timeoutMs,
+          opts.headers,
+          requests,
+          opts.contextValues,
+        );
+        opts.onHeader?.(res.header);
+        yield* res.message;
+        opts.onTrailer?.(res.trailer);
+      } catch (err) {
+        throw await rt.normalizeError(err, opts.signal);
+      }
+    };
+    return { [Symbol.asyncIterator]: () => run(this) };
+  }
+}
+
+/**
+ * The runtime generated clients use: `transport` itself if it already is a `ClientRuntime`,
+ * otherwise a new one with `options`.
+ */
+export function clientRuntime(transport: Transport | ClientRuntime, options?: ClientOptions): ClientRuntime {
+  return transport instanceof ClientRuntime ? transport : new ClientRuntime(transport, options);
+}
+
+async function* once<T>(value: T): AsyncIterable<T> {
+  yield value;
+}

@@ -1,0 +1,55 @@
+/** Tracks a plugin's "done" signal (AbortSignal or promise) so failures can wait for it briefly. */
+
+/** A signal that fires when the plugin process is known to be gone. */
+export type PluginExitSignal = AbortSignal | PromiseLike<unknown>;
+
+/** Outcome of waiting for the plugin to exit after a transport failure. */
+export type ExitWaitOutcome = "exited" | "timeout" | "cancelled";
+
+export class ExitWatch {
+  #exited = false;
+  readonly #waiters = new Set<() => void>();
+
+  constructor(done: PluginExitSignal) {
+    const fire = () => {
+      this.#exited = true;
+      for (const w of this.#waiters) w();
+      this.#waiters.clear();
+    };
+    if (isAbortSignal(done)) {
+      if (done.aborted) this.#exited = true;
+      else done.addEventListener("abort", fire, { once: true });
+    } else {
+      // Rejection also means "done": an exit promise that rejects reports a crashed plugin.
+      Promise.resolve(done).then(fire, fire);
+    }
+  }
+
+  get exited(): boolean {
+    return this.#exited;
+  }
+
+  /** Wait up to `graceMs` for the exit; a caller abort ends the wait early. */
+  wait(graceMs: number, caller?: AbortSignal): Promise<ExitWaitOutcome> {
+    if (this.#exited) return Promise.resolve("exited");
+    if (caller?.aborted) return Promise.resolve("cancelled");
+    return new Promise<ExitWaitOutcome>((resolve) => {
+      const finish = (o: ExitWaitOutcome) => {
+        clearTimeout(timer);
+        this.#waiters.delete(onExit);
+        caller?.removeEventListener("abort", onAbort);
+        resolve(o);
+      };
+      const onExit = () => finish("exited");
+      const onAbort = () => finish(this.#exited ? "exited" : "cancelled");
+      // Not unref'd: a short-lived script awaiting the call must see its outcome.
+      const timer = setTimeout(() => finish("timeout"), graceMs);
+      this.#waiters.add(onExit);
+      caller?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+}
+
+function isAbortSignal(v: PluginExitSignal): v is AbortSignal {
+  return typeof (v as AbortSignal).addEventListener === "function" && "aborted" in v;
+}

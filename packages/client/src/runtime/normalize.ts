@@ -1,0 +1,54 @@
+/** Classifies call failures: recoverable-error details, and transport failures that may mean the plugin died. */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { structs } from "@nomadkit/protocol";
+import { RecoverableError } from "../errors.js";
+
+/**
+ * Node / nghttp2 error codes and connect-node messages that mean the connection or stream broke,
+ * rather than the server answering with a status.
+ */
+const transportCodes = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "EPIPE",
+  "ENOENT",
+  "ERR_STREAM_PREMATURE_CLOSE",
+  "ERR_STREAM_DESTROYED",
+  "ERR_HTTP2_STREAM_ERROR",
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_HTTP2_INVALID_STREAM",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_HTTP2_ERROR",
+]);
+const transportMessage =
+  /http\/2 (stream|connection) closed|NGHTTP2_|socket hang up|premature close|connection aborted|sentinel completed early|expected open session|missing trailer|stream reset|GOAWAY|ECONNRESET|EPIPE/i;
+
+/**
+ * True when a failure looks like the transport broke (what Nomad treats as "maybe the plugin
+ * exited"): Unavailable and Canceled always, Internal/Unknown/Aborted only when the error chain
+ * shows a reset stream, closed connection or socket error (a handler's own Unknown status does not).
+ */
+export function isTransportFailure(err: ConnectError): boolean {
+  if (err.code === Code.Unavailable || err.code === Code.Canceled) return true;
+  if (err.code !== Code.Internal && err.code !== Code.Unknown && err.code !== Code.Aborted) return false;
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
+    if (typeof e !== "object") break;
+    const o = e as { code?: unknown; message?: unknown; rawMessage?: unknown; cause?: unknown };
+    if (typeof o.code === "string" && transportCodes.has(o.code)) return true;
+    const msg = typeof o.rawMessage === "string" ? o.rawMessage : o.message;
+    if (typeof msg === "string" && transportMessage.test(msg)) return true;
+    e = o.cause;
+  }
+  return false;
+}
+
+/** The RecoverableError a FailedPrecondition status carries as a detail, if any. */
+export function recoverableFrom(err: ConnectError): RecoverableError | undefined {
+  if (err.code !== Code.FailedPrecondition) return undefined;
+  const [detail] = err.findDetails(structs.RecoverableErrorSchema);
+  if (detail === undefined) return undefined;
+  return new RecoverableError(err.rawMessage, detail.recoverable, { cause: err });
+}
