@@ -1,3 +1,6 @@
+export * from "./goplugin/index.js";
+export { createLogger } from "./log/index.js";
+export type { Logger, LoggerOptions, LogLevel, LogFields, LogMethod } from "./log/index.js";
 export {
   ServerRuntime,
   defaultServerRuntime,

@@ -1,0 +1,118 @@
+/** hclog levels as a host sees them. */
+export type PluginLogLevel = "trace" | "debug" | "info" | "warn" | "error";
+
+/** One line of a plugin's stderr, parsed the way go-plugin does. */
+export interface PluginLogEntry {
+  level: PluginLogLevel;
+  message: string;
+  /** `@timestamp` as sent (hclog format), when the line was JSON. */
+  timestamp?: string;
+  /** `@module`, when present. */
+  module?: string;
+  /** Every non-`@` key of a JSON line. */
+  fields: Record<string, unknown>;
+  /** Whether the line was an hclog JSON line (false: plain text, logged at debug). */
+  structured: boolean;
+  /** The line as read. */
+  raw: string;
+}
+
+/** Receives the plugin's log lines. */
+export type PluginLogger = (entry: PluginLogEntry) => void;
+
+const LEVELS: Record<string, PluginLogLevel> = {
+  trace: "trace",
+  debug: "debug",
+  info: "info",
+  warn: "warn",
+  warning: "warn",
+  error: "error",
+};
+
+/**
+ * Parses one stderr line: hclog JSON (`@level`, `@message`, `@timestamp`, `@module`, fields), a
+ * `[LEVEL] text` line, or plain text (debug), mirroring go-plugin's host.
+ */
+export function parseLogLine(raw: string): PluginLogEntry {
+  const line = raw.replace(/\r$/, "");
+  if (line.startsWith("{")) {
+    try {
+      const obj = JSON.parse(line) as Record<string, unknown>;
+      if (obj && typeof obj === "object" && "@message" in obj) {
+        const fields: Record<string, unknown> = {};
+        for (const [k, v] of Object.entries(obj))
+          if (!k.startsWith("@")) fields[k] = v;
+        return {
+          level: LEVELS[String(obj["@level"]).toLowerCase()] ?? "info",
+          message: String(obj["@message"]),
+          timestamp:
+            typeof obj["@timestamp"] === "string"
+              ? obj["@timestamp"]
+              : undefined,
+          module:
+            typeof obj["@module"] === "string" ? obj["@module"] : undefined,
+          fields,
+          structured: true,
+          raw: line,
+        };
+      }
+    } catch {
+      // not JSON after all: plain text below
+    }
+  }
+  const m = /^\[(TRACE|DEBUG|INFO|WARN|ERROR)\]\s?(.*)$/.exec(line);
+  if (m)
+    return {
+      level: LEVELS[m[1]!.toLowerCase()]!,
+      message: m[2]!,
+      fields: {},
+      structured: false,
+      raw: line,
+    };
+  return {
+    level: "debug",
+    message: line,
+    fields: {},
+    structured: false,
+    raw: line,
+  };
+}
+
+/**
+ * Splits a byte stream into lines and keeps the last few for error messages.
+ * @internal
+ */
+export class LineReader {
+  private partial = "";
+  private readonly tail: string[] = [];
+
+  constructor(
+    private readonly onLine: (line: string) => void,
+    private readonly keep = 20,
+  ) {}
+
+  push(chunk: Buffer | string): void {
+    const text = this.partial + chunk.toString();
+    const lines = text.split("\n");
+    this.partial = lines.pop() ?? "";
+    for (const l of lines) this.emit(l);
+  }
+
+  end(): void {
+    if (this.partial) this.emit(this.partial);
+    this.partial = "";
+  }
+
+  /** The last lines seen (including a pending partial one), joined by newlines. */
+  recent(): string {
+    const lines = this.partial ? [...this.tail, this.partial] : this.tail;
+    return lines.slice(-this.keep).join("\n");
+  }
+
+  private emit(line: string): void {
+    const l = line.replace(/\r$/, "");
+    this.tail.push(l.length > 1000 ? l.slice(0, 1000) + "…" : l);
+    if (this.tail.length > this.keep) this.tail.shift();
+    this.onLine(l);
+  }
+}

@@ -1,0 +1,644 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import * as net from "node:net";
+import * as tls from "node:tls";
+import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import {
+  Http2SessionManager,
+  createGrpcTransport,
+} from "@connectrpc/connect-node";
+import { ClientRuntime } from "../runtime/client-runtime.js";
+import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
+import { DriverClient } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { HealthClient } from "../gen/grpc/health/v1/health_nomadkit.js";
+import { GRPCControllerClient } from "../gen/plugin/grpc_controller_nomadkit.js";
+import { GRPCStdioClient } from "../gen/plugin/grpc_stdio_nomadkit.js";
+import {
+  generateSelfSignedCertificate,
+  handshakeCertToPem,
+} from "./certificate.js";
+import {
+  PluginLaunchError,
+  parseHandshake,
+  type Handshake,
+} from "./handshake.js";
+import {
+  LineReader,
+  parseLogLine,
+  type PluginLogEntry,
+  type PluginLogger,
+} from "./hclog.js";
+
+/** Nomad's magic cookie, the default of {@link launchPlugin}. */
+export const NOMAD_PLUGIN_COOKIE = Object.freeze({
+  key: "NOMAD_PLUGIN_MAGIC_COOKIE",
+  value: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
+});
+
+/** How long go-plugin hosts wait for the handshake. */
+export const DEFAULT_START_TIMEOUT_MS = 60_000;
+/** How long `kill()` waits for the process after GRPCController.Shutdown before SIGKILL. */
+export const DEFAULT_KILL_TIMEOUT_MS = 2_000;
+
+/** Options shared by {@link launchPlugin} and {@link reattachPlugin}. */
+export interface PluginConnectOptions {
+  /** Receives the plugin's stderr, parsed as hclog (JSON or text) lines. Default: dropped. */
+  logger?: PluginLogger;
+  /** Receives what the plugin sends on GRPCStdio's STDOUT channel. Default: dropped (as Nomad does). */
+  onStdout?(data: Uint8Array): void;
+  /** Receives what the plugin sends on GRPCStdio's STDERR channel. Default: dropped. */
+  onStderr?(data: Uint8Array): void;
+  /** Grace for turning transport failures into `PluginShutdownError` (see `ClientOptions`). */
+  shutdownGraceMs?: number;
+  /** How long `kill()` waits for the exit after GRPCController.Shutdown before SIGKILL; default 2000. */
+  killTimeoutMs?: number;
+}
+
+/** Options for {@link launchPlugin}. */
+export interface LaunchPluginOptions extends PluginConnectOptions {
+  /** Extra environment, merged over `process.env` (the go-plugin variables win). */
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /** Magic cookie; default Nomad's ({@link NOMAD_PLUGIN_COOKIE}). */
+  cookie?: { key: string; value: string };
+  /** App protocol versions offered (`PLUGIN_PROTOCOL_VERSIONS`); default `[2]`. */
+  protocolVersions?: readonly number[];
+  /** `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT` for plugins that listen on TCP; default 0/0 (any port). */
+  minPort?: number;
+  maxPort?: number;
+  /** `PLUGIN_UNIX_SOCKET_DIR`. */
+  unixSocketDir?: string;
+  /** `PLUGIN_UNIX_SOCKET_GROUP` (name or gid). */
+  unixSocketGroup?: string;
+  /**
+   * go-plugin AutoMTLS: generate a client certificate, pass it in `PLUGIN_CLIENT_CERT`, and talk TLS
+   * to the plugin, trusting only the certificate from its handshake. Default false (Nomad's setting).
+   */
+  autoMTLS?: boolean;
+  /** How long to wait for the handshake line; default 60 s like go-plugin. */
+  startTimeoutMs?: number;
+}
+
+/** How a plugin process ended. */
+export interface PluginExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** Everything needed to connect to a running plugin again (go-plugin's ReattachConfig). */
+export interface ReattachConfig {
+  pid: number;
+  network: "unix" | "tcp";
+  address: string;
+  /** App protocol version from the handshake; informational. */
+  protocolVersion?: number;
+  /** AutoMTLS material, when the plugin was launched with it. */
+  tls?: { serverCertPem: string; clientCertPem: string; clientKeyPem: string };
+}
+
+/** A connected plugin: typed clients plus process control. */
+export interface PluginClient {
+  readonly pid: number;
+  readonly network: "unix" | "tcp";
+  readonly address: string;
+  /** The parsed handshake (launch) or a synthesized one (reattach). */
+  readonly handshake: Handshake;
+  /** Connect-node gRPC transport to the plugin. */
+  readonly transport: Transport;
+  /** The call layer all typed clients share (wired to `exitSignal`). */
+  readonly runtime: ClientRuntime;
+  readonly health: HealthClient;
+  readonly controller: GRPCControllerClient;
+  readonly stdio: GRPCStdioClient;
+  readonly basePlugin: BasePluginClient;
+  readonly driver: DriverClient;
+  /** Resolves when the process has exited (never rejects). */
+  readonly exited: Promise<PluginExit>;
+  /** Aborted when the process has exited; feeds `PluginShutdownError`. */
+  readonly exitSignal: AbortSignal;
+  /** The child process (launch only). */
+  readonly process?: ChildProcess;
+  /** What {@link reattachPlugin} needs to connect to this plugin again. */
+  readonly reattachConfig: ReattachConfig;
+  /** The last lines of the plugin's stderr (launch only). */
+  recentStderr(): string;
+  /**
+   * Stops the plugin like go-plugin: GRPCController.Shutdown, wait up to `killTimeoutMs` (2 s) for
+   * the exit, then SIGKILL. Resolves with how the process ended (null code/signal when reattached).
+   */
+  kill(): Promise<PluginExit>;
+  /** Closes the connection without stopping the plugin (it keeps running; reattach later). */
+  close(): void;
+}
+
+interface ConnectionParams {
+  network: "unix" | "tcp";
+  address: string;
+  tls?: { serverCertPem: string; certPem: string; keyPem: string };
+}
+
+function createTransport(params: ConnectionParams): {
+  transport: Transport;
+  sessions: Http2SessionManager;
+} {
+  const { network, address } = params;
+  let target: { path: string } | { host: string; port: number };
+  if (network === "unix") target = { path: address };
+  else {
+    const i = address.lastIndexOf(":");
+    const port = Number(address.slice(i + 1));
+    if (i < 0 || !Number.isInteger(port))
+      throw new PluginLaunchError(
+        `invalid tcp address ${JSON.stringify(address)}`,
+      );
+    target = { host: address.slice(0, i).replace(/^\[|\]$/g, ""), port };
+  }
+  const t = params.tls;
+  const createConnection = t
+    ? () =>
+        tls.connect({
+          ...target,
+          servername: "localhost",
+          ca: t.serverCertPem,
+          cert: t.certPem,
+          key: t.keyPem,
+          ALPNProtocols: ["h2"],
+          minVersion: "TLSv1.2",
+        })
+    : () => net.connect(target as net.NetConnectOpts);
+  const baseUrl = t ? "https://localhost" : "http://localhost";
+  const sessions = new Http2SessionManager(baseUrl, {}, { createConnection });
+  const transport = createGrpcTransport({
+    baseUrl,
+    sessionManager: sessions,
+    acceptCompression: [],
+  });
+  return { transport, sessions };
+}
+
+function describeLine(raw: string): string {
+  const e = parseLogLine(raw);
+  if (!e.structured) return raw;
+  const fields = Object.entries(e.fields)
+    .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    .join(" ");
+  return `[${e.level.toUpperCase()}] ${e.module ? e.module + ": " : ""}${e.message}${fields ? " " + fields : ""}`;
+}
+
+function pluginName(cmd: string, args: readonly string[]): string {
+  return [cmd, ...args]
+    .map((a) => (/\s/.test(a) ? JSON.stringify(a) : a))
+    .join(" ");
+}
+
+interface ClientParts {
+  pid: number;
+  handshake: Handshake;
+  params: ConnectionParams;
+  exited: Promise<PluginExit>;
+  exitSignal: AbortSignal;
+  forceKill(): void;
+  process?: ChildProcess;
+  recentStderr(): string;
+  onClose?(): void;
+  options: PluginConnectOptions;
+}
+
+function buildClient(parts: ClientParts): PluginClient {
+  const { transport, sessions } = createTransport(parts.params);
+  const runtime = new ClientRuntime(transport, {
+    pluginExited: parts.exitSignal,
+    shutdownGraceMs: parts.options.shutdownGraceMs,
+  });
+  const controller = new GRPCControllerClient(runtime);
+  const stdio = new GRPCStdioClient(runtime);
+  const closeController = new AbortController();
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    closeController.abort();
+    sessions.abort();
+    parts.onClose?.();
+  };
+  void parts.exited.then(() => {
+    closeController.abort();
+    // Let in-flight calls see the failure before the session goes away.
+    setImmediate(close);
+  });
+
+  forwardStdio(
+    stdio,
+    parts.options,
+    AbortSignal.any([closeController.signal, parts.exitSignal]),
+  );
+
+  let killing: Promise<PluginExit> | undefined;
+  const kill = (): Promise<PluginExit> =>
+    (killing ??= (async () => {
+      const timeoutMs = parts.options.killTimeoutMs ?? DEFAULT_KILL_TIMEOUT_MS;
+      if (!parts.exitSignal.aborted) {
+        try {
+          await controller.shutdown(
+            {},
+            { timeoutMs, signal: parts.exitSignal },
+          );
+        } catch {
+          // The plugin may close the connection before answering; only its exit matters.
+        }
+      }
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await Promise.race([
+        parts.exited.then(() => false),
+        new Promise<boolean>(
+          (r) => (timer = setTimeout(() => r(true), timeoutMs)),
+        ),
+      ]);
+      clearTimeout(timer);
+      if (timedOut) parts.forceKill();
+      const exit = await parts.exited;
+      close();
+      return exit;
+    })());
+
+  const reattachConfig: ReattachConfig = {
+    pid: parts.pid,
+    network: parts.params.network,
+    address: parts.params.address,
+    protocolVersion: parts.handshake.protocolVersion,
+    ...(parts.params.tls
+      ? {
+          tls: {
+            serverCertPem: parts.params.tls.serverCertPem,
+            clientCertPem: parts.params.tls.certPem,
+            clientKeyPem: parts.params.tls.keyPem,
+          },
+        }
+      : {}),
+  };
+
+  return {
+    pid: parts.pid,
+    network: parts.params.network,
+    address: parts.params.address,
+    handshake: parts.handshake,
+    transport,
+    runtime,
+    health: new HealthClient(runtime),
+    controller,
+    stdio,
+    basePlugin: new BasePluginClient(runtime),
+    driver: new DriverClient(runtime),
+    exited: parts.exited,
+    exitSignal: parts.exitSignal,
+    process: parts.process,
+    reattachConfig,
+    recentStderr: parts.recentStderr,
+    kill,
+    close,
+  };
+}
+
+function forwardStdio(
+  stdio: GRPCStdioClient,
+  options: PluginConnectOptions,
+  signal: AbortSignal,
+): void {
+  if (!options.onStdout && !options.onStderr) return;
+  void (async () => {
+    try {
+      for await (const chunk of stdio.streamStdio({}, { signal })) {
+        if (chunk.channel === 1) options.onStdout?.(chunk.data);
+        else if (chunk.channel === 2) options.onStderr?.(chunk.data);
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      if (err instanceof ConnectError && err.code === Code.Unimplemented) {
+        options.logger?.({
+          level: "warn",
+          message:
+            "plugin does not implement GRPCStdio; its stdout/stderr is not forwarded",
+          fields: {},
+          structured: false,
+          raw: "",
+        });
+      }
+    }
+  })();
+}
+
+// Confirms the connection (and TLS) works, like go-plugin's blocking dial. A plugin without the
+// health service still counts as connected.
+async function ping(client: PluginClient, timeoutMs: number): Promise<void> {
+  try {
+    await client.health.check({ service: "plugin" }, { timeoutMs });
+  } catch (err) {
+    if (
+      err instanceof ConnectError &&
+      (err.code === Code.Unimplemented || err.code === Code.NotFound)
+    )
+      return;
+    throw err;
+  }
+}
+
+/**
+ * Starts a go-plugin plugin binary the way Nomad does and connects to it.
+ *
+ * Sets the magic cookie, `PLUGIN_PROTOCOL_VERSIONS`, `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT` (and the
+ * optional socket and AutoMTLS variables), waits for the handshake line on stdout (default 60 s),
+ * validates it, connects with connect-node's gRPC transport over unix or TCP (TLS with AutoMTLS)
+ * and checks health. Failures throw {@link PluginLaunchError} quoting the plugin's recent stderr;
+ * the process is killed then. The plugin's stderr is parsed as hclog into `options.logger`.
+ *
+ * @example
+ * ```ts
+ * const plugin = await launchPlugin("./my-driver", [], { logger: (e) => console.error(e.level, e.message) });
+ * try {
+ *   const info = await plugin.basePlugin.pluginInfo({});
+ *   console.log(info.name);
+ * } finally {
+ *   await plugin.kill();
+ * }
+ * ```
+ */
+export async function launchPlugin(
+  cmd: string,
+  args: readonly string[] = [],
+  options: LaunchPluginOptions = {},
+): Promise<PluginClient> {
+  const name = pluginName(cmd, args);
+  const cookie = options.cookie ?? NOMAD_PLUGIN_COOKIE;
+  const versions = options.protocolVersions ?? [2];
+  const clientCert = options.autoMTLS
+    ? await generateSelfSignedCertificate()
+    : undefined;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    ...options.env,
+    [cookie.key]: cookie.value,
+    PLUGIN_PROTOCOL_VERSIONS: versions.join(","),
+    PLUGIN_MIN_PORT: String(options.minPort ?? 0),
+    PLUGIN_MAX_PORT: String(options.maxPort ?? 0),
+  };
+  delete env.PLUGIN_CLIENT_CERT;
+  if (clientCert) env.PLUGIN_CLIENT_CERT = clientCert.certPem;
+  if (options.unixSocketDir) env.PLUGIN_UNIX_SOCKET_DIR = options.unixSocketDir;
+  if (options.unixSocketGroup)
+    env.PLUGIN_UNIX_SOCKET_GROUP = options.unixSocketGroup;
+
+  const child = spawn(cmd, [...args], {
+    env,
+    cwd: options.cwd,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exitController = new AbortController();
+  let exitInfo: PluginExit | undefined;
+  const exited = new Promise<PluginExit>((resolve) => {
+    child.once("exit", (code, signal) => {
+      exitInfo = { code, signal };
+      exitController.abort(new Error(`plugin exited (${code ?? signal})`));
+      resolve(exitInfo);
+    });
+  });
+  const stderrDone = new Promise<void>((resolve) => {
+    child.stderr!.once("end", resolve);
+    child.stderr!.once("error", () => resolve());
+  });
+
+  const logger = options.logger;
+  const stderr = new LineReader((line) => logger?.(parseLogLine(line)));
+  child.stderr!.on("data", (c: Buffer) => stderr.push(c));
+  child.stderr!.once("end", () => stderr.end());
+  const recentStderr = () =>
+    stderr
+      .recent()
+      .split("\n")
+      .filter((l) => l !== "")
+      .map(describeLine)
+      .join("\n");
+
+  let handshakeLine: string | undefined;
+  let onFirstLine: ((line: string) => void) | undefined;
+  const stdout = new LineReader((line) => {
+    if (handshakeLine === undefined) {
+      handshakeLine = line;
+      onFirstLine?.(line);
+    } else if (line.trim() !== "") {
+      logger?.({
+        level: "warn",
+        message: `plugin wrote to stdout after the handshake: ${line}`,
+        fields: {},
+        structured: false,
+        raw: line,
+      });
+    }
+  }, 1);
+  child.stdout!.on("data", (c: Buffer) => stdout.push(c));
+  child.stdout!.once("end", () => stdout.end());
+
+  const fail = async (message: string): Promise<never> => {
+    if (!exitInfo) child.kill("SIGKILL");
+    // Wait (briefly) for the rest of stderr so the excerpt is complete.
+    let t: NodeJS.Timeout | undefined;
+    await Promise.race([
+      stderrDone,
+      new Promise((r) => (t = setTimeout(r, 1000))),
+    ]);
+    clearTimeout(t);
+    throw new PluginLaunchError(message, recentStderr());
+  };
+
+  const startTimeoutMs = options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+  let timer: NodeJS.Timeout | undefined;
+  const first = await new Promise<{ line: string } | { error: string }>(
+    (resolve) => {
+      onFirstLine = (line) => resolve({ line });
+      child.once("error", (err) =>
+        resolve({ error: `cannot start plugin ${name}: ${err.message}` }),
+      );
+      void exited.then((e) =>
+        resolve({
+          error: `plugin ${name} exited ${e.signal ? `on signal ${e.signal}` : `with status ${e.code}`} before completing the go-plugin handshake`,
+        }),
+      );
+      timer = setTimeout(
+        () =>
+          resolve({
+            error: `plugin ${name} did not complete the go-plugin handshake within ${startTimeoutMs} ms`,
+          }),
+        startTimeoutMs,
+      );
+    },
+  );
+  clearTimeout(timer);
+  onFirstLine = undefined;
+  if ("error" in first) return fail(first.error);
+
+  let handshake: Handshake;
+  let serverCertPem: string | undefined;
+  try {
+    handshake = parseHandshake(first.line, versions, `plugin ${name}`);
+    if (clientCert) {
+      if (!handshake.serverCert) {
+        throw new PluginLaunchError(
+          `plugin ${name} ignored AutoMTLS: its handshake has no server certificate (field 6)`,
+        );
+      }
+      try {
+        serverCertPem = handshakeCertToPem(handshake.serverCert);
+      } catch (err) {
+        throw new PluginLaunchError(
+          `plugin ${name} sent an unparseable certificate in handshake field 6: ${(err as Error).message}`,
+        );
+      }
+    }
+  } catch (err) {
+    return fail((err as Error).message);
+  }
+
+  const client = buildClient({
+    pid: child.pid!,
+    handshake,
+    params: {
+      network: handshake.network,
+      address: handshake.address,
+      tls:
+        clientCert && serverCertPem
+          ? {
+              serverCertPem,
+              certPem: clientCert.certPem,
+              keyPem: clientCert.keyPem,
+            }
+          : undefined,
+    },
+    exited,
+    exitSignal: exitController.signal,
+    forceKill: () => {
+      if (!exitInfo) child.kill("SIGKILL");
+    },
+    process: child,
+    recentStderr,
+    options,
+  });
+  try {
+    await ping(client, Math.max(5000, Math.min(startTimeoutMs, 30_000)));
+  } catch (err) {
+    client.close();
+    return fail(
+      `cannot talk gRPC to plugin ${name} at ${handshake.network}:${handshake.address}: ${(err as Error).message}`,
+    );
+  }
+  return client;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Options for {@link reattachPlugin}. */
+export interface ReattachPluginOptions extends PluginConnectOptions {
+  /** How often to check whether the process still exists; default 500 ms. */
+  pollIntervalMs?: number;
+}
+
+/**
+ * Connects to a plugin that is already running (started by another process), like go-plugin's
+ * reattach. Its exit is detected by polling `process.kill(pid, 0)`; its stderr is not available.
+ * `kill()` calls GRPCController.Shutdown, waits 2 s, then sends SIGKILL to `pid`.
+ *
+ * @example
+ * ```ts
+ * const plugin = await reattachPlugin({ pid: 4242, network: "unix", address: "/tmp/plugin-x/plugin.sock" });
+ * console.log(await plugin.driver.capabilities({}));
+ * plugin.close(); // leave it running
+ * ```
+ */
+export async function reattachPlugin(
+  config: ReattachConfig,
+  options: ReattachPluginOptions = {},
+): Promise<PluginClient> {
+  if (!Number.isInteger(config.pid) || config.pid <= 0)
+    throw new PluginLaunchError(`reattach: invalid pid ${config.pid}`);
+  if (config.network !== "unix" && config.network !== "tcp") {
+    throw new PluginLaunchError(
+      `reattach: network must be "unix" or "tcp", not ${JSON.stringify(config.network)}`,
+    );
+  }
+  if (!isAlive(config.pid))
+    throw new PluginLaunchError(`reattach: no process with pid ${config.pid}`);
+  const exitController = new AbortController();
+  let resolveExit!: (e: PluginExit) => void;
+  const exited = new Promise<PluginExit>((r) => (resolveExit = r));
+  const poll = setInterval(() => {
+    if (!isAlive(config.pid)) markExited();
+  }, options.pollIntervalMs ?? 500);
+  poll.unref();
+  const markExited = () => {
+    clearInterval(poll);
+    if (exitController.signal.aborted) return;
+    exitController.abort(new Error(`plugin ${config.pid} exited`));
+    resolveExit({ code: null, signal: null });
+  };
+  const client = buildClient({
+    pid: config.pid,
+    handshake: {
+      coreVersion: 1,
+      protocolVersion: config.protocolVersion ?? 2,
+      network: config.network,
+      address: config.address,
+      protocol: "grpc",
+      serverCert: "",
+    },
+    params: {
+      network: config.network,
+      address: config.address,
+      tls: config.tls
+        ? {
+            serverCertPem: config.tls.serverCertPem,
+            certPem: config.tls.clientCertPem,
+            keyPem: config.tls.clientKeyPem,
+          }
+        : undefined,
+    },
+    exited,
+    exitSignal: exitController.signal,
+    forceKill: () => {
+      try {
+        process.kill(config.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    },
+    recentStderr: () => "",
+    onClose: () => clearInterval(poll),
+    options,
+  });
+  // kill() waits on `exited`; poll faster while a kill is in progress so it resolves promptly.
+  const kill = client.kill;
+  const fast = async (): Promise<PluginExit> => {
+    const iv = setInterval(() => {
+      if (!isAlive(config.pid)) markExited();
+    }, 50);
+    try {
+      return await kill();
+    } finally {
+      clearInterval(iv);
+    }
+  };
+  try {
+    await ping(client, 10_000);
+  } catch (err) {
+    client.close();
+    throw new PluginLaunchError(
+      `reattach: cannot talk gRPC to plugin ${config.pid} at ${config.network}:${config.address}: ${(err as Error).message}`,
+    );
+  }
+  return { ...client, kill: fast };
+}
+
+export type { PluginLogEntry };

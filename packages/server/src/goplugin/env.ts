@@ -1,0 +1,93 @@
+/** The go-plugin handshake configuration: a "magic cookie" that tells a plugin it was started by its host. */
+export interface HandshakeConfig {
+  /** Environment variable holding the cookie. Nomad: `NOMAD_PLUGIN_MAGIC_COOKIE`. */
+  cookieKey: string;
+  /** Expected value. Nomad: `e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255`. */
+  cookieValue: string;
+}
+
+/** Nomad's handshake, the default of {@link servePlugin}. */
+export const NOMAD_HANDSHAKE: Readonly<HandshakeConfig> = Object.freeze({
+  cookieKey: "NOMAD_PLUGIN_MAGIC_COOKIE",
+  cookieValue:
+    "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
+});
+
+/** go-plugin's core protocol version; the first handshake field. */
+export const CORE_PROTOCOL_VERSION = 1;
+
+/** Thrown for a start-up environment the plugin cannot work with; servePlugin prints it and exits 1. */
+export class PluginEnvironmentError extends Error {
+  override readonly name = "PluginEnvironmentError";
+}
+
+/** Message printed (like go-plugin's) when the binary is run by hand. */
+export function notAPluginMessage(h: HandshakeConfig): string {
+  return (
+    "This binary is a plugin. These are not meant to be executed directly.\n" +
+    "Please execute the program that consumes these plugins (Nomad), which will\n" +
+    `load any plugins automatically. (The environment variable ${h.cookieKey} is missing or wrong.)\n`
+  );
+}
+
+/** Whether the environment carries the expected cookie. */
+export function hasCookie(env: NodeJS.ProcessEnv, h: HandshakeConfig): boolean {
+  return env[h.cookieKey] === h.cookieValue;
+}
+
+/**
+ * Picks the app protocol version from `PLUGIN_PROTOCOL_VERSIONS` (comma-separated, host's list).
+ * Without the variable the plugin's own (highest) version is used, as go-plugin does.
+ */
+export function negotiateProtocolVersion(
+  env: NodeJS.ProcessEnv,
+  supported: readonly number[],
+): number {
+  const own = [...supported].sort((a, b) => b - a);
+  const raw = env.PLUGIN_PROTOCOL_VERSIONS;
+  if (raw === undefined || raw.trim() === "") return own[0]!;
+  const offered: number[] = [];
+  for (const part of raw.split(",")) {
+    const n = Number(part.trim());
+    if (!Number.isInteger(n) || part.trim() === "") {
+      throw new PluginEnvironmentError(
+        `PLUGIN_PROTOCOL_VERSIONS=${JSON.stringify(raw)} is not a comma-separated list of integers`,
+      );
+    }
+    offered.push(n);
+  }
+  const match = own.find((v) => offered.includes(v));
+  if (match === undefined) {
+    throw new PluginEnvironmentError(
+      `the host offers plugin protocol version(s) ${offered.join(", ")} (PLUGIN_PROTOCOL_VERSIONS) ` +
+        `but this plugin speaks ${own.join(", ")}; upgrade whichever side is older`,
+    );
+  }
+  return match;
+}
+
+/** Parses `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT`; 0/0 (or unset) means any free port. */
+export function portRange(env: NodeJS.ProcessEnv): {
+  min: number;
+  max: number;
+} {
+  const parse = (key: string): number => {
+    const raw = env[key];
+    if (raw === undefined || raw === "") return 0;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < 0 || n > 65535) {
+      throw new PluginEnvironmentError(
+        `${key}=${JSON.stringify(raw)} is not a port number`,
+      );
+    }
+    return n;
+  };
+  const min = parse("PLUGIN_MIN_PORT");
+  const max = parse("PLUGIN_MAX_PORT");
+  if (max < min) {
+    throw new PluginEnvironmentError(
+      `PLUGIN_MAX_PORT (${max}) is below PLUGIN_MIN_PORT (${min})`,
+    );
+  }
+  return { min, max };
+}

@@ -1,0 +1,378 @@
+import { X509Certificate } from "node:crypto";
+import { rmSync, writeSync } from "node:fs";
+import type * as http2 from "node:http2";
+import type { Server as NetServer } from "node:net";
+import type { ConnectRouter } from "@connectrpc/connect";
+import type { ServerRuntime } from "../runtime/server-runtime.js";
+import { createLogger, type Logger } from "../log/index.js";
+import {
+  CORE_PROTOCOL_VERSION,
+  NOMAD_HANDSHAKE,
+  PluginEnvironmentError,
+  hasCookie,
+  negotiateProtocolVersion,
+  notAPluginMessage,
+  type HandshakeConfig,
+} from "./env.js";
+import { listenTcp, listenUnix, type ListenResult } from "./listen.js";
+import { StdioCapture } from "./stdio.js";
+
+/** What {@link ServePluginOptions.register} gets besides the router. */
+export interface PluginContext {
+  /** The plugin's logger (hclog JSON on stderr). */
+  readonly logger: Logger;
+  /**
+   * Aborted when the plugin starts shutting down (GRPCController.Shutdown, SIGTERM or
+   * {@link ServedPlugin.shutdown}). Long-lived streams (fingerprint, task events, stats) should end
+   * when it fires so the server can close quickly.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * The server runtime (error mapping, logging to `logger`) servePlugin uses for its own services;
+   * pass it as the last argument of the generated `registerX` helpers.
+   */
+  readonly runtime: ServerRuntime;
+}
+
+/** Options for {@link servePlugin}. */
+export interface ServePluginOptions {
+  /**
+   * Adds the plugin's own services to the gRPC router, typically with the generated helpers
+   * (`registerBasePlugin(router, ...)`, `registerDriver(router, ...)`). Called once, synchronously,
+   * before the plugin listens. go-plugin's services (health, controller, stdio, broker) are added by
+   * servePlugin itself. Do asynchronous preparation before calling servePlugin.
+   */
+  register(router: ConnectRouter, ctx: PluginContext): void;
+  /** Logger to use; defaults to `createLogger()` (hclog JSON on stderr, level trace). */
+  logger?: Logger;
+  /**
+   * Called once when shutdown starts, after health turned NOT_SERVING and `ctx.signal` aborted,
+   * while the server still answers. Bounded by `shutdownTimeoutMs`.
+   */
+  onShutdown?(): void | Promise<void>;
+  /** Magic cookie; defaults to Nomad's ({@link NOMAD_HANDSHAKE}). Set it for other go-plugin hosts. */
+  handshake?: HandshakeConfig;
+  /** App protocol versions this plugin speaks; default `[2]` (Nomad's). */
+  protocolVersions?: readonly number[];
+  /**
+   * `unix` (default; falls back to TCP when no unix socket can be created) or `tcp`
+   * (127.0.0.1 within `PLUGIN_MIN_PORT..PLUGIN_MAX_PORT`).
+   */
+  network?: "unix" | "tcp";
+  /** Upper bound for `onShutdown`, in ms; default 1000 so the process exits well within the host's 2 s. */
+  shutdownTimeoutMs?: number;
+  /** Environment to read the go-plugin variables from; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /**
+   * Whether to `process.exit` after shutdown (0) and on start-up errors (1, with a message on
+   * stderr). Default true, as a plugin binary should. With false, start-up errors are thrown.
+   */
+  exitProcess?: boolean;
+}
+
+/** A running plugin server. */
+export interface ServedPlugin {
+  /** `unix` or `tcp`. */
+  readonly network: "unix" | "tcp";
+  /** Socket path or `127.0.0.1:port`. */
+  readonly address: string;
+  /** Negotiated app protocol version (handshake field 2). */
+  readonly protocolVersion: number;
+  /** Whether AutoMTLS is on. */
+  readonly tls: boolean;
+  /** The exact handshake line written to stdout (without the newline). */
+  readonly handshake: string;
+  readonly logger: Logger;
+  /** Same as {@link PluginContext.signal}. */
+  readonly signal: AbortSignal;
+  /** Starts (or joins) the graceful shutdown; resolves when the server is closed. */
+  shutdown(reason?: string): Promise<void>;
+  /** Resolves when the server has closed. */
+  readonly closed: Promise<void>;
+}
+
+const DEFAULT_SHUTDOWN_TIMEOUT_MS = 1000;
+// After onShutdown, how long open HTTP/2 streams get to finish before their sessions are destroyed.
+const SESSION_CLOSE_GRACE_MS = 250;
+
+function fail(message: string, exitProcess: boolean, logger?: Logger): never {
+  if (!exitProcess) throw new PluginEnvironmentError(message);
+  if (logger) logger.error(message);
+  else writeSync(2, message.endsWith("\n") ? message : message + "\n");
+  process.exit(1);
+}
+
+function withTimeout(
+  p: Promise<unknown>,
+  ms: number,
+): Promise<"timeout" | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p.then(() => undefined),
+    new Promise<"timeout">(
+      (resolve) => (timer = setTimeout(() => resolve("timeout"), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Serves a go-plugin (gRPC) plugin the way Nomad launches one: checks the magic cookie, negotiates
+ * `PLUGIN_PROTOCOL_VERSIONS`, listens on a private unix socket (or TCP), serves h2c gRPC (TLS with
+ * AutoMTLS when `PLUGIN_CLIENT_CERT` is set) with go-plugin's health, controller, stdio and broker
+ * services plus whatever `register` adds, and writes the handshake line as the first (and only)
+ * stdout output. Afterwards `process.stdout` writes go to the log and GRPCStdio instead.
+ *
+ * SIGINT is ignored (the host's terminal sends it to the whole process group); SIGTERM and
+ * GRPCController.Shutdown shut down gracefully and exit 0; the socket directory is removed on exit.
+ *
+ * @example
+ * ```ts
+ * import { servePlugin, createLogger } from "@nomadkit/server";
+ * import { registerBasePlugin, registerDriver } from "@nomadkit/server";
+ *
+ * await servePlugin({
+ *   logger: createLogger({ name: "my-driver" }),
+ *   register(router, ctx) {
+ *     registerBasePlugin(router, myBasePluginHandlers, ctx.runtime);
+ *     registerDriver(router, myDriverHandlers, ctx.runtime);
+ *   },
+ *   async onShutdown() {
+ *     await flushState();
+ *   },
+ * });
+ * ```
+ */
+export async function servePlugin(
+  options: ServePluginOptions,
+): Promise<ServedPlugin> {
+  const env = options.env ?? process.env;
+  const exitProcess = options.exitProcess ?? true;
+  const handshake = options.handshake ?? NOMAD_HANDSHAKE;
+
+  // A human ran the binary: say so plainly, not as JSON.
+  if (!hasCookie(env, handshake))
+    fail(notAPluginMessage(handshake), exitProcess);
+
+  const logger = options.logger ?? createLogger();
+  let protocolVersion: number;
+  try {
+    protocolVersion = negotiateProtocolVersion(
+      env,
+      options.protocolVersions ?? [2],
+    );
+  } catch (err) {
+    fail((err as Error).message, exitProcess, logger);
+  }
+
+  // From here on nothing but the handshake may reach fd 1.
+  const stdio = new StdioCapture(logger);
+  stdio.install();
+
+  const shutdownController = new AbortController();
+  let shutdownPromise: Promise<void> | undefined;
+  let listening: ListenResult | undefined;
+  let resolveClosed!: () => void;
+  const closed = new Promise<void>((r) => (resolveClosed = r));
+  const sessions = new Set<http2.ServerHttp2Session>();
+  const removeSocketDir = () => {
+    if (listening?.socketDir)
+      rmSync(listening.socketDir, { recursive: true, force: true });
+  };
+
+  let server: http2.Http2Server | http2.Http2SecureServer;
+  let serverCertField = "";
+  try {
+    const [http2mod, { createPluginHandler }, { ServerRuntime }, services] =
+      await Promise.all([
+        import("node:http2"),
+        import("../runtime/adapter.js"),
+        import("../runtime/server-runtime.js"),
+        import("./services.js"),
+      ]);
+    const runtime = new ServerRuntime({ logger: logger.named("grpc") });
+    // gRPC only, no response compression (see pluginAdapterDefaults).
+    const handler = createPluginHandler(
+      (router) => {
+        services.registerCoreServices(router, {
+          logger,
+          runtime,
+          stdio,
+          shutdownSignal: shutdownController.signal,
+          requestShutdown: (reason) => void shutdown(reason),
+        });
+        options.register(router, {
+          logger,
+          signal: shutdownController.signal,
+          runtime,
+        });
+      },
+      {
+        fallback(req, res) {
+          // A proper gRPC Unimplemented (trailers-only) rather than HTTP 404.
+          const stream = (
+            res as unknown as { stream?: http2.ServerHttp2Stream }
+          ).stream;
+          const msg = encodeURIComponent(`unknown method ${req.url ?? ""}`);
+          if (stream && !stream.headersSent) {
+            stream.respond(
+              {
+                ":status": 200,
+                "content-type": "application/grpc",
+                "grpc-status": "12",
+                "grpc-message": msg,
+              },
+              { endStream: true },
+            );
+          } else {
+            res.writeHead(404);
+            res.end();
+          }
+        },
+      },
+    );
+
+    const clientCertPem = env.PLUGIN_CLIENT_CERT;
+    if (clientCertPem) {
+      try {
+        new X509Certificate(clientCertPem);
+      } catch (err) {
+        throw new PluginEnvironmentError(
+          `PLUGIN_CLIENT_CERT is not a PEM certificate: ${(err as Error).message}`,
+        );
+      }
+      const { generateSelfSignedCertificate, certDerToHandshakeField } =
+        await import("./tls.js");
+      const own = await generateSelfSignedCertificate();
+      serverCertField = certDerToHandshakeField(own.certDer);
+      server = http2mod.createSecureServer(
+        {
+          key: own.keyPem,
+          cert: own.certPem,
+          ca: clientCertPem,
+          requestCert: true,
+          rejectUnauthorized: true,
+          minVersion: "TLSv1.2",
+          ALPNProtocols: ["h2"],
+        },
+        handler,
+      );
+      server.on("tlsClientError", (err: Error) =>
+        logger.warn("rejected TLS client", { error: err.message }),
+      );
+    } else {
+      server = http2mod.createServer({}, handler);
+    }
+    server.on("session", (s: http2.ServerHttp2Session) => {
+      sessions.add(s);
+      s.once("close", () => sessions.delete(s));
+      s.on("error", (err) =>
+        logger.debug("HTTP/2 session error", { error: err.message }),
+      );
+    });
+
+    const netServer = server as unknown as NetServer;
+    if (options.network === "tcp" || process.platform === "win32") {
+      listening = await listenTcp(netServer, env);
+    } else {
+      try {
+        listening = await listenUnix(netServer, env);
+      } catch (err) {
+        if (env.PLUGIN_UNIX_SOCKET_DIR || env.PLUGIN_UNIX_SOCKET_GROUP)
+          throw err;
+        logger.warn("cannot listen on a unix socket, using TCP", {
+          error: (err as Error).message,
+        });
+        listening = await listenTcp(netServer, env);
+      }
+    }
+  } catch (err) {
+    stdio.uninstall();
+    removeSocketDir();
+    fail(
+      err instanceof PluginEnvironmentError
+        ? err.message
+        : `plugin failed to start: ${String(err)}`,
+      exitProcess,
+      logger,
+    );
+  }
+  const where = listening;
+  process.once("exit", removeSocketDir);
+
+  const line = [
+    CORE_PROTOCOL_VERSION,
+    protocolVersion,
+    where.network,
+    where.address,
+    "grpc",
+    serverCertField,
+  ].join("|");
+  writeSync(1, line + "\n");
+  logger.debug("plugin started", {
+    network: where.network,
+    address: where.address,
+    tls: serverCertField !== "",
+  });
+
+  const onSigint = () =>
+    logger.debug("ignoring SIGINT; shutdown comes from the host");
+  const onSigterm = () => void shutdown("SIGTERM");
+  process.on("SIGINT", onSigint);
+  process.on("SIGTERM", onSigterm);
+
+  async function closeServer(): Promise<void> {
+    const done = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const s of sessions) if (!s.closed) s.close();
+    const timer = setTimeout(() => {
+      for (const s of sessions) s.destroy();
+    }, SESSION_CLOSE_GRACE_MS);
+    await done;
+    clearTimeout(timer);
+  }
+
+  function shutdown(reason = "shutdown requested"): Promise<void> {
+    shutdownPromise ??= (async () => {
+      logger.debug("plugin shutting down", { reason });
+      shutdownController.abort(new Error(`plugin shutting down: ${reason}`));
+      if (options.onShutdown) {
+        const timeoutMs =
+          options.shutdownTimeoutMs ?? DEFAULT_SHUTDOWN_TIMEOUT_MS;
+        try {
+          const r = await withTimeout(
+            Promise.resolve().then(() => options.onShutdown!()),
+            timeoutMs,
+          );
+          if (r === "timeout")
+            logger.warn("onShutdown did not finish in time", {
+              timeout_ms: timeoutMs,
+            });
+        } catch (err) {
+          logger.error("onShutdown failed", { error: err as Error });
+        }
+      }
+      stdio.close();
+      await closeServer();
+      removeSocketDir();
+      process.off("SIGINT", onSigint);
+      process.off("SIGTERM", onSigterm);
+      resolveClosed();
+      if (exitProcess) {
+        stdio.uninstall();
+        process.exit(0);
+      }
+    })();
+    return shutdownPromise;
+  }
+
+  return {
+    network: where.network,
+    address: where.address,
+    protocolVersion,
+    tls: serverCertField !== "",
+    handshake: line,
+    logger,
+    signal: shutdownController.signal,
+    shutdown,
+    closed,
+  };
+}
