@@ -165,23 +165,25 @@ export class ServerRuntime {
     const rt = this;
     return (async function* () {
       let iter: AsyncIterator<O> | undefined;
-      let finished = false;
+      // True once the handler's iterator has finished on its own (returned or threw).
+      let handlerDone = false;
       try {
         iter = start()[Symbol.asyncIterator]();
         for (;;) {
           const r = await untilAborted(iter.next(), context.signal);
           if (r.done) {
-            finished = true;
+            handlerDone = true;
             return;
           }
           yield r.value;
         }
       } catch (err) {
-        finished = true;
-        throw rt.toConnectError(err, method, context);
+        if (!(err instanceof Aborted)) handlerDone = true;
+        throw rt.toConnectError(err instanceof Aborted ? err.reason : err, method, context);
       } finally {
-        if (!finished && iter?.return !== undefined) {
-          // Cancelled or abandoned: tell the handler, but do not wait on it (it may be stuck).
+        if (!handlerDone && iter?.return !== undefined) {
+          // Cancelled or abandoned: end the handler's stream (its finally blocks run), but do not
+          // wait for it, since a handler that ignores its signal may never get there.
           iter.return().then(undefined, () => {});
         }
       }
@@ -205,16 +207,21 @@ async function* failing<T>(err: unknown): AsyncIterable<T> {
   throw err;
 }
 
-/** Resolve with `p`, or reject with the abort reason as soon as `signal` fires. */
+/** Rejection of {@link untilAborted}: the call's signal fired while the handler was still busy. */
+class Aborted {
+  constructor(readonly reason: unknown) {}
+}
+
+/** Resolve with `p`, or reject with {@link Aborted} as soon as `signal` fires. */
 function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {
     p.then(undefined, () => {});
-    return Promise.reject(abortReason(signal));
+    return Promise.reject(new Aborted(abortReason(signal)));
   }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => {
       p.then(undefined, () => {});
-      reject(abortReason(signal));
+      reject(new Aborted(abortReason(signal)));
     };
     signal.addEventListener("abort", onAbort, { once: true });
     p.then(

@@ -1,0 +1,149 @@
+// nomadkit client -> @grpc/grpc-js server over a unix socket (h2c): unary, server streaming, bidi,
+// RecoverableError details written by a foreign server, caller cancellation.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import * as grpc from "@grpc/grpc-js";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { structs } from "@nomadkit/protocol";
+import {
+  BasePluginClient,
+  DriverClient,
+  HealthClient,
+  RecoverableError,
+  createUnixSocketTransport,
+  isCancellation,
+} from "../src/index.js";
+import { encodeRpcStatus } from "./status.js";
+import { loadGrpcJs, lookup, startGrpcJsServer, tempDir } from "./helpers.js";
+
+type Def = { service: grpc.ServiceDefinition };
+type Any = any; // grpc-js handlers are untyped here on purpose: it is the independent peer
+
+const recoverableUrl = "type.googleapis.com/hashicorp.nomad.plugins.shared.structs.RecoverableError";
+
+describe("nomadkit client -> grpc-js server", () => {
+  const tmp = tempDir();
+  const socketPath = `${tmp.dir}/grpcjs.sock`;
+  let server: grpc.Server;
+  const cancelled: string[] = [];
+
+  beforeAll(async () => {
+    const root = loadGrpcJs();
+    server = await startGrpcJsServer(socketPath, (s) => {
+      s.addService(lookup<Def>(root, "hashicorp.nomad.plugins.base.proto.BasePlugin").service, {
+        PluginInfo: (_call: Any, cb: Any) =>
+          cb(null, { type: "DRIVER", pluginApiVersions: ["0.1.0"], pluginVersion: "1.2.3", name: "grpcjs" }),
+      });
+      s.addService(lookup<Def>(root, "grpc.health.v1.Health").service, {
+        Check: (call: Any, cb: Any) => cb(null, { status: call.request.service === "plugin" ? "SERVING" : "UNKNOWN" }),
+      });
+      s.addService(lookup<Def>(root, "hashicorp.nomad.plugins.drivers.proto.Driver").service, {
+        TaskStats: (call: Any) => {
+          for (let i = 0; i < 3; i++) call.write({ stats: { id: `${call.request.taskId}-${i}` } });
+          call.end();
+        },
+        TaskEvents: (call: Any) => {
+          call.write({ taskId: "t1", message: "first" });
+          call.on("cancelled", () => cancelled.push("TaskEvents"));
+        },
+        ExecTaskStreaming: (call: Any) => {
+          call.on("data", (req: Any) => {
+            if (req.setup) call.write({ stdout: { data: Buffer.from(req.setup.command.join(" ")) } });
+            if (req.stdin?.close) {
+              call.write({ exited: true, result: { exitCode: 7 } });
+              call.end();
+            } else if (req.stdin) call.write({ stdout: { data: req.stdin.data } });
+          });
+        },
+        StartTask: (_call: Any, cb: Any) => {
+          const detail = toBinary(structs.RecoverableErrorSchema, create(structs.RecoverableErrorSchema, { recoverable: true }));
+          const md = new grpc.Metadata();
+          md.set(
+            "grpc-status-details-bin",
+            Buffer.from(encodeRpcStatus({ code: 9, message: "image pull failed", details: [{ typeUrl: recoverableUrl, value: detail }] })),
+          );
+          cb({ code: grpc.status.FAILED_PRECONDITION, details: "image pull failed", metadata: md });
+        },
+        StopTask: (_call: Any, cb: Any) => cb({ code: grpc.status.FAILED_PRECONDITION, details: "no detail" }),
+        WaitTask: (_call: Any, cb: Any) => cb({ code: grpc.status.UNAVAILABLE, details: "temporarily unavailable" }),
+      });
+    });
+  });
+
+  afterAll(async () => {
+    await new Promise<void>((r) => server.tryShutdown(() => r()));
+    tmp.cleanup();
+  });
+
+  const transport = () => createUnixSocketTransport(socketPath);
+
+  it("unary", async () => {
+    const info = await new BasePluginClient(transport()).pluginInfo({});
+    expect(info.name).toBe("grpcjs");
+    expect(info.pluginVersion).toBe("1.2.3");
+    expect(info.pluginApiVersions).toEqual(["0.1.0"]);
+    const health = await new HealthClient(transport()).check({ service: "plugin" });
+    expect(health.status).toBe(1); // SERVING
+  });
+
+  it("server streaming", async () => {
+    const ids: string[] = [];
+    for await (const res of new DriverClient(transport()).taskStats({ taskId: "t1" })) ids.push(res.stats?.id ?? "");
+    expect(ids).toEqual(["t1-0", "t1-1", "t1-2"]);
+  });
+
+  it("bidi streaming", async () => {
+    const dec = new TextDecoder();
+    async function* input() {
+      yield { setup: { taskId: "t1", command: ["echo", "hi"] } };
+      yield { stdin: { data: new TextEncoder().encode("ping") } };
+      yield { stdin: { close: true } };
+    }
+    const out: string[] = [];
+    let exitCode = -1;
+    for await (const res of new DriverClient(transport()).execTaskStreaming(input())) {
+      if (res.stdout) out.push(dec.decode(res.stdout.data));
+      if (res.exited) exitCode = res.result?.exitCode ?? -1;
+    }
+    expect(out).toEqual(["echo hi", "ping"]);
+    expect(exitCode).toBe(7);
+  });
+
+  it("FailedPrecondition with a RecoverableError detail becomes RecoverableError", async () => {
+    const err = await new DriverClient(transport()).startTask({}).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RecoverableError);
+    expect((err as RecoverableError).recoverable).toBe(true);
+    expect((err as RecoverableError).message).toBe("image pull failed");
+    expect((err as RecoverableError).cause).toBeInstanceOf(ConnectError);
+  });
+
+  it("FailedPrecondition without the detail stays a ConnectError", async () => {
+    const err = await new DriverClient(transport()).stopTask({}).catch((e: unknown) => e);
+    expect(err).not.toBeInstanceOf(RecoverableError);
+    expect(ConnectError.from(err).code).toBe(Code.FailedPrecondition);
+  });
+
+  it("Unavailable while the plugin stays alive is returned unchanged after the grace period", async () => {
+    const never = new AbortController();
+    const client = new DriverClient(transport(), { pluginExited: never.signal, shutdownGraceMs: 20 });
+    const err = await client.waitTask({ taskId: "t1" }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.Unavailable);
+    expect((err as ConnectError).rawMessage).toBe("temporarily unavailable");
+  });
+
+  it("caller cancellation of a stream is a cancellation", async () => {
+    const ac = new AbortController();
+    const client = new DriverClient(transport());
+    const seen: string[] = [];
+    const err = await (async () => {
+      for await (const ev of client.taskEvents({}, { signal: ac.signal })) {
+        seen.push(ev.message);
+        ac.abort();
+      }
+    })().catch((e: unknown) => e);
+    expect(seen).toEqual(["first"]);
+    expect(isCancellation(err)).toBe(true);
+    expect(ConnectError.from(err).code).toBe(Code.Canceled);
+  });
+});

@@ -1,0 +1,75 @@
+// Helpers for the runtime tests: a nomadkit server on a unix socket, a capturing logger, grpc-js
+// definitions loaded from the repo's .proto files.
+import * as http2 from "node:http2";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { ConnectRouter } from "@connectrpc/connect";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { createPluginHandler, type Logger } from "../src/runtime.js";
+
+export const protoRoot = fileURLToPath(new URL("../../../proto", import.meta.url));
+
+export interface LogEntry {
+  level: "trace" | "debug" | "info" | "warn" | "error";
+  fields: Record<string, unknown>;
+  message?: string;
+}
+
+/** A Logger that records every line. */
+export function captureLogger(): Logger & { entries: LogEntry[] } {
+  const entries: LogEntry[] = [];
+  const at = (level: LogEntry["level"]) => (fields: Record<string, unknown>, message?: string) =>
+    void entries.push({ level, fields, message });
+  return { entries, trace: at("trace"), debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
+}
+
+export interface TestServer {
+  socketPath: string;
+  close(): Promise<void>;
+}
+
+/** Serve `routes` (through createPluginHandler) on a fresh unix socket. */
+export async function startServer(routes: (router: ConnectRouter) => void): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), "nk-server-"));
+  const socketPath = join(dir, "plugin.sock");
+  const server = http2.createServer(createPluginHandler(routes));
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  return {
+    socketPath,
+    async close() {
+      for (const s of sessions) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function loadGrpcJs(): grpc.GrpcObject {
+  const def = protoLoader.loadSync(
+    ["hashicorp/nomad/plugins/drivers/proto/driver.proto", "hashicorp/nomad/plugins/base/proto/base.proto"],
+    { includeDirs: [protoRoot], keepCase: false, longs: String, enums: String, defaults: true, oneofs: true },
+  );
+  return grpc.loadPackageDefinition(def);
+}
+
+export function lookup<T>(root: grpc.GrpcObject, name: string): T {
+  let o: unknown = root;
+  for (const part of name.split(".")) o = (o as Record<string, unknown>)[part];
+  if (o === undefined) throw new Error(`grpc-js definition ${name} not found`);
+  return o as T;
+}
+
+/** A promise with its resolver, for handler -> test synchronisation. */
+export function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => void } {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
