@@ -1,0 +1,156 @@
+import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
+import { accessSync, constants, statSync } from "node:fs";
+import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
+import type { NetworkIsolation } from "../network/types.js";
+import { resolveUser, type ResolvedUser } from "./user.js";
+
+/** Where and as whom a task's processes run: shared by the task itself, Exec and ExecStreaming. */
+export interface TaskContext {
+  /** Environment of the task's processes. */
+  env: Record<string, string>;
+  /** Working directory; undefined keeps the executor's. */
+  cwd: string | undefined;
+  /** User to run as; undefined keeps the executor's. */
+  user: ResolvedUser | undefined;
+  /** Network namespace to enter; undefined (or an empty path) stays in the executor's. */
+  network: Partial<NetworkIsolation> | undefined;
+}
+
+/** Inputs of {@link prepareTaskContext}, named after LaunchRequest's fields. */
+export interface TaskContextOptions {
+  /** `KEY=value` strings (LaunchRequest.env) or an object. Empty: the executor's own environment. */
+  env?: readonly string[] | Record<string, string>;
+  /** User name, uid or uid:gid. */
+  user?: string;
+  /** Task directory; the default working directory. */
+  taskDir?: string;
+  /** Working directory; relative paths are taken from taskDir. */
+  workDir?: string;
+  /** Network namespace to run in. */
+  network?: Partial<NetworkIsolation> | undefined;
+}
+
+// go-plugin's variables must not leak into tasks: a task that is itself a plugin would misbehave.
+const PLUGIN_ENV = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
+
+/**
+ * Validates and resolves a task's environment, working directory, user and network namespace.
+ * Bad input throws InvalidArgument naming the LaunchRequest field (`env[3]`, `user`, `work_dir`,
+ * `network_isolation.path`).
+ *
+ * @example
+ * ```ts
+ * import { prepareTaskContext, spawnInContext } from "@nomadkit/server/executor";
+ * const ctx = await prepareTaskContext({ env: ["PATH=/usr/bin:/bin"], user: "nobody", taskDir: "/tmp" });
+ * spawnInContext(ctx, "id", ["-u"], { stdio: "inherit" });
+ * ```
+ */
+export async function prepareTaskContext(options: TaskContextOptions): Promise<TaskContext> {
+  const env = parseEnv(options.env);
+  let cwd: string | undefined;
+  if (options.workDir) cwd = options.taskDir ? resolve(options.taskDir, options.workDir) : resolve(options.workDir);
+  else if (options.taskDir) cwd = resolve(options.taskDir);
+  if (cwd !== undefined) {
+    const field = options.workDir ? "work_dir" : "task_dir";
+    let isDir = false;
+    try {
+      isDir = statSync(cwd).isDirectory();
+    } catch {
+      // reported below
+    }
+    if (!isDir) throw new ConnectError(`${field}: ${JSON.stringify(cwd)} is not a directory`, Code.InvalidArgument);
+  }
+  let user: ResolvedUser | undefined;
+  if (options.user) {
+    user = await resolveUser(options.user, "user");
+    const me = process.getuid?.();
+    if (me !== undefined && me !== 0 && me !== user.uid) {
+      throw new ConnectError(
+        `user: running tasks as ${JSON.stringify(options.user)} needs the executor to run as root (it runs as uid ${me})`,
+        Code.FailedPrecondition,
+      );
+    }
+    if (me === user.uid && process.getgid?.() === user.gid) user = undefined; // nothing to switch
+  }
+  await assertNetnsUsable(options.network, "network_isolation.path");
+  return { env, cwd, user, network: needsNetns(options.network) ? options.network : undefined };
+}
+
+function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (env === undefined || (Array.isArray(env) && env.length === 0)) {
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !PLUGIN_ENV.test(k)) out[k] = v;
+    return out;
+  }
+  if (!Array.isArray(env)) return { ...(env as Record<string, string>) };
+  env.forEach((kv, i) => {
+    const eq = kv.indexOf("=");
+    if (eq <= 0) throw new ConnectError(`env[${i}]: ${JSON.stringify(kv.slice(0, 80))} is not KEY=value`, Code.InvalidArgument);
+    out[kv.slice(0, eq)] = kv.slice(eq + 1);
+  });
+  return out;
+}
+
+/**
+ * Finds an executable like execvp would, with the TASK's PATH and working directory, so a missing
+ * command is a clear error at launch instead of a failing child (nsenter would exit 127).
+ * Throws InvalidArgument naming `field`.
+ */
+export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
+  if (!cmd) throw new ConnectError(`${field}: must not be empty`, Code.InvalidArgument);
+  const candidates = cmd.includes("/")
+    ? [isAbsolute(cmd) ? cmd : resolve(ctx.cwd ?? process.cwd(), cmd)]
+    : (ctx.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .split(delimiter)
+        .map((d) => join(resolve(ctx.cwd ?? process.cwd(), d || "."), cmd));
+  for (const c of candidates) {
+    try {
+      if (!statSync(c).isFile()) continue;
+      accessSync(c, constants.X_OK);
+      return c;
+    } catch {
+      // next
+    }
+  }
+  throw new ConnectError(`${field}: executable ${JSON.stringify(cmd)} not found${cmd.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
+}
+
+/** The command line and spawn options that run `file args` in `ctx` (netns wrapper, uid/gid). */
+export function commandInContext(
+  ctx: TaskContext,
+  file: string,
+  args: readonly string[],
+): { file: string; args: string[]; uid?: number; gid?: number } {
+  if (ctx.network) {
+    // Entering the namespace needs root, so nsenter switches user after setns.
+    return netnsCommand(ctx.network, file, args, ctx.user ? { uid: ctx.user.uid, gid: ctx.user.gid } : {});
+  }
+  const out: { file: string; args: string[]; uid?: number; gid?: number } = { file, args: [...args] };
+  if (ctx.user) {
+    out.uid = ctx.user.uid;
+    out.gid = ctx.user.gid;
+  }
+  return out;
+}
+
+/**
+ * Spawns `file args` in a task context: its env, cwd, user (setuid/setgid) and network namespace
+ * (through nsenter). `options` may add stdio, detached, etc.; env/cwd/uid/gid come from `ctx`.
+ *
+ * @example
+ * ```ts
+ * import { prepareTaskContext, spawnInContext } from "@nomadkit/server/executor";
+ * const ctx = await prepareTaskContext({ env: launch.env, user: launch.user, network: launch.networkIsolation });
+ * const child = spawnInContext(ctx, "/bin/sh", ["-c", "ip -o link"], { stdio: "pipe" });
+ * ```
+ */
+export function spawnInContext(ctx: TaskContext, file: string, args: readonly string[], options: SpawnOptions = {}): ChildProcess {
+  const c = commandInContext(ctx, file, args);
+  const opts: SpawnOptions = { ...options, env: ctx.env };
+  if (ctx.cwd !== undefined) opts.cwd = ctx.cwd;
+  if (c.uid !== undefined) opts.uid = c.uid;
+  if (c.gid !== undefined) opts.gid = c.gid;
+  return spawn(c.file, c.args, opts);
+}

@@ -1,0 +1,79 @@
+import { lookPath, spawnInContext, type TaskContext } from "./context.js";
+import { signalNumber } from "./signals.js";
+
+/** Result of {@link execInContext}. */
+export interface ExecResult {
+  /** stdout and stderr interleaved in arrival order (truncated to the limit). */
+  output: Buffer;
+  /** Exit status; 128+N when killed by signal N (also when killed at the deadline). */
+  exitCode: number;
+  /** True when the deadline passed and the command was killed. */
+  timedOut: boolean;
+}
+
+/** Options for {@link execInContext}. */
+export interface ExecOptions {
+  /** Kill the command (its whole process group) at this time. */
+  deadline?: Date;
+  /** Keep at most this many bytes of output (default 16 MiB); the rest is drained and dropped. */
+  outputLimit?: number;
+  /** Aborts (kills) the command. */
+  signal?: AbortSignal;
+}
+
+/** Default output cap of {@link execInContext}. */
+export const DEFAULT_EXEC_OUTPUT_LIMIT = 16 * 1024 * 1024;
+
+/**
+ * Runs a command to completion in a task's context (env, cwd, user, netns) and returns its
+ * combined output: the Executor's buffered Exec, used e.g. by script checks.
+ *
+ * @example
+ * ```ts
+ * import { execInContext } from "@nomadkit/server/executor";
+ * const r = await execInContext(task.context, "sh", ["-c", "echo ok"], { deadline: new Date(Date.now() + 5000) });
+ * // r.output.toString() === "ok\n", r.exitCode === 0
+ * ```
+ */
+export async function execInContext(ctx: TaskContext, cmd: string, args: readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
+  const file = lookPath(cmd, ctx, "cmd");
+  const limit = options.outputLimit ?? DEFAULT_EXEC_OUTPUT_LIMIT;
+  const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const collect = (b: Buffer) => {
+    if (size >= limit) return;
+    const part = size + b.length > limit ? b.subarray(0, limit - size) : b;
+    chunks.push(part);
+    size += part.length;
+  };
+  child.stdout!.on("data", collect);
+  child.stderr!.on("data", collect);
+  let timedOut = false;
+  const kill = () => {
+    try {
+      process.kill(-child.pid!, "SIGKILL");
+    } catch {
+      child.kill("SIGKILL");
+    }
+  };
+  let timer: NodeJS.Timeout | undefined;
+  if (options.deadline) {
+    timer = setTimeout(() => {
+      timedOut = true;
+      kill();
+    }, Math.max(0, options.deadline.getTime() - Date.now()));
+  }
+  options.signal?.addEventListener("abort", kill, { once: true });
+  try {
+    const [code, sig] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
+      child.once("error", reject);
+      // 'close' waits for both pipes to drain, so no output is lost.
+      child.once("close", (c, s) => resolve([c, s]));
+    });
+    return { output: Buffer.concat(chunks, size), exitCode: code ?? 128 + (sig ? signalNumber(sig) : 0), timedOut };
+  } finally {
+    clearTimeout(timer);
+    options.signal?.removeEventListener("abort", kill);
+  }
+}

@@ -1,0 +1,130 @@
+import { openSync, writeSync } from "node:fs";
+import { createLogger, type Logger, type LogLevel } from "../log/index.js";
+import { servePlugin, type ServedPlugin } from "../goplugin/serve.js";
+import { registerExecutor } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
+import { ServerRuntime } from "../runtime/server-runtime.js";
+import { ExecutorService } from "./service.js";
+import { execStreamingInTask } from "./exec-streaming.js";
+import { hostCompute } from "../stats/host.js";
+
+/** Configuration of an executor process; the driver passes it as the JSON first argument. */
+export interface ExecutorConfig {
+  /** File the executor appends its hclog JSON log to. Without it logs go to stderr while that works. */
+  logFile?: string;
+  /** Lowest log level; default `debug`. */
+  logLevel?: LogLevel;
+  /** Host compute override for total_ticks (Nomad's `cpu_total_compute`). */
+  totalComputeMhz?: number;
+}
+
+/** Options for {@link runExecutorMain}. */
+export interface RunExecutorOptions {
+  /** Configuration; default: parsed from the first command-line argument (JSON) if present. */
+  config?: ExecutorConfig;
+  /** Whether to exit the process after Shutdown; default true. */
+  exitAfterShutdown?: boolean;
+}
+
+/**
+ * Parses the executor's command-line configuration: one JSON object argument (what
+ * `launchExecutor` passes). Unknown keys are ignored; a malformed argument is an error naming it.
+ */
+export function parseExecutorArgs(argv: readonly string[]): ExecutorConfig {
+  const arg = argv.find((a) => a.startsWith("{"));
+  if (!arg) return {};
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(arg);
+  } catch (err) {
+    throw new Error(`nomadkit-executor: the configuration argument is not JSON: ${(err as Error).message}`);
+  }
+  if (typeof parsed !== "object" || parsed === null) throw new Error("nomadkit-executor: the configuration argument must be a JSON object");
+  return parsed as ExecutorConfig;
+}
+
+/**
+ * A log destination that never throws and never blocks on a vanished reader: the driver that
+ * started the executor may die at any time, closing the stderr pipe (EPIPE) — the executor and
+ * its task must not notice.
+ */
+function safeDestination(config: ExecutorConfig): { write(line: string): void } {
+  let fd = 2;
+  if (config.logFile) {
+    try {
+      fd = openSync(config.logFile, "a", 0o640);
+    } catch {
+      // keep stderr
+    }
+  }
+  let broken = false;
+  return {
+    write(line: string) {
+      if (broken) return;
+      try {
+        writeSync(fd, line);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === "EPIPE" || code === "EBADF" || code === "EIO") broken = true;
+        // EAGAIN etc.: drop the line rather than spin.
+      }
+    },
+  };
+}
+
+/**
+ * Runs this process as a nomadkit executor: serves `hashicorp.nomad.plugins.executor.proto.Executor`
+ * for ONE task over go-plugin (the driver starts it with {@link launchExecutor}, which sets the
+ * magic cookie). The process is built to outlive the driver that started it: stdout/stderr
+ * failures are ignored, SIGHUP and SIGINT are ignored, and it exits only after Shutdown (or
+ * GRPCController.Shutdown / SIGTERM).
+ *
+ * The SDK ships a ready-made entry file (`dist/cjs/executor/bin.js`, see {@link executorBinPath});
+ * call this yourself only to build a custom executor binary.
+ *
+ * @example
+ * ```ts
+ * // my-executor.ts — started with `node my-executor.js '{"logFile":"/alloc/logs/.executor.log"}'`
+ * import { runExecutorMain } from "@nomadkit/server/executor";
+ * void runExecutorMain();
+ * ```
+ */
+export async function runExecutorMain(options: RunExecutorOptions = {}): Promise<ServedPlugin> {
+  // The driver may be gone: writing to its pipes must not crash the executor.
+  const ignore = () => {};
+  process.stdout.on("error", ignore);
+  process.stderr.on("error", ignore);
+  process.on("SIGHUP", ignore);
+
+  let config: ExecutorConfig;
+  try {
+    config = options.config ?? parseExecutorArgs(process.argv.slice(2));
+  } catch (err) {
+    writeSync(2, `${(err as Error).message}\n`);
+    process.exit(1);
+  }
+  const logger: Logger = createLogger({ name: "executor", level: config.logLevel ?? "debug", destination: safeDestination(config) });
+  const exitAfterShutdown = options.exitAfterShutdown ?? true;
+  let served: ServedPlugin | undefined;
+  const hostOpts: Parameters<typeof hostCompute>[0] = {};
+  if (config.totalComputeMhz) hostOpts.totalComputeMhz = config.totalComputeMhz;
+  const service = new ExecutorService({
+    host: hostCompute(hostOpts),
+    logger,
+    execStreaming: execStreamingInTask,
+    afterShutdown: () => {
+      if (exitAfterShutdown) void served?.shutdown("executor Shutdown");
+    },
+  });
+  process.on("uncaughtException", (err) => {
+    // Keep supervising the task: an executor crash would orphan it from the driver.
+    logger.error("uncaught exception in executor", { error: err });
+  });
+  served = await servePlugin({
+    logger,
+    register(router) {
+      registerExecutor(router, service, new ServerRuntime({ logger: logger as never }));
+    },
+  });
+  return served;
+}
+

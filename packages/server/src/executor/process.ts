@@ -1,0 +1,190 @@
+import type { ChildProcess } from "node:child_process";
+import { constants as fsConstants } from "node:fs";
+import { open, type FileHandle } from "node:fs/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { processTree } from "../stats/proc.js";
+import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
+import { signalName, signalNumber } from "./signals.js";
+
+/** How a task process ended (or, before that, how it was started). */
+export interface TaskExit {
+  pid: number;
+  /** Exit status; 128+N when killed by signal N (Nomad's convention). */
+  exitCode: number;
+  /** The signal that killed the process, or 0. */
+  signal: number;
+  /** When the process exited. */
+  time: Date;
+  /** Whether the kernel OOM killer ended it (only known with a memory cgroup; false otherwise). */
+  oomKilled: boolean;
+}
+
+/** What to launch: LaunchRequest's fields in TypeScript form. */
+export interface TaskLaunchOptions extends TaskContextOptions {
+  /** Executable: a path, or a name looked up in the task's PATH. */
+  cmd: string;
+  /** Arguments, without the executable. */
+  args?: readonly string[];
+  /** File or FIFO the process's stdout is appended to; empty: /dev/null. */
+  stdoutPath?: string;
+  /** File or FIFO the process's stderr is appended to; empty: /dev/null. */
+  stderrPath?: string;
+}
+
+/** Default signal of {@link TaskProcess.shutdown}, as in Nomad's executor. */
+export const DEFAULT_SHUTDOWN_SIGNAL = "SIGINT";
+
+async function openOutput(path: string | undefined, field: string): Promise<FileHandle | undefined> {
+  if (!path) return undefined;
+  try {
+    // Opening a FIFO for writing waits for its reader (Nomad's log collector), which is intended.
+    return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT, 0o644);
+  } catch (err) {
+    throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, Code.InvalidArgument);
+  }
+}
+
+/**
+ * One supervised task process: launched in its own session and process group (so it survives the
+ * executor and can be killed as a group), with stdout/stderr appended to files or FIFOs, in its
+ * task context (env, cwd, user, network namespace).
+ *
+ * @example
+ * ```ts
+ * import { TaskProcess } from "@nomadkit/server/executor";
+ * const task = await TaskProcess.launch({ cmd: "sleep", args: ["60"], env: ["PATH=/bin:/usr/bin"] });
+ * await task.shutdown("SIGTERM", 5_000); // TERM, up to 5 s, then KILL
+ * const { exitCode, signal } = await task.wait(); // 143, 15
+ * ```
+ */
+export class TaskProcess {
+  /** The task process id. */
+  readonly pid: number;
+  /** When the process was started. */
+  readonly startedAt: Date;
+  /** The context its processes run in (reused by exec). */
+  readonly context: TaskContext;
+  private exitState: TaskExit | undefined;
+  private readonly exited: Promise<TaskExit>;
+
+  private constructor(child: ChildProcess, context: TaskContext) {
+    this.pid = child.pid!;
+    this.context = context;
+    this.startedAt = new Date();
+    this.exited = new Promise((resolve) => {
+      child.once("exit", (code, sig) => {
+        const signal = sig ? signalNumber(sig) : 0;
+        this.exitState = {
+          pid: this.pid,
+          exitCode: code ?? 128 + signal,
+          signal,
+          time: new Date(),
+          oomKilled: false,
+        };
+        resolve(this.exitState);
+      });
+    });
+  }
+
+  /**
+   * Starts the task. Resolves once the process runs; rejects (InvalidArgument naming the field)
+   * for a missing command, bad env entry, unknown user, missing working directory or namespace,
+   * or unopenable output paths.
+   */
+  static async launch(options: TaskLaunchOptions): Promise<TaskProcess> {
+    const context = await prepareTaskContext(options);
+    const file = lookPath(options.cmd, context, "cmd");
+    const out = await openOutput(options.stdoutPath, "stdout_path");
+    let err: FileHandle | undefined;
+    try {
+      err = await openOutput(options.stderrPath, "stderr_path");
+      const child = spawnInContext(context, file, options.args ?? [], {
+        stdio: ["ignore", out?.fd ?? "ignore", err?.fd ?? "ignore"],
+        // Own session and process group: not killed with the executor, killable as a group.
+        detached: true,
+      });
+      await new Promise<void>((resolve, reject) => {
+        child.once("spawn", resolve);
+        child.once("error", (e) => reject(new ConnectError(`cmd: cannot start ${JSON.stringify(options.cmd)}: ${e.message}`, Code.InvalidArgument)));
+      });
+      return new TaskProcess(child, context);
+    } finally {
+      // The child holds its own copies; closing ours lets a FIFO reader see EOF when the task ends.
+      await out?.close();
+      await err?.close();
+    }
+  }
+
+  /** The exit state, or undefined while the process runs. */
+  get exit(): TaskExit | undefined {
+    return this.exitState;
+  }
+
+  /** Resolves with the exit state once the process has exited (at once if it already has). */
+  wait(): Promise<TaskExit> {
+    return this.exited;
+  }
+
+  /**
+   * Sends a signal (number or name) to the task process. Throws FailedPrecondition when it has
+   * already exited and InvalidArgument for an unknown signal.
+   */
+  signal(sig: number | string): void {
+    const num = signalNumber(sig);
+    if (this.exitState) throw new ConnectError(`signal: process ${this.pid} has already exited`, Code.FailedPrecondition);
+    try {
+      process.kill(this.pid, num);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ESRCH") throw e;
+    }
+  }
+
+  /**
+   * Stops the task: sends `sig` (default SIGINT, like Nomad), waits up to `graceMs`, then SIGKILLs
+   * the process group and every descendant. With `graceMs` 0 it kills at once. Also kills what the
+   * task left behind in its group after a clean exit. Resolves with the exit state.
+   */
+  async shutdown(sig: string | number = DEFAULT_SHUTDOWN_SIGNAL, graceMs = 0): Promise<TaskExit> {
+    const num = signalNumber(sig === "" ? DEFAULT_SHUTDOWN_SIGNAL : sig);
+    if (!this.exitState && graceMs > 0) {
+      try {
+        process.kill(this.pid, num);
+      } catch {
+        // exited meanwhile
+      }
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, graceMs)))]);
+      clearTimeout(timer);
+    }
+    if (!this.exitState) await this.killTree();
+    const state = await this.exited;
+    killGroup(this.pid);
+    return state;
+  }
+
+  /** SIGKILLs the task, its process group and all its descendants (which may have left the group). */
+  async killTree(): Promise<void> {
+    const tree = await processTree(this.pid).catch(() => []);
+    killGroup(this.pid);
+    for (const p of tree) {
+      try {
+        process.kill(p.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+  }
+
+  /** The name of the signal that ended the process, if any (for logs). */
+  get signalName(): string | undefined {
+    return this.exitState?.signal ? signalName(this.exitState.signal) : undefined;
+  }
+}
+
+function killGroup(pgid: number): void {
+  try {
+    process.kill(-pgid, "SIGKILL");
+  } catch {
+    // no such group (left or gone)
+  }
+}

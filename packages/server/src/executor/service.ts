@@ -1,0 +1,205 @@
+import { writeFile } from "node:fs/promises";
+import { isAbsolute, join } from "node:path";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { ExecTaskStreamingRequest, ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
+import type {
+  ExecRequest,
+  LaunchRequest,
+  ProcessStateSchema,
+  ShutdownRequest,
+  SignalRequest,
+  StatsRequest,
+  StatsResponseSchema,
+  UpdateResourcesRequest,
+} from "@nomadkit/protocol/executor";
+import type { ExecutorHandlers } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
+import { CGROUP_V2_ROOT } from "../stats/cgroup.js";
+import type { HostCompute } from "../stats/host.js";
+import { ProcessTreeSampler, pollTaskStats } from "../stats/sampler.js";
+import { execInContext } from "./exec.js";
+import { TaskProcess, type TaskExit } from "./process.js";
+
+/** Version string the executor reports (Nomad's executors answer "1.0.0" too). */
+export const EXECUTOR_VERSION = "1.0.0";
+
+/** Minimal logger the executor uses (compatible with `@nomadkit/server`'s Logger). */
+export interface ExecutorLogger {
+  debug(message: string, fields?: Record<string, unknown>): void;
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}
+
+/** Handles an ExecStreaming call in the task's context (wired to the SDK's exec engine). */
+export type ExecStreamingHandler = (
+  task: TaskProcess,
+  requests: AsyncIterable<ExecTaskStreamingRequest>,
+  context: HandlerContext,
+) => AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>>;
+
+/** Options for {@link ExecutorService}. */
+export interface ExecutorServiceOptions {
+  /** Host capacity for `total_ticks`; default detected. */
+  host?: HostCompute;
+  logger?: ExecutorLogger;
+  /** Called after Shutdown has stopped the task and its reply is on its way (the executor exits there). */
+  afterShutdown?: () => void;
+  /** ExecStreaming implementation; without it ExecStreaming answers Unimplemented. */
+  execStreaming?: ExecStreamingHandler;
+  /** Output cap of buffered Exec, bytes. */
+  execOutputLimit?: number;
+}
+
+const noLog: ExecutorLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+function processState(s: TaskExit | { pid: number; time: Date }): MessageInitShape<typeof ProcessStateSchema> {
+  const e = s as Partial<TaskExit>;
+  return {
+    pid: s.pid,
+    exitCode: e.exitCode ?? 0,
+    signal: e.signal ?? 0,
+    time: timestampFromDate(s.time),
+    oomKilled: e.oomKilled ?? false,
+  };
+}
+
+function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+/**
+ * The Executor service for ONE task (`hashicorp.nomad.plugins.executor.proto.Executor`): Launch,
+ * Wait, Shutdown, UpdateResources, Version, Signal, Exec, ExecStreaming and Stats. Register it with
+ * the generated `registerExecutor(router, service)`; {@link runExecutorMain} does all of that.
+ *
+ * @example
+ * ```ts
+ * import { servePlugin } from "@nomadkit/server";
+ * import { registerExecutor } from "@nomadkit/server/gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
+ * import { ExecutorService } from "@nomadkit/server/executor";
+ * const service = new ExecutorService();
+ * await servePlugin({ register: (router) => registerExecutor(router, service) });
+ * ```
+ */
+export class ExecutorService implements Partial<ExecutorHandlers> {
+  private task: TaskProcess | undefined;
+  private launching: Promise<TaskProcess> | undefined;
+  private cgroupPath: string | undefined;
+  private readonly log: ExecutorLogger;
+
+  constructor(private readonly options: ExecutorServiceOptions = {}) {
+    this.log = options.logger ?? noLog;
+  }
+
+  /** The launched task, if any. */
+  get current(): TaskProcess | undefined {
+    return this.task;
+  }
+
+  private requireTask(rpc: string): TaskProcess {
+    if (!this.task) throw new ConnectError(`${rpc}: no task has been launched in this executor`, Code.FailedPrecondition);
+    return this.task;
+  }
+
+  async launch(req: LaunchRequest) {
+    if (this.launching) throw new ConnectError("launch: this executor already runs a task (one task per executor)", Code.FailedPrecondition);
+    this.launching = TaskProcess.launch({
+      cmd: req.cmd,
+      args: req.args,
+      env: req.env,
+      user: req.user,
+      taskDir: req.taskDir,
+      workDir: req.workDir,
+      stdoutPath: req.stdoutPath,
+      stderrPath: req.stderrPath,
+      network: req.networkIsolation,
+    });
+    let task: TaskProcess;
+    try {
+      task = await this.launching;
+    } catch (err) {
+      this.launching = undefined;
+      throw err;
+    }
+    this.task = task;
+    if (req.cgroupV2Override) await this.joinCgroup(task, req.cgroupV2Override);
+    this.log.info("task launched", { pid: task.pid, cmd: req.cmd });
+    void task.wait().then((s) => this.log.info("task exited", { pid: s.pid, exit_code: s.exitCode, signal: s.signal }));
+    return { process: processState({ pid: task.pid, time: task.startedAt }) };
+  }
+
+  private async joinCgroup(task: TaskProcess, override: string) {
+    const dir = isAbsolute(override) ? override : join(CGROUP_V2_ROOT, override);
+    try {
+      await writeFile(join(dir, "cgroup.procs"), `${task.pid}\n`);
+      this.cgroupPath = dir;
+    } catch (err) {
+      await task.shutdown("SIGKILL", 0);
+      throw new ConnectError(`cgroup_v2_override: cannot move the task into ${JSON.stringify(dir)}: ${(err as Error).message}`, Code.FailedPrecondition);
+    }
+  }
+
+  async wait(_req: unknown, ctx: HandlerContext) {
+    const task = this.requireTask("wait");
+    const state = await abortable(task.wait(), ctx.signal);
+    return { process: processState(state) };
+  }
+
+  async shutdown(req: ShutdownRequest) {
+    const task = this.task;
+    if (task) {
+      const graceMs = Number(req.gracePeriod / 1_000_000n);
+      const state = await task.shutdown(req.signal || undefined, graceMs);
+      this.log.info("task shut down", { pid: state.pid, exit_code: state.exitCode, signal: state.signal });
+    }
+    if (this.options.afterShutdown) setImmediate(this.options.afterShutdown);
+    return {};
+  }
+
+  updateResources(_req: UpdateResourcesRequest) {
+    // Limits need a resource-controlling cgroup; without one (the default) there is nothing to apply.
+    this.log.debug("update resources: no resource controller, ignored");
+    return {};
+  }
+
+  version() {
+    return { version: EXECUTOR_VERSION };
+  }
+
+  signal(req: SignalRequest) {
+    this.requireTask("signal").signal(req.signal);
+    return {};
+  }
+
+  async exec(req: ExecRequest, ctx: HandlerContext) {
+    const task = this.requireTask("exec");
+    const opts: Parameters<typeof execInContext>[3] = { signal: ctx.signal };
+    if (req.deadline) opts.deadline = timestampDate(req.deadline);
+    if (this.options.execOutputLimit !== undefined) opts.outputLimit = this.options.execOutputLimit;
+    const r = await execInContext(task.context, req.cmd, req.args, opts);
+    return { output: r.output, exitCode: r.exitCode };
+  }
+
+  async *stats(req: StatsRequest, ctx: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
+    const task = this.requireTask("stats");
+    const intervalMs = req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
+    const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] = {};
+    if (this.options.host) samplerOptions.host = this.options.host;
+    if (this.cgroupPath) samplerOptions.cgroupPath = this.cgroupPath;
+    const sampler = new ProcessTreeSampler(task.pid, samplerOptions);
+    for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
+  }
+
+  execStreaming(requests: AsyncIterable<ExecTaskStreamingRequest>, ctx: HandlerContext) {
+    const task = this.requireTask("exec_streaming");
+    if (!this.options.execStreaming) throw new ConnectError("exec_streaming: not available", Code.Unimplemented);
+    return this.options.execStreaming(task, requests, ctx);
+  }
+}

@@ -1,0 +1,35 @@
+import { constants } from "node:os";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+const byNumber = new Map<number, NodeJS.Signals>();
+for (const [name, num] of Object.entries(constants.signals)) {
+  if (!byNumber.has(num)) byNumber.set(num, name as NodeJS.Signals);
+}
+
+/**
+ * Resolves a signal given by name ("SIGTERM", "TERM", "sigterm") or number to its number.
+ * Throws InvalidArgument naming `field` for unknown signals.
+ *
+ * @example
+ * ```ts
+ * import { signalNumber } from "@nomadkit/server/executor";
+ * signalNumber("SIGTERM"); // 15
+ * ```
+ */
+export function signalNumber(signal: string | number, field = "signal"): number {
+  if (typeof signal === "number") {
+    if (Number.isInteger(signal) && byNumber.has(signal)) return signal;
+    throw new ConnectError(`${field}: unknown signal ${signal}`, Code.InvalidArgument);
+  }
+  let name = signal.trim().toUpperCase();
+  if (/^\d+$/.test(name)) return signalNumber(Number(name), field);
+  if (!name.startsWith("SIG")) name = `SIG${name}`;
+  const num = (constants.signals as Record<string, number>)[name];
+  if (num === undefined) throw new ConnectError(`${field}: unknown signal ${JSON.stringify(signal)}`, Code.InvalidArgument);
+  return num;
+}
+
+/** The name of a signal number (`15` → `SIGTERM`), for logs and `process.kill`. */
+export function signalName(num: number): NodeJS.Signals | undefined {
+  return byNumber.get(num);
+}
