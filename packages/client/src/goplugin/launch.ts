@@ -330,7 +330,8 @@ function forwardStdio(
 // health service still counts as connected.
 async function ping(client: PluginClient, timeoutMs: number): Promise<void> {
   try {
-    await client.health.check({ service: "plugin" }, { timeoutMs });
+    // The raw transport: a failure here should not wait out the runtime's shutdown grace.
+    await new HealthClient(client.transport).check({ service: "plugin" }, { timeoutMs });
   } catch (err) {
     if (
       err instanceof ConnectError &&

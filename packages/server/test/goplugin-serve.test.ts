@@ -1,0 +1,188 @@
+// servePlugin as Nomad sees it: a real fixture plugin process launched by launchPlugin.
+import { statSync, existsSync } from "node:fs";
+import { dirname } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { PluginShutdownError, reattachPlugin, type PluginClient } from "@nomadkit/client";
+import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
+import { NOMAD_COOKIE, launchTestDriver, spawnRaw, testDriver } from "./goplugin-helpers.js";
+
+const cleanups: (() => Promise<unknown> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function launch(mode = "", options = {}) {
+  const r = await launchTestDriver(mode, options);
+  cleanups.push(() => r.plugin.kill());
+  return r;
+}
+
+describe("servePlugin", () => {
+  it("handshakes, serves BasePlugin/Driver/health and exits 0 on kill", async () => {
+    const { plugin } = await launch();
+    expect(plugin.handshake).toMatchObject({ coreVersion: 1, protocolVersion: 2, network: "unix", protocol: "grpc", serverCert: "" });
+    const info = await plugin.basePlugin.pluginInfo({});
+    expect(info.name).toBe("test-driver");
+    expect(info.pluginApiVersions).toContain("v0.1.0");
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.SERVING);
+    expect((await plugin.health.check({ service: "" })).status).toBe(ServingStatus.SERVING);
+    const caps = await plugin.driver.capabilities({});
+    expect(caps.capabilities?.exec).toBe(true);
+
+    const exit = await plugin.kill();
+    expect(exit).toEqual({ code: 0, signal: null });
+    expect(existsSync(dirname(plugin.address))).toBe(false);
+  });
+
+  it("listens in a private directory: dir 0700, socket 0600", async () => {
+    const { plugin } = await launch();
+    const dir = statSync(dirname(plugin.address));
+    const sock = statSync(plugin.address);
+    expect(sock.isSocket()).toBe(true);
+    expect(dir.mode & 0o777).toBe(0o700);
+    expect(sock.mode & 0o777).toBe(0o600);
+  });
+
+  it("honours PLUGIN_UNIX_SOCKET_DIR and PLUGIN_UNIX_SOCKET_GROUP (gid)", async () => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const base = mkdtempSync(join(tmpdir(), "nk-sockdir-"));
+    cleanups.push(() => rmSync(base, { recursive: true, force: true }));
+    const gid = process.getgid!();
+    const { plugin } = await launch("", { unixSocketDir: base, unixSocketGroup: String(gid) });
+    expect(dirname(dirname(plugin.address))).toBe(base);
+    const dir = statSync(dirname(plugin.address));
+    const sock = statSync(plugin.address);
+    expect(sock.gid).toBe(gid);
+    expect(dir.mode & 0o777).toBe(0o750);
+    expect(sock.mode & 0o777).toBe(0o660);
+  });
+
+  it("listens on TCP 127.0.0.1 within PLUGIN_MIN_PORT..PLUGIN_MAX_PORT when asked", async () => {
+    const { plugin } = await launch("tcp", { minPort: 0, maxPort: 0 });
+    expect(plugin.handshake.network).toBe("tcp");
+    expect(plugin.address).toMatch(/^127\.0\.0\.1:\d+$/);
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
+  });
+
+  it("keeps stdout clean after the handshake: console.log goes to the log and GRPCStdio", async () => {
+    const raw = spawnRaw(testDriver, { ...NOMAD_COOKIE, PLUGIN_PROTOCOL_VERSIONS: "2", TEST_PLUGIN_MODE: "console" });
+    const line = await raw.firstLine;
+    await raw.stderrContains("test driver ready");
+    const [, , network, address] = line.split("|");
+    const plugin = await reattachPlugin({ pid: raw.child.pid!, network: network as "unix", address: address! });
+    expect((await plugin.kill()).code).toBe(null); // reattached: no exit status
+    const exit = await raw.exit;
+    expect(exit.code).toBe(0);
+    expect(raw.stdout()).toBe(line + "\n");
+    expect(line).toMatch(/^1\|2\|unix\|\/.+\|grpc\|$/);
+    // What console.log printed became an hclog line on stderr.
+    const logged = raw
+      .stderr()
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(logged).toContainEqual(expect.objectContaining({ "@module": "test-driver.stdout", "@message": "hello from console.log" }));
+    // A partial line is flushed at shutdown.
+    expect(logged).toContainEqual(expect.objectContaining({ "@message": "partial write without newline" }));
+    expect(raw.stderr()).toContain("hello from console.error\n");
+  });
+
+  it("writes hclog JSON lines with microsecond timestamps", async () => {
+    const { plugin, logs } = await launch();
+    const ready = await logs.waitFor((e) => e.message === "test driver ready");
+    expect(ready.structured).toBe(true);
+    expect(ready.level).toBe("info");
+    expect(ready.module).toBe("test-driver");
+    expect(ready.fields.address).toBe(plugin.address);
+    expect(ready.timestamp).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/);
+  });
+
+  it("carries what the plugin prints over GRPCStdio", async () => {
+    let out = "";
+    let err = "";
+    let resolveBoth!: () => void;
+    const both = new Promise<void>((r) => (resolveBoth = r));
+    const check = () => {
+      if (out.includes("hello from console.log\n") && out.includes("partial write") && err.includes("hello from console.error\n")) resolveBoth();
+    };
+    await launch("console", {
+      onStdout: (d: Uint8Array) => {
+        out += Buffer.from(d).toString();
+        check();
+      },
+      onStderr: (d: Uint8Array) => {
+        err += Buffer.from(d).toString();
+        check();
+      },
+    });
+    await both;
+    expect(out).toBe("hello from console.log\npartial write without newline");
+    expect(err).toBe("hello from console.error\n");
+  });
+
+  it("ignores SIGINT", async () => {
+    const { plugin, logs } = await launch();
+    process.kill(plugin.pid, "SIGINT");
+    await logs.waitFor((e) => e.message.includes("ignoring SIGINT"));
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.SERVING);
+    expect(plugin.exitSignal.aborted).toBe(false);
+  });
+
+  it("shuts down gracefully on SIGTERM and removes its socket directory", async () => {
+    const { plugin, logs } = await launch();
+    process.kill(plugin.pid, "SIGTERM");
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+    expect(logs.entries.some((e) => e.message === "onShutdown called")).toBe(true);
+    expect(existsSync(dirname(plugin.address))).toBe(false);
+  });
+
+  it("reports NOT_SERVING while shutting down", async () => {
+    const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const dir = mkdtempSync(join(tmpdir(), "nk-release-"));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const release = join(dir, "release");
+    const { plugin, logs } = await launch("slow-shutdown", { env: { TEST_RELEASE_FILE: release } });
+    await plugin.controller.shutdown({});
+    await logs.waitFor((e) => e.message === "onShutdown called");
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.NOT_SERVING);
+    writeFileSync(release, "");
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("fails calls after the plugin exited with PluginShutdownError", async () => {
+    const { plugin } = await launch();
+    process.kill(plugin.pid, "SIGKILL");
+    await plugin.exited;
+    await expect(plugin.basePlugin.pluginInfo({})).rejects.toBeInstanceOf(PluginShutdownError);
+  });
+
+  it("answers unknown methods with Unimplemented", async () => {
+    const { plugin } = await launch();
+    const { Code, ConnectError } = await import("@connectrpc/connect");
+    // ExecTask is not implemented by the fixture: the generated runtime answers Unimplemented.
+    const err = await plugin.driver.execTask({ taskId: "x", command: ["true"] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as InstanceType<typeof ConnectError>).code).toBe(Code.Unimplemented);
+  });
+});
+
+describe("kill sequence", () => {
+  it("SIGKILLs a plugin that answers Shutdown but does not exit, after about 2 s", async () => {
+    const { plugin, logs } = await launch("ignore-shutdown");
+    await logs.waitFor((e) => e.message === "test driver ready");
+    const started = Date.now();
+    const exit = await plugin.kill();
+    const elapsed = Date.now() - started;
+    expect(exit).toEqual({ code: null, signal: "SIGKILL" });
+    expect(logs.entries.some((e) => e.message === "onShutdown called")).toBe(true);
+    // Generous bounds: the host waits 2 s after Shutdown (plus at most 2 s for the RPC itself).
+    expect(elapsed).toBeGreaterThanOrEqual(1900);
+    expect(elapsed).toBeLessThan(15_000);
+  });
+});
+
+void ({} as PluginClient);
