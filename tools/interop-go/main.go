@@ -36,6 +36,7 @@ type options struct {
 	killSignal                   string
 	expectLogOut, expectLogErr   string
 	requireHealthy, verbose      bool
+	exec                         bool
 	startTimeout, callTimeout    time.Duration
 	fingerprintTimeout, execWait time.Duration
 }
@@ -53,6 +54,7 @@ func main() {
 	flag.StringVar(&o.pluginName, "plugin-name", "", "expected PluginInfo name (empty: any)")
 	flag.StringVar(&o.killSignal, "kill-signal", "", "StopTask signal (Nomad sends the task's kill_signal, empty by default)")
 	flag.BoolVar(&o.requireHealthy, "require-healthy", true, "the first fingerprint must report HEALTHY")
+	flag.BoolVar(&o.exec, "exec", true, "run the ExecTask/ExecTaskStreaming steps (false: skip them, reported as FAIL)")
 	flag.BoolVar(&o.verbose, "v", false, "print go-plugin's log, including the plugin's stderr, to stderr")
 	flag.DurationVar(&o.startTimeout, "start-timeout", time.Minute, "go-plugin handshake timeout (Nomad: 1m)")
 	flag.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "deadline of each unary call")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -219,6 +220,8 @@ func phaseRun(rep *reporter, o *options, st *state) {
 
 	if !caps.Bool("exec") {
 		rep.fail("exec", "capabilities.exec is false: the exec vectors can't run")
+	} else if !o.exec {
+		rep.fail("exec", "skipped (-exec=false)")
 	} else {
 		execTask(rep, s, t.id)
 		execStep(rep, "ExecTaskStreaming/no-tty", s.conn, t.id, execPlan{
@@ -242,6 +245,7 @@ func phaseRun(rep *reporter, o *options, st *state) {
 	select {
 	case w := <-waited:
 		rep.fail("WaitTask", "returned while the task should still run: %s %s", w.resp.JSON(), errOrNil(w.err))
+		waited <- w // for WaitTask/result below
 	default:
 		rep.pass("WaitTask", "still blocked while the task runs")
 	}
@@ -271,10 +275,10 @@ func phaseRun(rep *reporter, o *options, st *state) {
 	rep.check("DestroyTask", err, "force")
 
 	var left []int
-	if waitFor(10*time.Second, func() bool { left = procsWithEnv(t.token); return len(left) == 0 }) {
-		rep.pass("no-leftover-processes", "no process carries the task's environment")
+	if waitFor(10*time.Second, func() bool { left = procsOf(t.token, t.root); return len(left) == 0 }) {
+		rep.pass("no-leftover-processes", "no process has the task's environment or directory")
 	} else {
-		rep.fail("no-leftover-processes", "pids %v still carry the task's environment", left)
+		rep.fail("no-leftover-processes", "pids %v still have the task's environment or directory", left)
 	}
 
 	for _, bg := range []struct {
@@ -352,9 +356,12 @@ func execTask(rep *reporter, s *session, id string) {
 		rep.fail("ExecTask", "%s", errText(err))
 		return
 	}
+	// Nomad's executor runs script checks with stdout and stderr on one buffer (returned as
+	// stdout); a driver may also split them. Either way both lines must be there, once.
 	out, errOut, code := string(r.Bytes("stdout")), string(r.Bytes("stderr")), r.Msg("result").Int("exit_code")
-	if out != "exec-out\n" || errOut != "exec-err\n" || code != 3 {
-		rep.fail("ExecTask", "stdout %q stderr %q exit %d (want %q %q 3)", out, errOut, code, "exec-out\n", "exec-err\n")
+	all := out + errOut
+	if !strings.HasPrefix(out, "exec-out\n") || !strings.Contains(all, "exec-err\n") || len(all) != len("exec-out\nexec-err\n") || code != 3 {
+		rep.fail("ExecTask", "stdout %q stderr %q exit %d (want exec-out and exec-err lines, split or merged, and exit 3)", out, errOut, code)
 		return
 	}
 	rep.pass("ExecTask", "stdout %q stderr %q exit %d", out, errOut, code)
@@ -424,14 +431,19 @@ func newTask(driverConfig []byte) (*task, error) {
 			},
 			"linux_resources": map[string]interface{}{"cpu_shares": 100, "memory_limit_bytes": 256 << 20, "PercentTicks": 0.05},
 		},
-		"alloc_dir": shared, "stdout_path": stdoutPath, "stderr_path": stderrPath,
+		// The allocation's root: drivers derive the task dir as alloc_dir/name (TaskConfig.TaskDir).
+		"alloc_dir": allocDir, "stdout_path": stdoutPath, "stderr_path": stderrPath,
 		"task_group_name": name, "job_name": name, "job_id": name, "alloc_id": allocID, "namespace": "default",
 		"node_name": host, "node_id": uuid(),
 	}
 	return t, nil
 }
 
+// cleanup also SIGKILLs what a failed run left behind (found by our unique token and temp dir).
 func (t *task) cleanup() {
+	for _, pid := range procsOf(t.token, t.root) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
 	t.stdout.Close()
 	t.stderr.Close()
 	os.RemoveAll(t.root)

@@ -251,13 +251,18 @@ func (r *fifoReader) String() string {
 
 func (r *fifoReader) Close() { r.f.Close() }
 
-// procsWithEnv lists processes (other than us) whose environment holds kv.
-func procsWithEnv(kv string) []int {
+// procsOf lists processes (other than us) whose environment holds kv or whose command line
+// mentions dir: the task's processes and anything the driver started for it (e.g. an executor).
+func procsOf(kv, dir string) []int {
 	var pids []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
 		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cmdline, err := ioutil.ReadFile(d + "/cmdline"); err == nil && bytes.Contains(cmdline, []byte(dir)) {
+			pids = append(pids, pid)
 			continue
 		}
 		env, err := ioutil.ReadFile(d + "/environ")
