@@ -26,3 +26,6 @@ export * from "./gen/plugin/grpc_controller_nomadkit.js";
 export * from "./gen/plugin/grpc_stdio_nomadkit.js";
 export * from "./gen/plugin/grpc_broker_nomadkit.js";
 export * from "./gen/grpc/health/v1/health_nomadkit.js";
+export * from "./driver/index.js";
+export * from "./config/index.js";
+export * from "./exec/index.js";

@@ -1,0 +1,476 @@
+/**
+ * Driver → gRPC handlers: turns a {@link Driver} into the `BasePluginHandlers` and `DriverHandlers`
+ * the generated `registerBasePlugin` / `registerDriver` serve. Request validation (unknown task
+ * ids, bad signal names, missing fields) happens here, once, so every driver answers bad requests
+ * the same way; error mapping (RecoverableError, cancellation) is the server runtime's job.
+ */
+import { Readable, Writable } from "node:stream";
+import { finished } from "node:stream/promises";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate, type Duration } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import { PluginType, type NomadConfig } from "@nomadkit/protocol/base";
+import {
+  DriverCapabilities_FSIsolation,
+  ExitResultSchema,
+  NetworkIsolationSpec_NetworkIsolationMode,
+  TaskState,
+  type TaskConfig,
+} from "@nomadkit/protocol/driver";
+import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
+import { decodeConfig } from "../config/decode.js";
+import { execStreaming, toExitResult, type ExecSession } from "../exec/session.js";
+import { TerminalResizes } from "../exec/resize.js";
+import { signalName, signalNumber } from "../executor/signals.js";
+import type { BasePluginHandlers } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
+import type { DriverHandlers } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { createLogger, type Logger } from "../log/index.js";
+import { hostCompute, type HostCompute } from "../stats/host.js";
+import { invalidArgument, taskNotFound } from "./errors.js";
+import { TaskEventHub } from "./events.js";
+import { DEFAULT_FINGERPRINT_INTERVAL_MS, FingerprintSource } from "./fingerprint.js";
+import { computeFromTopology, statsIntervalMs, normalizeTaskStats } from "./stats.js";
+import type {
+  CallContext,
+  Driver,
+  DriverContext,
+  DriverTask,
+  ExecTaskResult,
+  TaskExit,
+  TaskInfo,
+  TaskInspection,
+  TaskStateName,
+} from "./types.js";
+import { anySignal, sleep } from "./util.js";
+
+/** The plugin API version Nomad negotiates for drivers. */
+export const DRIVER_PLUGIN_API_VERSION = "v0.1.0";
+
+/** Options of {@link createDriverHandlers} (and `serveDriver`). */
+export interface DriverHandlerOptions {
+  /** Logger handed to the driver as `ctx.logger`. Default: discard. */
+  logger?: Logger | undefined;
+  /** Period of fingerprint re-sends. Default 30 s. */
+  fingerprintIntervalMs?: number | undefined;
+  /** Host compute capacity for `total_ticks`. Default: Nomad's topology from SetConfig, else /proc/cpuinfo. */
+  hostCompute?: HostCompute | undefined;
+  /** Largest exec output payload per message. Default 1 MiB. */
+  maxExecChunkSize?: number | undefined;
+  /** Output kept per stream by the default buffered ExecTask (built on execTaskStreaming). Default 2 MiB. */
+  execTaskOutputLimit?: number | undefined;
+}
+
+/** A driver's handlers plus the state behind them. */
+export interface DriverHost<PC = unknown, TC = unknown> {
+  /** Handlers for `registerBasePlugin`. */
+  readonly base: Partial<BasePluginHandlers>;
+  /** Handlers for `registerDriver`; methods the driver lacks are left out (Unimplemented). */
+  readonly driver: Partial<DriverHandlers>;
+  /** The context the driver's methods receive. */
+  readonly context: DriverContext<PC, TC>;
+  /** End the long-lived streams and call the driver's `shutdown` (once). */
+  close(): Promise<void>;
+}
+
+interface TaskRecord<TC> {
+  task: DriverTask<TC>;
+  startedAt: Date;
+  exit?: { result: TaskExit; at: Date } | undefined;
+}
+
+const SEMVER = /^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
+const EMPTY_SPEC: Spec = create(SpecSchema, { block: { case: "object", value: { attributes: {} } } });
+const utf8 = new TextDecoder();
+const encoder = new TextEncoder();
+
+function durationMs(d: Duration | undefined): number {
+  if (d === undefined) return 0;
+  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
+  return Number.isFinite(ms) && ms > 0 ? ms : 0;
+}
+
+/** A signal name or number as its canonical name; InvalidArgument naming `field` otherwise. */
+function canonicalSignal(signal: string, field: string): string {
+  const n = signalNumber(signal, field);
+  return signalName(n) ?? String(n);
+}
+
+function signalNum(s: number | string | null | undefined): number {
+  if (s === undefined || s === null || s === "" || s === 0) return 0;
+  try {
+    return signalNumber(s);
+  } catch {
+    return 0;
+  }
+}
+
+function taskExitResult(e: TaskExit): MessageInitShape<typeof ExitResultSchema> {
+  return { exitCode: e.exitCode, signal: signalNum(e.signal), oomKilled: e.oomKilled === true };
+}
+
+const STATE: Record<TaskStateName, TaskState> = {
+  unknown: TaskState.UNKNOWN,
+  running: TaskState.RUNNING,
+  exited: TaskState.EXITED,
+};
+
+function encodeDriverState(state: unknown): Uint8Array {
+  if (state === undefined) return new Uint8Array();
+  if (state instanceof Uint8Array) return state;
+  return encoder.encode(JSON.stringify(state));
+}
+
+function parseDriverState(bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) return undefined;
+  try {
+    return JSON.parse(utf8.decode(bytes)) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A Writable that keeps up to `limit` bytes and drops (but drains) the rest. */
+function collector(limit: number): { stream: Writable; bytes: () => Uint8Array } {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      if (size < limit) {
+        const part = size + chunk.length > limit ? chunk.subarray(0, limit - size) : chunk;
+        chunks.push(part);
+        size += part.length;
+      }
+      cb();
+    },
+  });
+  return { stream, bytes: () => Buffer.concat(chunks, size) };
+}
+
+/**
+ * Build the gRPC handlers for `driver`. `serveDriver` does this for you; use it directly to serve a
+ * driver on your own connect router (tests, custom transports).
+ *
+ * @example
+ * ```ts
+ * const host = createDriverHandlers(myDriver, { logger });
+ * const handler = createPluginHandler((router) => {
+ *   registerBasePlugin(router, host.base, runtime);
+ *   registerDriver(router, host.driver, runtime);
+ * });
+ * ```
+ */
+export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: DriverHandlerOptions = {}): DriverHost<PC, TC> {
+  if (typeof driver.name !== "string" || driver.name === "") throw new TypeError("driver.name must be a non-empty string");
+  if (typeof driver.version !== "string" || !SEMVER.test(driver.version)) {
+    throw new TypeError(`driver.version must be a semantic version such as "0.1.0", got ${JSON.stringify(driver.version)}`);
+  }
+  // Build the schema messages now: a broken schema fails at startup, not on Nomad's first call.
+  const configSpec = driver.configSchema?.toProto() ?? EMPTY_SPEC;
+  const taskSpec = driver.taskConfigSchema?.toProto() ?? EMPTY_SPEC;
+
+  const logger = options.logger ?? createLogger({ level: "error", destination: { write: () => true } });
+  const lifetime = new AbortController();
+  const tasks = new Map<string, TaskRecord<TC>>();
+  let config: PC | undefined;
+  let nomadConfig: NomadConfig | undefined;
+  let compute: HostCompute | undefined = options.hostCompute;
+
+  const events = new TaskEventHub((id) => {
+    const t = tasks.get(id);
+    return t && { allocId: t.task.allocId, name: t.task.name };
+  }, logger);
+  const fingerprint = new FingerprintSource(
+    driver.fingerprint !== undefined ? () => driver.fingerprint!(context) : undefined,
+    options.fingerprintIntervalMs ?? DEFAULT_FINGERPRINT_INTERVAL_MS,
+  );
+
+  const context: DriverContext<PC, TC> = {
+    logger,
+    events,
+    fingerprint,
+    get config() {
+      return config;
+    },
+    get nomadConfig() {
+      return nomadConfig;
+    },
+    get hostCompute() {
+      compute ??= hostCompute();
+      return compute;
+    },
+    tasks: tasks as ReadonlyMap<string, TaskInfo<TC>>,
+    lifetime: lifetime.signal,
+  };
+  const call = (hc: HandlerContext): CallContext<PC, TC> => {
+    const c = Object.create(context) as CallContext<PC, TC>;
+    Object.defineProperty(c, "signal", { value: hc.signal, enumerable: true });
+    return c;
+  };
+
+  const requireTask = (taskId: string, field = "task_id"): TaskRecord<TC> => {
+    if (taskId === "") throw invalidArgument(field, "must not be empty");
+    const t = tasks.get(taskId);
+    if (t === undefined) throw taskNotFound(taskId);
+    return t;
+  };
+
+  const decodeTask = (cfg: TaskConfig): DriverTask<TC> => {
+    const driverConfig =
+      driver.taskConfigSchema !== undefined ? decodeConfig(driver.taskConfigSchema, cfg.msgpackDriverConfig, "task config") : (undefined as TC);
+    return { ...cfg, driverConfig };
+  };
+
+  let shutdown: Promise<void> | undefined;
+  const shutdownOnce = (): Promise<void> => {
+    shutdown ??= (async () => {
+      await driver.shutdown?.(context);
+    })();
+    return shutdown;
+  };
+
+  const base: Partial<BasePluginHandlers> = {
+    pluginInfo: () => ({
+      type: PluginType.DRIVER,
+      pluginApiVersions: [DRIVER_PLUGIN_API_VERSION],
+      pluginVersion: driver.version,
+      name: driver.name,
+    }),
+    configSchema: () => ({ spec: configSpec }),
+    async setConfig(req, hc) {
+      const decoded = driver.configSchema !== undefined ? decodeConfig(driver.configSchema, req.msgpackConfig, "plugin config") : (undefined as PC);
+      config = decoded;
+      nomadConfig = req.nomadConfig;
+      if (options.hostCompute === undefined) compute = computeFromTopology(req.nomadConfig?.driver?.Topology) ?? compute;
+      await driver.setConfig?.(decoded, call(hc));
+      return {};
+    },
+  };
+
+  const hasExec = driver.execTaskStreamingRaw !== undefined || driver.execTaskStreaming !== undefined;
+  const caps = {
+    sendSignals: driver.signalTask !== undefined,
+    exec: hasExec || driver.execTask !== undefined,
+    fsIsolation: DriverCapabilities_FSIsolation.NONE,
+    networkIsolationModes:
+      driver.createNetwork !== undefined
+        ? [NetworkIsolationSpec_NetworkIsolationMode.HOST, NetworkIsolationSpec_NetworkIsolationMode.GROUP]
+        : [NetworkIsolationSpec_NetworkIsolationMode.HOST],
+    mustCreateNetwork: driver.createNetwork !== undefined,
+    ...driver.capabilities,
+  };
+
+  const handlers: Partial<DriverHandlers> = {
+    async init(_req, hc) {
+      await driver.init?.(call(hc));
+      return {};
+    },
+    taskConfigSchema: () => ({ spec: taskSpec }),
+    capabilities: () => ({ capabilities: caps }),
+    fingerprint: (_req, hc) => fingerprint.stream(hc.signal, lifetime.signal),
+    taskEvents: (_req, hc) => events.stream(hc.signal, lifetime.signal),
+    async shutdown() {
+      await shutdownOnce();
+      return {};
+    },
+
+    async startTask(req, hc) {
+      const cfg = req.task;
+      if (cfg === undefined) throw invalidArgument("task", "required");
+      if (cfg.id === "") throw invalidArgument("task.id", "must not be empty");
+      if (tasks.has(cfg.id)) throw new ConnectError(`task with id ${JSON.stringify(cfg.id)} already started`, Code.AlreadyExists);
+      const record: TaskRecord<TC> = { task: decodeTask(cfg), startedAt: new Date() };
+      tasks.set(cfg.id, record);
+      let res;
+      try {
+        res = await driver.startTask(record.task, call(hc));
+      } catch (err) {
+        if (tasks.get(cfg.id) === record) tasks.delete(cfg.id);
+        throw err;
+      }
+      return {
+        handle: {
+          version: res?.handleVersion ?? 1,
+          config: cfg,
+          state: TaskState.RUNNING,
+          driverState: encodeDriverState(res?.driverState),
+        },
+        networkOverride: res?.networkOverride,
+      };
+    },
+
+    async waitTask(req, hc) {
+      const record = requireTask(req.taskId);
+      const exit = await driver.waitTask(req.taskId, call(hc));
+      record.exit = { result: exit, at: new Date() };
+      return { result: taskExitResult(exit), err: exit.err ?? "" };
+    },
+
+    async stopTask(req, hc) {
+      requireTask(req.taskId);
+      // Nomad's executors default to SIGINT when the job sets no kill_signal.
+      const signal = req.signal === "" ? "SIGINT" : canonicalSignal(req.signal, "signal");
+      await driver.stopTask(req.taskId, { signal, timeoutMs: durationMs(req.timeout) }, call(hc));
+      return {};
+    },
+
+    async destroyTask(req, hc) {
+      requireTask(req.taskId);
+      await driver.destroyTask(req.taskId, { force: req.force }, call(hc));
+      tasks.delete(req.taskId);
+      return {};
+    },
+
+    async inspectTask(req, hc) {
+      const record = requireTask(req.taskId);
+      const r: TaskInspection = driver.inspectTask !== undefined ? await driver.inspectTask(req.taskId, call(hc)) : {};
+      const stateIn = r.state ?? (record.exit !== undefined ? "exited" : "running");
+      const state = typeof stateIn === "number" ? stateIn : STATE[stateIn];
+      const exit = r.exit ?? record.exit?.result;
+      const completedAt = r.completedAt ?? record.exit?.at;
+      return {
+        task: {
+          id: req.taskId,
+          name: record.task.name,
+          state,
+          startedAt: timestampFromDate(r.startedAt ?? record.startedAt),
+          completedAt: completedAt !== undefined ? timestampFromDate(completedAt) : undefined,
+          result: exit !== undefined ? taskExitResult(exit) : undefined,
+        },
+        driver: { attributes: { ...(r.attributes ?? {}) } },
+        networkOverride: r.networkOverride,
+      };
+    },
+
+    async recoverTask(req, hc) {
+      const handle = req.handle;
+      if (handle === undefined) throw invalidArgument("handle", "required");
+      const cfg = handle.config;
+      if (cfg === undefined) throw invalidArgument("handle.config", "required");
+      const taskId = req.taskId !== "" ? req.taskId : cfg.id;
+      if (taskId === "") throw invalidArgument("task_id", "must not be empty");
+      // Already managed (Nomad re-sends RecoverTask after its own restart): nothing to do.
+      if (tasks.has(taskId)) return {};
+      if (driver.recoverTask === undefined) {
+        throw new ConnectError(`driver ${JSON.stringify(driver.name)} cannot recover tasks`, Code.Unimplemented);
+      }
+      const task = decodeTask(cfg.id === taskId ? cfg : { ...cfg, id: taskId });
+      const record: TaskRecord<TC> = { task, startedAt: new Date() };
+      tasks.set(taskId, record);
+      try {
+        await driver.recoverTask(
+          { task, driverState: handle.driverState, state: parseDriverState(handle.driverState), version: handle.version, handle },
+          call(hc),
+        );
+      } catch (err) {
+        if (tasks.get(taskId) === record) tasks.delete(taskId);
+        throw err;
+      }
+      return {};
+    },
+  };
+
+  if (driver.taskStats !== undefined) {
+    const taskStats = driver.taskStats.bind(driver);
+    handlers.taskStats = async function* (req, hc) {
+      requireTask(req.taskId);
+      const intervalMs = statsIntervalMs(req.collectionInterval);
+      const ctx = call(hc);
+      for (;;) {
+        const sample = await taskStats(req.taskId, ctx);
+        yield { stats: normalizeTaskStats(req.taskId, sample, context.hostCompute) };
+        if (!(await sleep(intervalMs, hc.signal, lifetime.signal))) return;
+        requireTask(req.taskId);
+      }
+    };
+  }
+
+  if (driver.signalTask !== undefined) {
+    handlers.signalTask = async (req, hc) => {
+      requireTask(req.taskId);
+      if (req.signal === "") throw invalidArgument("signal", "must not be empty");
+      await driver.signalTask!(req.taskId, canonicalSignal(req.signal, "signal"), call(hc));
+      return {};
+    };
+  }
+
+  if (driver.execTask !== undefined || driver.execTaskStreaming !== undefined) {
+    const limit = options.execTaskOutputLimit ?? 2 * 1024 * 1024;
+    handlers.execTask = async (req, hc) => {
+      requireTask(req.taskId);
+      if (req.command.length === 0 || req.command[0] === "") throw invalidArgument("command", "must not be empty");
+      const timeoutMs = durationMs(req.timeout);
+      const { signal, dispose } = anySignal(hc.signal, timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : undefined);
+      try {
+        const ctx = call(hc);
+        let r: ExecTaskResult;
+        if (driver.execTask !== undefined) {
+          r = await driver.execTask(req.taskId, req.command, { timeoutMs, signal }, ctx);
+        } else {
+          const out = collector(limit);
+          const err = collector(limit);
+          const resize = new TerminalResizes();
+          resize.close();
+          const session: ExecSession = {
+            taskId: req.taskId,
+            command: req.command,
+            tty: false,
+            stdin: Readable.from([]),
+            stdout: out.stream,
+            stderr: err.stream,
+            resize,
+            signal,
+          };
+          const res = await driver.execTaskStreaming!(session, ctx);
+          for (const w of [out.stream, err.stream]) if (!w.writableEnded) w.end();
+          await Promise.all([finished(out.stream), finished(err.stream)]);
+          r = { stdout: out.bytes(), stderr: err.bytes(), exitCode: res.exitCode, signal: res.signal };
+        }
+        return { stdout: r.stdout, stderr: r.stderr, result: toExitResult({ exitCode: r.exitCode, signal: r.signal }) };
+      } finally {
+        dispose();
+      }
+    };
+  }
+
+  if (hasExec) {
+    const raw = driver.execTaskStreamingRaw?.bind(driver);
+    const high = driver.execTaskStreaming?.bind(driver);
+    handlers.execTaskStreaming = (requests, hc) => {
+      const ctx = call(hc);
+      return execStreaming(
+        requests,
+        { raw: raw && ((s) => raw(s, ctx)), exec: high && ((s) => high(s, ctx)) },
+        {
+          signal: hc.signal,
+          maxChunkSize: options.maxExecChunkSize,
+          checkSetup: (setup) => void requireTask(setup.taskId, "setup.task_id"),
+        },
+      );
+    };
+  }
+
+  if (driver.createNetwork !== undefined) {
+    handlers.createNetwork = async (req, hc) => {
+      if (req.allocId === "") throw invalidArgument("alloc_id", "must not be empty");
+      const r = await driver.createNetwork!(req.allocId, req.hostname, call(hc));
+      return { isolationSpec: r.spec, created: r.created };
+    };
+  }
+  if (driver.destroyNetwork !== undefined) {
+    handlers.destroyNetwork = async (req, hc) => {
+      if (req.allocId === "") throw invalidArgument("alloc_id", "must not be empty");
+      await driver.destroyNetwork!(req.allocId, req.isolationSpec, call(hc));
+      return {};
+    };
+  }
+
+  return {
+    base,
+    driver: handlers,
+    context,
+    async close() {
+      if (!lifetime.signal.aborted) lifetime.abort(new ConnectError("plugin shutting down", Code.Unavailable));
+      await shutdownOnce();
+    },
+  };
+}

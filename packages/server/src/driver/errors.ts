@@ -1,0 +1,50 @@
+/** Errors a driver throws, with the statuses Nomad expects. */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { RecoverableError } from "@nomadkit/client";
+
+export { RecoverableError };
+
+/**
+ * A failure Nomad may retry (restart the task): StartTask and TaskStats answer FailedPrecondition
+ * with a `RecoverableError{recoverable: true}` detail.
+ *
+ * @example
+ * ```ts
+ * throw recoverable("image registry unreachable");
+ * ```
+ */
+export function recoverable(message: string, cause?: unknown): RecoverableError {
+  return new RecoverableError(message, true, cause === undefined ? undefined : { cause });
+}
+
+/**
+ * A failure retrying cannot fix (bad image name, permission denied): FailedPrecondition with
+ * `RecoverableError{recoverable: false}`, so Nomad does not restart the task.
+ *
+ * @example
+ * ```ts
+ * throw unrecoverable(`image ${name} does not exist`);
+ * ```
+ */
+export function unrecoverable(message: string, cause?: unknown): RecoverableError {
+  return new RecoverableError(message, false, cause === undefined ? undefined : { cause });
+}
+
+/**
+ * NotFound naming the task id, like Go's `drivers.ErrTaskNotFound` ("task not found for given id").
+ * The SDK answers it itself for ids it does not know; throw it for tasks that vanished.
+ *
+ * @example
+ * ```ts
+ * const proc = procs.get(taskId);
+ * if (proc === undefined) throw taskNotFound(taskId);
+ * ```
+ */
+export function taskNotFound(taskId: string): ConnectError {
+  return new ConnectError(`task not found for given id: ${JSON.stringify(taskId)}`, Code.NotFound);
+}
+
+/** InvalidArgument naming a request field: `invalidArgument("signal", 'unknown signal "SIGFOO"')`. */
+export function invalidArgument(field: string, problem: string): ConnectError {
+  return new ConnectError(`${field}: ${problem}`, Code.InvalidArgument);
+}

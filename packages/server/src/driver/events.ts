@@ -1,0 +1,82 @@
+/**
+ * Task events: the driver emits, Nomad listens on ONE TaskEvents stream for all tasks. Nomad
+ * reopens the stream with backoff when it ends, so events emitted while no stream is open are kept
+ * in a bounded backlog and delivered to the next one.
+ */
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { DriverTaskEventSchema, type DriverTaskEvent } from "@nomadkit/protocol/driver";
+import type { Logger } from "../log/index.js";
+import type { TaskEventEmitter, TaskEventInput } from "./types.js";
+import { wake } from "./util.js";
+
+/** Events kept while no stream is open, and per slow stream. */
+const MAX_BACKLOG = 1024;
+
+interface Subscriber {
+  queue: DriverTaskEvent[];
+  notify: (() => void) | undefined;
+}
+
+/** Fan-out of task events to the open TaskEvents streams. */
+export class TaskEventHub implements TaskEventEmitter {
+  readonly #subs = new Set<Subscriber>();
+  readonly #backlog: DriverTaskEvent[] = [];
+  #dropped = 0;
+
+  constructor(
+    private readonly lookup: (taskId: string) => { allocId: string; name: string } | undefined,
+    private readonly logger: Logger,
+  ) {}
+
+  emit(event: TaskEventInput): void {
+    const known = this.lookup(event.taskId);
+    const msg = create(DriverTaskEventSchema, {
+      taskId: event.taskId,
+      allocId: event.allocId ?? known?.allocId ?? "",
+      taskName: event.taskName ?? known?.name ?? "",
+      timestamp: timestampFromDate(event.timestamp ?? new Date()),
+      message: event.message,
+      annotations: { ...(event.annotations ?? {}) },
+    });
+    if (this.#subs.size === 0) {
+      this.#push(this.#backlog, msg);
+      return;
+    }
+    for (const s of this.#subs) {
+      this.#push(s.queue, msg);
+      const n = s.notify;
+      s.notify = undefined;
+      n?.();
+    }
+  }
+
+  #push(queue: DriverTaskEvent[], msg: DriverTaskEvent): void {
+    queue.push(msg);
+    if (queue.length > MAX_BACKLOG) {
+      queue.shift();
+      if (this.#dropped++ % 100 === 0) this.logger.warn("task events dropped: nobody is reading them", { dropped: this.#dropped });
+    }
+  }
+
+  /** One TaskEvents stream; ends when any of `signals` aborts. */
+  async *stream(...signals: (AbortSignal | undefined)[]): AsyncGenerator<DriverTaskEvent, void, undefined> {
+    const sub: Subscriber = { queue: this.#backlog.splice(0), notify: undefined };
+    this.#subs.add(sub);
+    try {
+      for (;;) {
+        const next = sub.queue.shift();
+        if (next !== undefined) {
+          yield next;
+          continue;
+        }
+        const woke = await wake(Infinity, (fn) => ((sub.notify = fn), () => (sub.notify = undefined)), ...signals);
+        if (!woke) return;
+      }
+    } finally {
+      this.#subs.delete(sub);
+      // Undelivered events go back to the backlog for the next stream.
+      if (sub.queue.length > 0) this.#backlog.unshift(...sub.queue.splice(0).slice(-MAX_BACKLOG));
+    }
+  }
+}

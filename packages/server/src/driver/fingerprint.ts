@@ -1,0 +1,134 @@
+/**
+ * Fingerprint streams: the first response at once, then one per period (Nomad's own drivers
+ * re-send every 30 s) and one whenever the driver pushes a change. The stream stays open until
+ * Nomad cancels it or the plugin shuts down.
+ */
+import { create, equals, type MessageInitShape } from "@bufbuild/protobuf";
+import { AttributeSchema } from "@nomadkit/protocol/structs";
+import { FingerprintResponseSchema, FingerprintResponse_HealthState, type FingerprintResponse } from "@nomadkit/protocol/driver";
+import type { AttributeValue, Fingerprint, FingerprintControl } from "./types.js";
+import { wake } from "./util.js";
+
+/** Default period between fingerprints. */
+export const DEFAULT_FINGERPRINT_INTERVAL_MS = 30_000;
+
+const HEALTH: Record<string, FingerprintResponse_HealthState> = {
+  healthy: FingerprintResponse_HealthState.HEALTHY,
+  unhealthy: FingerprintResponse_HealthState.UNHEALTHY,
+  undetected: FingerprintResponse_HealthState.UNDETECTED,
+};
+const DESCRIPTION: Record<number, string> = {
+  [FingerprintResponse_HealthState.HEALTHY]: "Healthy",
+  [FingerprintResponse_HealthState.UNHEALTHY]: "Unhealthy",
+  [FingerprintResponse_HealthState.UNDETECTED]: "Undetected",
+};
+
+/** Convert a node attribute value to Nomad's `structs.Attribute`. */
+export function toAttribute(v: AttributeValue): MessageInitShape<typeof AttributeSchema> {
+  switch (typeof v) {
+    case "string":
+      return { value: { case: "stringVal", value: v } };
+    case "boolean":
+      return { value: { case: "boolVal", value: v } };
+    case "bigint":
+      return { value: { case: "intVal", value: v } };
+    case "number":
+      return Number.isSafeInteger(v) ? { value: { case: "intVal", value: BigInt(v) } } : { value: { case: "floatVal", value: v } };
+  }
+  const unit = v.unit ?? "";
+  if ("float" in v) return { value: { case: "floatVal", value: v.float }, unit };
+  if ("int" in v) return { value: { case: "intVal", value: BigInt(v.int) }, unit };
+  if ("string" in v) return { value: { case: "stringVal", value: v.string }, unit };
+  return { value: { case: "boolVal", value: v.bool }, unit };
+}
+
+/** Convert a driver's {@link Fingerprint} to the response message. */
+export function toFingerprintResponse(fp: Fingerprint): FingerprintResponse {
+  const health = typeof fp.health === "number" ? fp.health : HEALTH[fp.health];
+  if (health === undefined) throw new TypeError(`fingerprint health must be healthy, unhealthy or undetected, got ${JSON.stringify(fp.health)}`);
+  const attributes: Record<string, MessageInitShape<typeof AttributeSchema>> = {};
+  for (const [k, v] of Object.entries(fp.attributes ?? {})) attributes[k] = toAttribute(v);
+  return create(FingerprintResponseSchema, {
+    health,
+    healthDescription: fp.description ?? DESCRIPTION[health] ?? "",
+    attributes,
+  });
+}
+
+/** Source of fingerprints shared by all Fingerprint streams of one plugin. */
+export class FingerprintSource implements FingerprintControl {
+  #pushed: FingerprintResponse | undefined;
+  readonly #waiters = new Set<() => void>();
+
+  constructor(
+    private readonly compute: (() => Fingerprint | Promise<Fingerprint>) | undefined,
+    private readonly intervalMs: number,
+  ) {}
+
+  /** Push `fingerprint` (used until the driver's next periodic fingerprint), or re-run `fingerprint()`. */
+  update(fingerprint?: Fingerprint): void {
+    if (fingerprint !== undefined) this.#pushed = this.#safe(() => toFingerprintResponse(fingerprint));
+    else this.#pushed = undefined;
+    for (const w of [...this.#waiters]) w();
+  }
+
+  #safe(fn: () => FingerprintResponse): FingerprintResponse {
+    try {
+      return fn();
+    } catch (err) {
+      return failed(err);
+    }
+  }
+
+  /**
+   * The current fingerprint. A pushed one answers pokes (and everything when the driver has no
+   * `fingerprint()`); periodic and first fingerprints call the driver again.
+   */
+  async current(fresh = true): Promise<FingerprintResponse> {
+    if (this.#pushed !== undefined && (!fresh || this.compute === undefined)) return this.#pushed;
+    if (this.compute === undefined) return toFingerprintResponse({ health: "healthy" });
+    try {
+      return toFingerprintResponse(await this.compute());
+    } catch (err) {
+      return failed(err);
+    }
+  }
+
+  /** One Fingerprint stream. */
+  async *stream(...signals: (AbortSignal | undefined)[]): AsyncGenerator<FingerprintResponse, void, undefined> {
+    let last: FingerprintResponse | undefined;
+    let periodic = true;
+    for (;;) {
+      const fp = await this.current(periodic);
+      if (signals.some((s) => s?.aborted)) return;
+      if (periodic || last === undefined || !equals(FingerprintResponseSchema, last, fp)) {
+        last = fp;
+        yield fp;
+      }
+      let poked = false;
+      const woke = await wake(
+        this.intervalMs,
+        (fn) => {
+          const w = () => {
+            poked = true;
+            fn();
+          };
+          this.#waiters.add(w);
+          return () => this.#waiters.delete(w);
+        },
+        ...signals,
+      );
+      if (!woke) return;
+      periodic = !poked;
+    }
+  }
+}
+
+function failed(err: unknown): FingerprintResponse {
+  const message = err instanceof Error ? err.message : String(err);
+  return create(FingerprintResponseSchema, {
+    health: FingerprintResponse_HealthState.UNHEALTHY,
+    healthDescription: `fingerprint failed: ${message}`,
+    err: message,
+  });
+}

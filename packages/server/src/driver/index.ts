@@ -1,0 +1,37 @@
+/**
+ * The driver authoring API: the {@link Driver} interface, {@link serveDriver}, and the adapter that
+ * turns a driver into BasePlugin/Driver gRPC handlers.
+ * @module
+ */
+export {
+  defineDriver,
+  type Driver,
+  type DriverTask,
+  type StartTaskResult,
+  type RecoveredTask,
+  type TaskExit,
+  type TaskStateName,
+  type TaskInspection,
+  type ResourceUsageInput,
+  type TaskStatsInput,
+  type AttributeValue,
+  type HealthName,
+  type Fingerprint,
+  type TaskEventInput,
+  type TaskEventEmitter,
+  type FingerprintControl,
+  type TaskInfo,
+  type DriverContext,
+  type CallContext,
+  type StopTaskOptions,
+  type DestroyTaskOptions,
+  type ExecTaskOptions,
+  type ExecTaskResult,
+  type CreateNetworkResult,
+  type Capabilities,
+} from "./types.js";
+export { createDriverHandlers, DRIVER_PLUGIN_API_VERSION, type DriverHandlerOptions, type DriverHost } from "./adapter.js";
+export { serveDriver, type ServeDriverOptions, type ServedDriver } from "./serve.js";
+export { RecoverableError, recoverable, unrecoverable, taskNotFound, invalidArgument } from "./errors.js";
+export { normalizeTaskStats, computeFromTopology, statsIntervalMs, DEFAULT_STATS_INTERVAL_MS } from "./stats.js";
+export { toFingerprintResponse, toAttribute, DEFAULT_FINGERPRINT_INTERVAL_MS } from "./fingerprint.js";

@@ -1,0 +1,81 @@
+/**
+ * TaskStats streams: the SDK owns the interval (`collection_interval`, default 1 s) and makes every
+ * sample safe for Nomad's Go client: `timestamp` always set, `agg_resource_usage` with both `cpu` and
+ * `memory`, and `total_ticks` derived from `percent` when the driver left it out.
+ */
+import { clone, create, isMessage, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate, timestampNow, type Duration } from "@bufbuild/protobuf/wkt";
+import type { ClientTopology } from "@nomadkit/protocol/base";
+import {
+  CPUUsageSchema,
+  MemoryUsageSchema,
+  TaskResourceUsageSchema,
+  TaskStatsSchema,
+  type TaskResourceUsage,
+  type TaskStats,
+} from "@nomadkit/protocol/driver";
+import { hostCompute, totalTicks, type HostCompute } from "../stats/host.js";
+import type { ResourceUsageInput, TaskStatsInput } from "./types.js";
+
+/** Default and smallest sampling period. */
+export const DEFAULT_STATS_INTERVAL_MS = 1000;
+const MIN_STATS_INTERVAL_MS = 10;
+
+/** `collection_interval` in milliseconds (default 1 s when unset or zero). */
+export function statsIntervalMs(d: Duration | undefined): number {
+  if (d === undefined) return DEFAULT_STATS_INTERVAL_MS;
+  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
+  if (!Number.isFinite(ms) || ms <= 0) return DEFAULT_STATS_INTERVAL_MS;
+  return Math.max(MIN_STATS_INTERVAL_MS, ms);
+}
+
+/**
+ * Host compute capacity from Nomad's client topology (SetConfig's `nomad_config.driver.Topology`):
+ * `override_total_compute` when set, else the sum of each core's base (or guessed, or max) speed;
+ * the core count is the number of cores listed. Undefined when the topology says nothing usable.
+ * The `total_ticks` formula itself is `totalTicks` in `@nomadkit/server/stats`.
+ */
+export function computeFromTopology(topology: ClientTopology | undefined): HostCompute | undefined {
+  if (topology === undefined || topology.cores.length === 0) return undefined;
+  let mhz = Number(topology.overrideTotalCompute);
+  if (!(mhz > 0)) {
+    mhz = 0;
+    for (const c of topology.cores) mhz += Number(c.baseSpeed > 0n ? c.baseSpeed : c.guessSpeed > 0n ? c.guessSpeed : c.maxSpeed);
+  }
+  if (!(mhz > 0)) return undefined;
+  return hostCompute({ totalComputeMhz: mhz, numCores: topology.cores.length });
+}
+
+function usage(input: ResourceUsageInput | MessageInitShape<typeof TaskResourceUsageSchema> | undefined, host: HostCompute): TaskResourceUsage {
+  // Never mutate the caller's message (it may be forwarded from an executor or reused).
+  const u = isMessage(input, TaskResourceUsageSchema) ? clone(TaskResourceUsageSchema, input) : create(TaskResourceUsageSchema, input ?? {});
+  u.cpu ??= create(CPUUsageSchema);
+  u.memory ??= create(MemoryUsageSchema);
+  // Derived, so computed whenever missing; a value the driver (or an executor) set is kept as is.
+  if (u.cpu.totalTicks === 0 && u.cpu.percent > 0) u.cpu.totalTicks = totalTicks(u.cpu.percent, host);
+  return u;
+}
+
+/** Turn whatever `taskStats` returned into a complete `TaskStats` message for `taskId`. */
+export function normalizeTaskStats(taskId: string, input: TaskStatsInput, host: HostCompute): TaskStats {
+  let timestamp: TaskStats["timestamp"];
+  let agg: TaskResourceUsage;
+  const byPid: Record<string, TaskResourceUsage> = {};
+  if (isMessage(input, TaskStatsSchema) || "aggResourceUsage" in input || "resourceUsageByPid" in input || "$typeName" in input) {
+    const m = isMessage(input, TaskStatsSchema) ? input : create(TaskStatsSchema, input as MessageInitShape<typeof TaskStatsSchema>);
+    timestamp = m.timestamp;
+    agg = usage(m.aggResourceUsage, host);
+    for (const [pid, u] of Object.entries(m.resourceUsageByPid)) byPid[pid] = usage(u, host);
+  } else {
+    const s = input as { timestamp?: Date; agg?: ResourceUsageInput; byPid?: Record<string, ResourceUsageInput> } & ResourceUsageInput;
+    if (s.timestamp !== undefined) timestamp = timestampFromDate(s.timestamp);
+    agg = usage("agg" in s ? s.agg : { cpu: s.cpu, memory: s.memory }, host);
+    for (const [pid, u] of Object.entries(s.byPid ?? {})) byPid[pid] = usage(u, host);
+  }
+  return create(TaskStatsSchema, {
+    id: taskId,
+    timestamp: timestamp ?? timestampNow(),
+    aggResourceUsage: agg,
+    resourceUsageByPid: byPid,
+  });
+}

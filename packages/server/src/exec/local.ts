@@ -1,0 +1,226 @@
+/**
+ * Running a local command for the high-level exec form: pipes through `child_process.spawn`, or a
+ * pseudo-terminal through node-pty when a tty is requested. Backpressure flows both ways: a slow
+ * client pauses the process's output, a process that does not read pauses stdin.
+ */
+import { spawn } from "node:child_process";
+import { accessSync, constants, statSync } from "node:fs";
+import { delimiter, isAbsolute, join, resolve } from "node:path";
+import type { Readable, Writable } from "node:stream";
+import { finished } from "node:stream/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { TerminalResizes } from "./resize.js";
+import type { ExecResult } from "./session.js";
+
+/** What to run, and where. */
+export interface ExecCommandOptions {
+  /** Executable and arguments; the executable is looked up in `env.PATH` unless it has a slash. */
+  command: readonly string[];
+  /** Run under a pseudo-terminal (node-pty); output then all goes to `stdout`. */
+  tty?: boolean | undefined;
+  /** Working directory. Default: the plugin's. */
+  cwd?: string | undefined;
+  /** Environment. Default: the plugin's, without go-plugin's variables. */
+  env?: Record<string, string> | undefined;
+  /** Run as this uid (needs root). */
+  uid?: number | undefined;
+  /** Run as this gid (needs root). */
+  gid?: number | undefined;
+  /** TERM for the terminal. Default `env.TERM`, else "xterm". */
+  term?: string | undefined;
+}
+
+/** The streams {@link runExecCommand} connects the process to (an {@link ExecSession} fits). */
+export interface ExecIO {
+  stdin: Readable;
+  stdout: Writable;
+  stderr: Writable;
+  resize?: TerminalResizes | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+const PLUGIN_ENV = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
+
+function defaultEnv(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !PLUGIN_ENV.test(k)) out[k] = v;
+  return out;
+}
+
+/** Find `file` like execvp would, so a missing command is a clear error rather than a dead child. */
+function findExecutable(file: string, env: Record<string, string>, cwd: string | undefined): string {
+  const base = cwd ?? process.cwd();
+  const candidates = file.includes("/")
+    ? [isAbsolute(file) ? file : resolve(base, file)]
+    : (env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").split(delimiter).map((d) => join(resolve(base, d || "."), file));
+  for (const c of candidates) {
+    try {
+      if (!statSync(c).isFile()) continue;
+      accessSync(c, constants.X_OK);
+      return c;
+    } catch {
+      // next candidate
+    }
+  }
+  throw new ConnectError(`command[0]: executable ${JSON.stringify(file)} not found${file.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
+}
+
+function killGroup(pid: number | undefined, fallback: () => void): void {
+  try {
+    if (pid !== undefined) process.kill(-pid, "SIGKILL");
+    else fallback();
+  } catch {
+    try {
+      fallback();
+    } catch {
+      // already gone
+    }
+  }
+}
+
+/**
+ * Run `options.command` connected to `io` and resolve with its exit once all its output has been
+ * written to `io.stdout`/`io.stderr` (both are ended). Aborting `io.signal` kills the process group.
+ * The building block for a driver's (or executor's) high-level exec.
+ *
+ * @example
+ * ```ts
+ * const driver = defineDriver({
+ *   // ...
+ *   execTaskStreaming: (session) =>
+ *     runExecCommand({ command: session.command, tty: session.tty, cwd: taskDir(session.taskId) }, session),
+ * });
+ * ```
+ */
+export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+  if (options.command.length === 0 || options.command[0] === "") {
+    throw new ConnectError("command must not be empty", Code.InvalidArgument);
+  }
+  const env = options.env ?? defaultEnv();
+  const file = findExecutable(options.command[0]!, env, options.cwd);
+  const args = options.command.slice(1);
+  if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
+  return options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io);
+}
+
+async function runPipes(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+  const child = spawn(file, args, {
+    cwd: options.cwd,
+    env,
+    ...(options.uid !== undefined ? { uid: options.uid } : {}),
+    ...(options.gid !== undefined ? { gid: options.gid } : {}),
+    stdio: ["pipe", "pipe", "pipe"],
+    // Own process group, so abort can kill everything the command started.
+    detached: true,
+  });
+  const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolvePromise, reject) => {
+    child.once("error", reject);
+    // 'close' comes after exit AND after both pipes hit EOF: no output is lost.
+    child.once("close", (code, sig) => resolvePromise([code, sig]));
+  });
+  const kill = () => killGroup(child.pid, () => child.kill("SIGKILL"));
+  io.signal?.addEventListener("abort", kill, { once: true });
+
+  child.stdin.on("error", () => {}); // EPIPE when the process exits without reading all input
+  io.stdin.pipe(child.stdin);
+  child.stdout.pipe(io.stdout);
+  child.stderr.pipe(io.stderr);
+  try {
+    const [code, sig] = await exited;
+    await Promise.all([finished(io.stdout).catch(() => {}), finished(io.stderr).catch(() => {})]);
+    return { exitCode: code ?? 0, signal: sig };
+  } catch (err) {
+    throw new ConnectError(`exec ${JSON.stringify(file)}: ${(err as Error).message}`, Code.FailedPrecondition);
+  } finally {
+    io.signal?.removeEventListener("abort", kill);
+    io.stdin.unpipe(child.stdin);
+  }
+}
+
+/** The subset of node-pty's IPty used here. */
+interface Pty {
+  readonly pid: number;
+  onData(cb: (data: Buffer) => void): unknown;
+  onExit(cb: (e: { exitCode: number; signal?: number }) => void): unknown;
+  write(data: string | Buffer): void;
+  resize(cols: number, rows: number): void;
+  pause(): void;
+  resume(): void;
+  kill(signal?: string): void;
+}
+
+async function runPty(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+  const pty = await import("node-pty");
+  const size = io.resize?.latest;
+  const term = pty.spawn(file, args, {
+    name: options.term ?? env.TERM ?? "xterm",
+    cols: size !== undefined && size.width > 0 ? size.width : 80,
+    rows: size !== undefined && size.height > 0 ? size.height : 24,
+    cwd: options.cwd ?? process.cwd(),
+    env,
+    ...(options.uid !== undefined ? { uid: options.uid } : {}),
+    ...(options.gid !== undefined ? { gid: options.gid } : {}),
+    // Raw bytes, not decoded strings.
+    encoding: null,
+  } as Parameters<typeof pty.spawn>[2]) as unknown as Pty;
+
+  const exited = new Promise<{ exitCode: number; signal?: number }>((r) => term.onExit(r));
+  const kill = () => killGroup(term.pid, () => term.kill("SIGKILL"));
+  io.signal?.addEventListener("abort", kill, { once: true });
+
+  // node-pty destroys its socket 200 ms after the child exits, dropping output still in the kernel
+  // buffer while we are paused for backpressure. Hold that destroy until we have resumed and the
+  // output stops arriving (the master then reports EOF by itself on Linux).
+  let paused = false;
+  let destroyWanted: (() => void) | undefined;
+  let destroyTimer: NodeJS.Timeout | undefined;
+  const armDestroy = () => {
+    if (destroyWanted === undefined || paused) return;
+    clearTimeout(destroyTimer);
+    destroyTimer = setTimeout(() => destroyWanted?.(), 200);
+  };
+  const sock = (term as unknown as { _socket?: { destroy: (...a: unknown[]) => unknown } })._socket;
+  if (sock !== undefined && typeof sock.destroy === "function") {
+    const original = sock.destroy.bind(sock);
+    sock.destroy = (...a: unknown[]) => {
+      if (a.length > 0 || destroyWanted !== undefined) return original(...a); // an error, or our own timer
+      destroyWanted = () => original();
+      armDestroy();
+      return sock;
+    };
+  }
+
+  term.onData((data) => {
+    armDestroy();
+    if (!io.stdout.write(data) && !paused) {
+      paused = true;
+      term.pause();
+      io.stdout.once("drain", () => {
+        paused = false;
+        term.resume();
+        armDestroy();
+      });
+    }
+  });
+  const onStdin = (d: Buffer) => term.write(d);
+  // End of input at a terminal is ^D.
+  const onStdinEnd = () => term.write("\x04");
+  io.stdin.on("data", onStdin);
+  io.stdin.on("end", onStdinEnd);
+  const offResize = io.resize?.on(({ height, width }) => {
+    if (height > 0 && width > 0) term.resize(width, height);
+  });
+  try {
+    const r = await exited;
+    io.stdout.end();
+    io.stderr.end();
+    await Promise.all([finished(io.stdout).catch(() => {}), finished(io.stderr).catch(() => {})]);
+    return { exitCode: r.exitCode, signal: r.signal ?? 0 };
+  } finally {
+    clearTimeout(destroyTimer);
+    io.signal?.removeEventListener("abort", kill);
+    io.stdin.off("data", onStdin);
+    io.stdin.off("end", onStdinEnd);
+    offResize?.();
+  }
+}
