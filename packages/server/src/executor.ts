@@ -24,7 +24,7 @@ export type { TaskExit, TaskLaunchOptions } from "./executor/process.js";
 export { prepareTaskContext, spawnInContext, commandInContext, lookPath } from "./executor/context.js";
 export type { TaskContext, TaskContextOptions } from "./executor/context.js";
 export { execInContext, DEFAULT_EXEC_OUTPUT_LIMIT } from "./executor/exec.js";
-export type { ExecOptions, ExecResult } from "./executor/exec.js";
+export type { ExecOptions, BufferedExecResult } from "./executor/exec.js";
 export { resolveUser } from "./executor/user.js";
 export type { ResolvedUser } from "./executor/user.js";
 export { signalNumber, signalName } from "./executor/signals.js";
@@ -38,3 +38,5 @@ export {
   isProcessAlive,
 } from "./executor/launch.js";
 export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions, ExecutorLogSink } from "./executor/launch.js";
+export { execStreamingInTask } from "./executor/exec-streaming.js";
+export { forwardExecStream } from "./executor/forward.js";

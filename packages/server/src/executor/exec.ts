@@ -2,7 +2,7 @@ import { lookPath, spawnInContext, type TaskContext } from "./context.js";
 import { signalNumber } from "./signals.js";
 
 /** Result of {@link execInContext}. */
-export interface ExecResult {
+export interface BufferedExecResult {
   /** stdout and stderr interleaved in arrival order (truncated to the limit). */
   output: Buffer;
   /** Exit status; 128+N when killed by signal N (also when killed at the deadline). */
@@ -35,7 +35,7 @@ export const DEFAULT_EXEC_OUTPUT_LIMIT = 16 * 1024 * 1024;
  * // r.output.toString() === "ok\n", r.exitCode === 0
  * ```
  */
-export async function execInContext(ctx: TaskContext, cmd: string, args: readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
+export async function execInContext(ctx: TaskContext, cmd: string, args: readonly string[], options: ExecOptions = {}): Promise<BufferedExecResult> {
   const file = lookPath(cmd, ctx, "cmd");
   const limit = options.outputLimit ?? DEFAULT_EXEC_OUTPUT_LIMIT;
   const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });

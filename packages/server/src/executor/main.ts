@@ -4,7 +4,6 @@ import { servePlugin, type ServedPlugin } from "../goplugin/serve.js";
 import { registerExecutor } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { ServerRuntime } from "../runtime/server-runtime.js";
 import { ExecutorService } from "./service.js";
-import { execStreamingInTask } from "./exec-streaming.js";
 import { hostCompute } from "../stats/host.js";
 
 /** Configuration of an executor process; the driver passes it as the JSON first argument. */
@@ -110,7 +109,6 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
   const service = new ExecutorService({
     host: hostCompute(hostOpts),
     logger,
-    execStreaming: execStreamingInTask,
     afterShutdown: () => {
       if (exitAfterShutdown) void served?.shutdown("executor Shutdown");
     },
@@ -122,7 +120,7 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
   served = await servePlugin({
     logger,
     register(router) {
-      registerExecutor(router, service, new ServerRuntime({ logger: logger as never }));
+      registerExecutor(router, service, new ServerRuntime({ logger }));
     },
   });
   return served;

@@ -19,6 +19,7 @@ import { CGROUP_V2_ROOT } from "../stats/cgroup.js";
 import type { HostCompute } from "../stats/host.js";
 import { ProcessTreeSampler, pollTaskStats } from "../stats/sampler.js";
 import { execInContext } from "./exec.js";
+import { execStreamingInTask } from "./exec-streaming.js";
 import { TaskProcess, type TaskExit } from "./process.js";
 
 /** Version string the executor reports (Nomad's executors answer "1.0.0" too). */
@@ -46,7 +47,7 @@ export interface ExecutorServiceOptions {
   logger?: ExecutorLogger;
   /** Called after Shutdown has stopped the task and its reply is on its way (the executor exits there). */
   afterShutdown?: () => void;
-  /** ExecStreaming implementation; without it ExecStreaming answers Unimplemented. */
+  /** ExecStreaming implementation; default {@link execStreamingInTask} (pipes / node-pty in the task's context). */
   execStreaming?: ExecStreamingHandler;
   /** Output cap of buffered Exec, bytes. */
   execOutputLimit?: number;
@@ -197,9 +198,11 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
   }
 
-  execStreaming(requests: AsyncIterable<ExecTaskStreamingRequest>, ctx: HandlerContext) {
+  async *execStreaming(
+    requests: AsyncIterable<ExecTaskStreamingRequest>,
+    ctx: HandlerContext,
+  ): AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>> {
     const task = this.requireTask("exec_streaming");
-    if (!this.options.execStreaming) throw new ConnectError("exec_streaming: not available", Code.Unimplemented);
-    return this.options.execStreaming(task, requests, ctx);
+    yield* (this.options.execStreaming ?? execStreamingInTask)(task, requests, ctx);
   }
 }

@@ -1,0 +1,460 @@
+import { execFileSync, spawn } from "node:child_process";
+import { createReadStream, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { PluginShutdownError } from "@nomadkit/client";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  CPUUsage_Fields,
+  ExecTaskStreamingRequestSchema,
+  type ExecTaskStreamingResponse,
+} from "@nomadkit/protocol/driver";
+import { execStreaming } from "../src/exec/index.js";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  decodeExecutorState,
+  encodeExecutorState,
+  executorBinPath,
+  isProcessAlive,
+  launchExecutor,
+  reattachExecutor,
+  forwardExecStream,
+  type ExecutorHandle,
+} from "../src/executor.js";
+import { LinuxNetnsManager } from "../src/network.js";
+import { hostCompute, processTree, totalTicks } from "../src/stats.js";
+
+const isRoot = process.getuid?.() === 0;
+const PATH = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+let dir: string;
+const handles: ExecutorHandle[] = [];
+const stray: number[] = [];
+
+beforeAll(() => {
+  if (!existsSync(executorBinPath())) throw new Error(`build first: ${executorBinPath()} is missing (npx turbo run build)`);
+  dir = mkdtempSync(join(tmpdir(), "nk-executor-"));
+});
+afterEach(async () => {
+  for (const h of handles.splice(0)) {
+    await h.shutdownTask("SIGKILL", 0).catch(() => undefined);
+    await h.kill();
+  }
+  for (const pid of stray.splice(0)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      /* gone */
+    }
+  }
+});
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+async function executor(config = {}): Promise<ExecutorHandle> {
+  const h = await launchExecutor({ config });
+  handles.push(h);
+  return h;
+}
+
+let n = 0;
+const file = (name: string) => join(dir, `${++n}-${name}`);
+
+/** Polls a file until `done(content)` holds: a condition, not a timed sleep. */
+async function fileUntil(path: string, done: (s: string) => boolean): Promise<string> {
+  for (;;) {
+    const s = existsSync(path) ? readFileSync(path, "utf8") : "";
+    if (done(s)) return s;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A request stream the test feeds by hand; like Nomad, it never half-closes until told. */
+function requestQueue() {
+  const items: MessageInitShape<typeof ExecTaskStreamingRequestSchema>[] = [];
+  let wake: (() => void) | undefined;
+  let closed = false;
+  return {
+    push(m: MessageInitShape<typeof ExecTaskStreamingRequestSchema>) {
+      items.push(m);
+      wake?.();
+    },
+    close() {
+      closed = true;
+      wake?.();
+    },
+    async *[Symbol.asyncIterator]() {
+      for (;;) {
+        if (items.length > 0) {
+          yield create(ExecTaskStreamingRequestSchema, items.shift()!);
+          continue;
+        }
+        if (closed) return;
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
+    },
+  };
+}
+
+/** Collects an exec stream's responses: output per stream, close markers, exited messages. */
+async function collectExec(responses: AsyncIterable<ExecTaskStreamingResponse>, onStdout?: (text: string) => void) {
+  const r = { stdout: "", stderr: "", stdoutClosed: 0, stderrClosed: 0, exited: 0, exitCode: -1 };
+  for await (const m of responses) {
+    if (m.stdout?.data.length) {
+      r.stdout += Buffer.from(m.stdout.data).toString();
+      onStdout?.(r.stdout);
+    }
+    if (m.stderr?.data.length) r.stderr += Buffer.from(m.stderr.data).toString();
+    if (m.stdout?.close) r.stdoutClosed++;
+    if (m.stderr?.close) r.stderrClosed++;
+    if (m.exited) {
+      r.exited++;
+      r.exitCode = m.result?.exitCode ?? -1;
+    }
+  }
+  return r;
+}
+
+async function expectCode(p: Promise<unknown>, code: Code, field: string) {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ConnectError);
+  expect((err as ConnectError).code).toBe(code);
+  expect((err as ConnectError).rawMessage).toContain(field);
+}
+
+describe("executor: launch and wait", () => {
+  it("reports the exit code, version, env and working directory", async () => {
+    const exe = await executor();
+    expect((await exe.client.version({})).version).toBe("1.0.0");
+    const out = file("out");
+    const { process: started } = await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", 'echo "$FOO"; pwd; exit 7'],
+      env: ["FOO=bar=baz", PATH],
+      taskDir: dir,
+      stdoutPath: out,
+    });
+    expect(started!.pid).toBeGreaterThan(0);
+    const { process: done } = await exe.client.wait({});
+    expect(done).toMatchObject({ pid: started!.pid, exitCode: 7, signal: 0, oomKilled: false });
+    expect(done!.time).toBeDefined();
+    expect(readFileSync(out, "utf8")).toBe(`bar=baz\n${dir}\n`);
+    // Wait again: same answer. A second Launch is refused.
+    expect((await exe.client.wait({})).process!.exitCode).toBe(7);
+    await expectCode(exe.client.launch({ cmd: "true" }), Code.FailedPrecondition, "launch");
+    // UpdateResources is accepted (no resource controller).
+    await exe.client.updateResources({ resources: {} });
+  });
+
+  it("rejects bad launch requests with errors naming the field", async () => {
+    const exe = await executor();
+    await expectCode(exe.client.launch({ cmd: "definitely-not-a-command-xyz", env: [PATH] }), Code.InvalidArgument, "cmd");
+    await expectCode(exe.client.launch({ cmd: "true", env: [PATH, "NOEQUALS"] }), Code.InvalidArgument, "env[1]");
+    await expectCode(exe.client.launch({ cmd: "true", env: [PATH], user: "no-such-user-xyz" }), Code.InvalidArgument, "user");
+    await expectCode(exe.client.launch({ cmd: "true", env: [PATH], workDir: join(dir, "missing") }), Code.InvalidArgument, "work_dir");
+    await expectCode(exe.client.launch({ cmd: "true", env: [PATH], stdoutPath: join(dir, "no/such/dir/out") }), Code.InvalidArgument, "stdout_path");
+    await expectCode(exe.client.wait({}), Code.FailedPrecondition, "wait");
+    await expectCode(exe.client.signal({ signal: 15 }), Code.FailedPrecondition, "signal");
+    // After all those failures the executor still launches a task.
+    await exe.client.launch({ cmd: "true", env: [PATH] });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+  });
+
+  it("writes stdout and stderr to files and to a FIFO", async () => {
+    const exe = await executor();
+    const fifo = file("fifo");
+    execFileSync("mkfifo", [fifo]);
+    const errFile = file("err");
+    // Nomad's log collector opens the FIFO's read side; the executor's open waits for it.
+    const reader = createReadStream(fifo);
+    const chunks: Buffer[] = [];
+    reader.on("data", (b) => chunks.push(b as Buffer));
+    const ended = new Promise((r) => reader.on("end", r));
+    await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", "echo to-stdout; echo to-stderr >&2"],
+      env: [PATH],
+      stdoutPath: fifo,
+      stderrPath: errFile,
+    });
+    await exe.client.wait({});
+    await ended; // EOF: the executor closed its copy of the FIFO
+    expect(Buffer.concat(chunks).toString()).toBe("to-stdout\n");
+    expect(readFileSync(errFile, "utf8")).toBe("to-stderr\n");
+  });
+
+  it.runIf(isRoot)("runs the task as another user", async () => {
+    const exe = await executor();
+    const out = file("user");
+    await exe.client.launch({ cmd: "sh", args: ["-c", "id -u; id -g"], env: [PATH], user: "nobody", stdoutPath: out });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+    const nobody = execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim();
+    expect(readFileSync(out, "utf8").split("\n")[0]).toBe(nobody);
+  });
+});
+
+describe("executor: signals and shutdown", () => {
+  it("Signal delivers the signal; death by signal N is exit code 128+N", async () => {
+    const exe = await executor();
+    const { process: p } = await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    await exe.client.signal({ signal: 15 });
+    const { process: done } = await exe.client.wait({});
+    expect(done).toMatchObject({ pid: p!.pid, exitCode: 143, signal: 15 });
+    await expectCode(exe.client.signal({ signal: 15 }), Code.FailedPrecondition, "signal");
+  });
+
+  it("rejects unknown signals naming the field", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    await expectCode(exe.client.signal({ signal: 999 }), Code.InvalidArgument, "signal");
+    await expectCode(exe.client.shutdown({ signal: "SIGNOPE", gracePeriod: 1_000_000_000n }), Code.InvalidArgument, "signal");
+  });
+
+  it("Shutdown sends the signal and returns when the task obeys it", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const wait = exe.client.wait({});
+    // A long grace: the task exits on SIGTERM well before it.
+    await exe.shutdownTask("SIGTERM", 600_000);
+    expect((await wait).process).toMatchObject({ exitCode: 143, signal: 15 });
+  });
+
+  it("Shutdown kills a task that ignores the signal once the grace period is over", async () => {
+    const exe = await executor();
+    const out = file("trap");
+    await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", 'trap "" TERM; echo ready; while :; do sleep 1; done'],
+      env: [PATH],
+      stdoutPath: out,
+    });
+    await fileUntil(out, (s) => s.includes("ready"));
+    const wait = exe.client.wait({});
+    await exe.shutdownTask("SIGTERM", 300);
+    expect((await wait).process).toMatchObject({ exitCode: 137, signal: 9 });
+    // And the executor exits after Shutdown.
+    await new Promise<void>((r) => (exe.exited.aborted ? r() : exe.exited.addEventListener("abort", () => r())));
+    expect(isProcessAlive(exe.pid)).toBe(false);
+  });
+
+  it("Shutdown also kills what the task left running in its process group", async () => {
+    const exe = await executor();
+    const out = file("group");
+    const { process: p } = await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", "sleep 1000 & echo $!; wait"],
+      env: [PATH],
+      stdoutPath: out,
+    });
+    const child = Number((await fileUntil(out, (s) => s.endsWith("\n"))).trim());
+    expect((await processTree(p!.pid)).map((x) => x.pid)).toContain(child);
+    await exe.shutdownTask("SIGTERM", 600_000);
+    expect(isProcessAlive(child)).toBe(false);
+  });
+});
+
+describe("executor: exec and stats", () => {
+  it("Exec runs in the task's context and returns combined output and exit code", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: ["FOO=from-task", PATH], taskDir: dir });
+    const r = await exe.client.exec({ cmd: "sh", args: ["-c", 'echo "$FOO"; pwd; echo err >&2; exit 4'] });
+    expect(r.exitCode).toBe(4);
+    const text = Buffer.from(r.output).toString();
+    expect(text).toContain(`from-task\n${dir}\n`);
+    expect(text).toContain("err\n");
+    // Past its deadline the command is killed: 128+9.
+    const late = await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: timestampFromDate(new Date(Date.now() + 200)) });
+    expect(late.exitCode).toBe(137);
+    await expectCode(exe.client.exec({ cmd: "no-such-cmd-xyz", args: [] }), Code.InvalidArgument, "cmd");
+  });
+
+  it("Stats streams samples of the task's process tree with total_ticks from the executor's host", async () => {
+    const totalComputeMhz = 12_345;
+    const exe = await executor({ totalComputeMhz });
+    const { process: p } = await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait"],
+      env: [PATH],
+    });
+    for (;;) {
+      const t = await processTree(p!.pid);
+      if (t.length >= 3 && t.some((x) => x.utime + x.stime > 0)) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const ac = new AbortController();
+    const samples = [];
+    for await (const r of exe.client.stats({ interval: 50_000_000n }, { signal: ac.signal })) {
+      samples.push(r.stats!);
+      if (samples.length === 2) break;
+    }
+    ac.abort();
+    const host = { numCores: hostCompute().numCores, totalComputeMhz };
+    for (const s of samples) {
+      expect(s.timestamp).toBeDefined();
+      expect(s.aggResourceUsage?.cpu).toBeDefined();
+      expect(s.aggResourceUsage?.memory).toBeDefined();
+      expect(s.aggResourceUsage!.cpu!.totalTicks).toBeCloseTo(totalTicks(s.aggResourceUsage!.cpu!.percent, host), 9);
+    }
+    const first = samples[0]!;
+    expect(first.aggResourceUsage!.cpu!.percent).toBeGreaterThan(0);
+    expect(first.aggResourceUsage!.cpu!.totalTicks).toBeGreaterThan(0);
+    expect(first.aggResourceUsage!.cpu!.measuredFields).not.toContain(CPUUsage_Fields.TOTAL_TICKS);
+    expect(first.aggResourceUsage!.memory!.rss).toBeGreaterThan(0n);
+    expect(Object.keys(first.resourceUsageByPid).length).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe("executor: exec streaming", () => {
+  it("runs Nomad's non-tty vector in the task's context", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: ["GREETING=hello", PATH] });
+    const q = requestQueue();
+    q.push({ setup: { taskId: "t", command: ["/bin/sh", "-c", 'echo "$GREETING" stdout; echo hello stderr >&2; exit 43'], tty: false } });
+    q.push({}); // heartbeat
+    const r = await collectExec(exe.client.execStreaming(q));
+    q.close();
+    expect(r).toEqual({ stdout: "hello stdout\n", stderr: "hello stderr\n", stdoutClosed: 1, stderrClosed: 1, exited: 1, exitCode: 43 });
+  });
+
+  it("runs Nomad's tty vector: stty size follows the last resize", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const q = requestQueue();
+    q.push({ setup: { taskId: "t", command: ["/bin/sh"], tty: true } });
+    q.push({ ttySize: { height: 50, width: 40 } });
+    q.push({ ttySize: { height: 100, width: 100 } });
+    q.push({ stdin: { data: new TextEncoder().encode("stty size; exit 0\n") } });
+    const r = await collectExec(exe.client.execStreaming(q));
+    q.close();
+    expect(r.stdout).toContain("100 100\r\n");
+    expect(r.exited).toBe(1);
+    expect(r.exitCode).toBe(0);
+  });
+
+  it("forwardExecStream passes a driver's raw stream through to the executor untranslated", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const q = requestQueue();
+    q.push({ setup: { taskId: "t", command: ["/bin/sh", "-c", "cat; echo done >&2; exit 5"], tty: false } });
+    q.push({ stdin: { data: new TextEncoder().encode("from stdin\n") } });
+    q.push({});
+    q.push({ stdin: { close: true } });
+    // The engine's raw form, exactly as a driver's execTaskStreamingRaw gets it.
+    const r = await collectExec(execStreaming(q, { raw: (stream) => forwardExecStream(stream, exe) }));
+    q.close();
+    expect(r).toEqual({ stdout: "from stdin\n", stderr: "done\n", stdoutClosed: 1, stderrClosed: 1, exited: 1, exitCode: 5 });
+  });
+
+  it("answers InvalidArgument naming the field for a missing command", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const q = requestQueue();
+    q.push({ setup: { taskId: "t", command: ["no-such-cmd-xyz"], tty: false } });
+    await expectCode(collectExec(exe.client.execStreaming(q)), Code.InvalidArgument, "command[0]");
+    q.close();
+  });
+});
+
+describe.runIf(isRoot)("executor: network isolation", () => {
+  it("runs the task inside the allocation's network namespace, as another user", async () => {
+    const nets = new LinuxNetnsManager();
+    const allocId = `nk-exec-${process.pid}`;
+    const { spec } = await nets.create(allocId, "");
+    try {
+      const exe = await executor();
+      const out = file("netns");
+      await exe.client.launch({
+        cmd: "sh",
+        args: ["-c", "id -u; cat /proc/net/dev"],
+        env: [PATH],
+        user: "nobody",
+        stdoutPath: out,
+        networkIsolation: spec,
+      });
+      expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+      const lines = readFileSync(out, "utf8").trim().split("\n");
+      expect(lines[0]).toBe(execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim());
+      const ifaces = lines.slice(3).map((l) => l.split(":")[0]!.trim());
+      expect(ifaces).toEqual(["lo"]);
+      // Exec runs in the namespace too.
+      const r = await exe.client.exec({ cmd: "cat", args: ["/proc/net/dev"] });
+      expect(Buffer.from(r.output).toString().split("\n").slice(2).filter(Boolean).map((l) => l.split(":")[0]!.trim())).toEqual(["lo"]);
+    } finally {
+      await nets.destroy(allocId, spec);
+    }
+  });
+
+  it("refuses a namespace path that does not exist, naming the field", async () => {
+    const exe = await executor();
+    await expectCode(
+      exe.client.launch({ cmd: "true", env: [PATH], networkIsolation: { path: "/var/run/netns/nk-missing-xyz" } }),
+      Code.InvalidArgument,
+      "network_isolation.path",
+    );
+  });
+});
+
+describe("executor: outliving the driver", () => {
+  it("keeps the task running when the driver is SIGKILLed, and is reattachable", async () => {
+    const out = file("survivor");
+    const parent = spawn(process.execPath, [join(__dirname, "fixtures/executor/parent.mjs"), out], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    stray.push(parent.pid!);
+    const line = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: parent.stdout! }).once("line", resolve);
+      parent.once("exit", (c) => reject(new Error(`parent exited ${c}`)));
+    });
+    const { reattach, taskPid } = JSON.parse(line) as { reattach: { pid: number; network: "unix"; address: string }; taskPid: number };
+    stray.push(reattach.pid, taskPid);
+    await fileUntil(out, (s) => s.includes("started"));
+
+    const parentGone = new Promise((r) => parent.once("exit", r));
+    parent.kill("SIGKILL");
+    await parentGone;
+    expect(isProcessAlive(reattach.pid)).toBe(true);
+    expect(isProcessAlive(taskPid)).toBe(true);
+
+    // driver_state round trip, then reattach.
+    const state = decodeExecutorState(encodeExecutorState(reattach, { note: "x" }));
+    expect(state).toEqual({ executor: reattach, driver: { note: "x" } });
+    const exe = await reattachExecutor(state.executor);
+    handles.push(exe);
+    // The executor logs after its stderr pipe broke (EPIPE) and keeps serving.
+    expect((await exe.client.version({})).version).toBe("1.0.0");
+    const wait = exe.client.wait({});
+    await exe.client.signal({ signal: 10 }); // SIGUSR1: the task's trap exits 42
+    const { process: done } = await wait;
+    expect(done).toMatchObject({ pid: taskPid, exitCode: 42, signal: 0 });
+    const text = readFileSync(out, "utf8");
+    // Started exactly once: it never stopped or restarted.
+    expect(text.match(/started/g)).toHaveLength(1);
+    expect(text).toContain(`started ${taskPid}`);
+    expect(text).toContain("got USR1");
+  });
+
+  it("reattaching to a dead executor fails with PluginShutdownError; bad driver_state names the field", async () => {
+    const c = spawn("true");
+    await new Promise((r) => c.once("exit", r));
+    await expect(reattachExecutor({ pid: c.pid!, network: "unix", address: "/nonexistent.sock" })).rejects.toBeInstanceOf(PluginShutdownError);
+    for (const bad of ["not json", "{}", '{"executor":{"pid":-1,"network":"unix","address":"x"}}', '{"executor":{"pid":1,"network":"udp","address":"x"}}']) {
+      expect(() => decodeExecutorState(new TextEncoder().encode(bad))).toThrow(/driver_state/);
+    }
+  });
+
+  it("calls fail with PluginShutdownError once the executor is gone", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const { process: p } = await exe.client.launch({ cmd: "true" }).catch(() => ({ process: undefined }));
+    expect(p).toBeUndefined();
+    process.kill(exe.pid, "SIGKILL");
+    await expect(exe.client.wait({})).rejects.toBeInstanceOf(PluginShutdownError);
+  });
+});
