@@ -1,0 +1,241 @@
+// nomadkit-rawexec: a raw_exec-style Nomad task driver built only on @nomadkit/server's public API.
+// Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
+// re-attaches from the reattach info kept in TaskHandle.driver_state.
+import { join } from "node:path";
+import { defineDriver, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type SpecValue } from "@nomadkit/server";
+import {
+  decodeExecutorState,
+  forwardExecStream,
+  isProcessAlive,
+  launchExecutor,
+  reattachExecutor,
+  signalNumber,
+  type ExecutorHandle,
+} from "@nomadkit/server/executor";
+import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
+import { RawExecTask, type RawExecState } from "./task.js";
+
+/** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
+export const PLUGIN_NAME = "nomadkit-rawexec";
+/** The plugin's version. */
+export const PLUGIN_VERSION = "0.1.0";
+
+/** Agent config: `plugin "nomadkit-rawexec" { config { create_network = true } }`. */
+export const pluginConfigSchema = spec.object({
+  /** Create each allocation's network namespace in the driver (must_create_network) instead of Nomad. */
+  create_network: spec.attr("bool", { default: false }),
+});
+
+/** Task config: `config { command = "/bin/sleep" args = ["300"] }`, the names raw_exec uses. */
+export const taskConfigSchema = spec.object({
+  command: spec.attr("string", { required: true }),
+  args: spec.attr("list(string)", { default: [] }),
+});
+
+export type PluginConfig = SpecValue<typeof pluginConfigSchema>;
+export type TaskConfig = SpecValue<typeof taskConfigSchema>;
+
+/** Options of {@link createRawExecDriver} (for tests and embedding). */
+export interface RawExecDriverOptions {
+  /** Network manager for `create_network`; default the Linux named-netns manager. */
+  network?: NetworkManager;
+}
+
+type Ctx = CallContext<PluginConfig, TaskConfig>;
+
+function env(map: Record<string, string>): string[] {
+  return Object.entries(map).map(([k, v]) => `${k}=${v}`);
+}
+
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+/**
+ * Builds the nomadkit-rawexec driver.
+ *
+ * @example
+ * ```ts
+ * import { serveDriver } from "@nomadkit/server";
+ * await serveDriver(createRawExecDriver());
+ * ```
+ */
+export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<PluginConfig, TaskConfig> {
+  const tasks = new Map<string, RawExecTask>();
+  let createNetwork = false;
+  let nets: NetworkManager | undefined = options.network;
+  const networks = (): NetworkManager => (nets ??= new LinuxNetnsManager({ labels: { "nomadkit.driver": PLUGIN_NAME } }));
+
+  const get = (taskId: string): RawExecTask => {
+    const t = tasks.get(taskId);
+    if (!t) throw taskNotFound(taskId);
+    return t;
+  };
+
+  return defineDriver<PluginConfig, TaskConfig>({
+    name: PLUGIN_NAME,
+    version: PLUGIN_VERSION,
+    configSchema: pluginConfigSchema,
+    taskConfigSchema,
+    // Read on every Capabilities call: must_create_network follows the agent's plugin config.
+    get capabilities() {
+      return { sendSignals: true, exec: true, mustCreateNetwork: createNetwork };
+    },
+
+    setConfig(config) {
+      createNetwork = config.create_network;
+    },
+
+    fingerprint() {
+      return {
+        health: "healthy",
+        description: "Healthy",
+        attributes: { [`driver.${PLUGIN_NAME}`]: true, [`driver.${PLUGIN_NAME}.version`]: PLUGIN_VERSION },
+      };
+    },
+
+    async startTask(task, ctx: Ctx) {
+      const { command, args } = task.driverConfig;
+      if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
+      const taskDir = join(task.allocDir, task.name);
+      let user = "";
+      if (task.user) {
+        if (process.getuid?.() === 0) user = task.user;
+        else ctx.events.emit({ taskId: task.id, message: `Running as the plugin's user: task user ${JSON.stringify(task.user)} needs the plugin to run as root` });
+      }
+      const exe: ExecutorHandle = await launchExecutor({ config: { logFile: join(taskDir, "executor.out") } });
+      let pid: number;
+      try {
+        const res = await exe.client.launch(
+          {
+            cmd: command,
+            args: [...args],
+            env: env(task.env),
+            user,
+            taskDir,
+            stdoutPath: task.stdoutPath,
+            stderrPath: task.stderrPath,
+            resources: task.resources,
+            networkIsolation: task.networkIsolationSpec?.path ? task.networkIsolationSpec : undefined,
+          },
+          { signal: ctx.signal },
+        );
+        pid = res.process?.pid ?? 0;
+      } catch (err) {
+        await exe.kill().catch(() => undefined);
+        throw err;
+      }
+      const state: RawExecState = { startedAt: new Date().toISOString(), pid };
+      tasks.set(task.id, new RawExecTask(task.id, exe, state));
+      ctx.events.emit({ taskId: task.id, message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`, annotations: { pid: String(pid), executor_pid: String(exe.pid) } });
+      // driver_state: the executor's reattach info plus our own fields, as JSON bytes.
+      return { driverState: exe.driverState(state) };
+    },
+
+    async recoverTask({ task, driverState }, ctx: Ctx) {
+      if (tasks.has(task.id)) return;
+      const { executor, driver } = decodeExecutorState<RawExecState>(driverState);
+      const exe = await reattachExecutor(executor);
+      const state: RawExecState = driver ?? { startedAt: new Date().toISOString(), pid: 0 };
+      tasks.set(task.id, new RawExecTask(task.id, exe, state));
+      ctx.events.emit({ taskId: task.id, message: `Reattached to executor ${executor.pid} (task pid ${state.pid})` });
+    },
+
+    async waitTask(taskId, ctx: Ctx) {
+      return raceAbort(get(taskId).exited, ctx.signal);
+    },
+
+    async stopTask(taskId, { signal, timeoutMs }) {
+      const t = get(taskId);
+      if (t.exit) return;
+      // Signal first and wait here, so the exit status is read while the executor still runs.
+      try {
+        await t.exe.client.signal({ signal: signalNumber(signal) });
+      } catch {
+        // already exited; the Wait below settles it
+      }
+      if (!(await t.exitedWithin(timeoutMs))) await t.exe.shutdownTask("SIGKILL", 0);
+      await t.exited;
+    },
+
+    async destroyTask(taskId, { force }) {
+      const t = get(taskId);
+      if (!t.exit && !force) throw new Error(`cannot destroy running task ${taskId}: stop it first or use force`);
+      // Shutdown kills the task (if still running) and what it left in its process group, then the executor exits.
+      if (isProcessAlive(t.exe.pid)) await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
+      if (!t.exit) await t.exitedWithin(5000);
+      if (isProcessAlive(t.exe.pid)) await t.exe.kill();
+      t.detach();
+      tasks.delete(taskId);
+    },
+
+    inspectTask(taskId) {
+      const t = get(taskId);
+      return {
+        state: t.exit ? "exited" : "running",
+        startedAt: t.startedAt,
+        completedAt: t.exit?.at,
+        exit: t.exit,
+        attributes: { pid: String(t.state.pid), executor_pid: String(t.exe.pid) },
+      };
+    },
+
+    async signalTask(taskId, signal) {
+      const t = get(taskId);
+      if (t.exit) throw new Error(`task ${taskId} has already exited`);
+      await t.exe.client.signal({ signal: signalNumber(signal) });
+    },
+
+    async execTask(taskId, command, { timeoutMs, signal }) {
+      const t = get(taskId);
+      const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : undefined;
+      const res = await t.exe.client.exec(
+        {
+          cmd: command[0]!,
+          args: command.slice(1),
+          deadline: deadline === undefined ? undefined : { seconds: BigInt(Math.floor(deadline / 1000)), nanos: (deadline % 1000) * 1e6 },
+        },
+        { signal },
+      );
+      // The executor interleaves stdout and stderr, as Nomad's raw_exec does.
+      return { stdout: res.output, stderr: new Uint8Array(), exitCode: res.exitCode };
+    },
+
+    execTaskStreamingRaw(stream) {
+      // Forwarded to the executor message for message (raw form): no translation in this process.
+      return forwardExecStream(stream, get(stream.taskId).exe);
+    },
+
+    async taskStats(taskId, ctx: Ctx) {
+      return get(taskId).stats.next(ctx.signal);
+    },
+
+    async createNetwork(allocId, hostname) {
+      return networks().create(allocId, hostname);
+    },
+
+    async destroyNetwork(allocId, spec) {
+      await networks().destroy(allocId, spec);
+    },
+
+    shutdown() {
+      // Tasks keep running under their executors; Nomad recovers them after the restart.
+      for (const t of tasks.values()) t.detach();
+      tasks.clear();
+    },
+  });
+}

@@ -1,0 +1,140 @@
+// One running task: its executor connection, the pending Wait, and a stats feed. The task process
+// belongs to the executor, not to this plugin, so everything here can be rebuilt after a restart
+// from the reattach info kept in the task handle.
+import type { ExecutorHandle } from "@nomadkit/server/executor";
+import type { TaskExit } from "@nomadkit/server";
+
+type StatsResponse = ReturnType<ExecutorHandle["client"]["stats"]> extends AsyncIterable<infer R> ? R : never;
+/** A TaskStats message as the executor sends it (total_ticks included). */
+type ExecutorStats = NonNullable<StatsResponse["stats"]>;
+
+/** What the plugin keeps in `TaskHandle.driver_state` next to the executor's reattach info. */
+export interface RawExecState {
+  /** When the task was started (ISO 8601); survives restarts so InspectTask keeps reporting it. */
+  startedAt: string;
+  /** The task process id. */
+  pid: number;
+}
+
+/** How often the executor samples the task's process tree for TaskStats. */
+const STATS_INTERVAL_MS = 1000;
+
+/**
+ * Keeps one Stats stream open to the executor while someone asks for stats, and hands out each
+ * sample once: a caller gets the newest unseen sample, or waits for the next.
+ */
+class StatsFeed {
+  private latest: ExecutorStats | undefined;
+  private fresh = false;
+  private error: unknown;
+  private running = false;
+  private wakeups: (() => void)[] = [];
+  private stop = new AbortController();
+
+  constructor(private readonly exe: ExecutorHandle) {}
+
+  private wake(): void {
+    const w = this.wakeups;
+    this.wakeups = [];
+    for (const fn of w) fn();
+  }
+
+  private start(): void {
+    if (this.running || this.stop.signal.aborted) return;
+    this.running = true;
+    this.error = undefined;
+    void (async () => {
+      try {
+        const req = { interval: BigInt(STATS_INTERVAL_MS) * 1_000_000n };
+        for await (const r of this.exe.client.stats(req, { signal: this.stop.signal })) {
+          if (!r.stats) continue;
+          this.latest = r.stats;
+          this.fresh = true;
+          this.wake();
+        }
+      } catch (err) {
+        if (!this.stop.signal.aborted) this.error = err;
+      } finally {
+        this.running = false;
+        this.wake();
+      }
+    })();
+  }
+
+  /** The next sample; rejects when the executor cannot deliver one or `signal` aborts. */
+  async next(signal: AbortSignal): Promise<ExecutorStats> {
+    for (;;) {
+      if (this.fresh && this.latest) {
+        this.fresh = false;
+        return this.latest;
+      }
+      if (this.error !== undefined) {
+        const err = this.error;
+        this.error = undefined;
+        throw err;
+      }
+      if (this.stop.signal.aborted) throw new Error("task stats: the task is being destroyed");
+      this.start();
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => reject(signal.reason);
+        if (signal.aborted) return onAbort();
+        signal.addEventListener("abort", onAbort, { once: true });
+        this.wakeups.push(() => {
+          signal.removeEventListener("abort", onAbort);
+          resolve();
+        });
+      });
+    }
+  }
+
+  close(): void {
+    this.stop.abort();
+    this.wake();
+  }
+}
+
+/** A task supervised by an executor process. */
+export class RawExecTask {
+  /** Set once the executor reported the exit. */
+  exit: (TaskExit & { at: Date }) | undefined;
+  /** Resolves with the exit (never rejects). */
+  readonly exited: Promise<TaskExit>;
+  readonly stats: StatsFeed;
+
+  constructor(
+    readonly id: string,
+    readonly exe: ExecutorHandle,
+    readonly state: RawExecState,
+  ) {
+    this.stats = new StatsFeed(exe);
+    // One long Wait per task: the executor answers it when the process ends, so the result is
+    // captured while the executor is still there to tell it.
+    this.exited = exe.client.wait({}).then(
+      (r): TaskExit => ({ exitCode: r.process?.exitCode ?? 0, signal: r.process?.signal ?? 0, oomKilled: r.process?.oomKilled ?? false }),
+      (err: unknown): TaskExit => ({ exitCode: 1, err: `executor: error waiting on the task process: ${(err as Error).message}` }),
+    );
+    void this.exited.then((e) => {
+      this.exit = { ...e, at: new Date() };
+      this.stats.close();
+    });
+  }
+
+  get startedAt(): Date {
+    return new Date(this.state.startedAt);
+  }
+
+  /** Waits for the exit, up to `ms`; true when it happened. */
+  async exitedWithin(ms: number): Promise<boolean> {
+    if (this.exit) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const r = await Promise.race([this.exited.then(() => true), new Promise<boolean>((res) => (timer = setTimeout(() => res(false), ms)))]);
+    clearTimeout(timer);
+    return r;
+  }
+
+  /** Drops the connection to the executor; the executor and the task keep running. */
+  detach(): void {
+    this.stats.close();
+    this.exe.close();
+  }
+}

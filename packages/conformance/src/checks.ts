@@ -1,0 +1,628 @@
+import { spawn } from "node:child_process";
+import { existsSync, readlinkSync, statSync } from "node:fs";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { PluginShutdownError } from "@nomadkit/client";
+import { PluginType } from "@nomadkit/protocol/base";
+import {
+  FingerprintResponse_HealthState,
+  NetworkIsolationSpec_NetworkIsolationMode,
+  TaskState,
+  type TaskStats,
+  type WaitTaskResponse,
+} from "@nomadkit/protocol/driver";
+import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
+import { SIGNAL_MARKER, type Suite, type SuiteTask } from "./suite.js";
+import { Code, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, show, waitUntil } from "./util.js";
+
+/** A named step of the suite. Returns a short message on success; throws to fail or skip. */
+export interface Check {
+  name: string;
+  title: string;
+  needs: readonly string[];
+  run(s: Suite): Promise<string | void>;
+}
+
+const NOMAD_API_VERSION = "v0.1.0";
+const te = new TextEncoder();
+
+function running(s: Suite) {
+  expect(s.run && !s.run.exitSignal.aborted, s.whyGone(s.run));
+  return s.run;
+}
+
+function needCap(s: Suite, cap: "exec" | "sendSignals"): void {
+  if (!s.caps?.[cap]) throw new SkipCheck(`capabilities.${cap === "exec" ? "exec" : "send_signals"} is false`);
+}
+
+function execCmd(s: Suite, script: string): string[] {
+  return [s.opts.execShell, "-c", script];
+}
+
+async function exec(s: Suite, task: SuiteTask, requests: ExecRequest[]): Promise<ExecOutcome> {
+  const o = await runExecStream(running(s).driver, requests, { timeoutMs: s.opts.callTimeoutMs, signal: s.signal });
+  if (o.error instanceof PluginShutdownError) throw o.error;
+  if (o.error) throw new Error(`ExecTaskStreaming on ${task.id} failed: ${describe(o.error)}`);
+  expect(o.violations.length === 0, `protocol violation: ${o.violations.join("; ")}`);
+  expect(o.exitedCount === 1, "the stream ended without an exited message");
+  return o;
+}
+
+function setup(task: SuiteTask, command: string[], tty = false): ExecRequest {
+  return { setup: { taskId: task.id, command, tty } };
+}
+
+function stdin(data: string): ExecRequest {
+  return { stdin: { data: te.encode(data) } };
+}
+
+function describeExit(r: WaitTaskResponse | undefined): string {
+  if (!r?.result) return "no result";
+  const parts = [`exit_code ${r.result.exitCode}`];
+  if (r.result.signal) parts.push(`signal ${r.result.signal}`);
+  if (r.result.oomKilled) parts.push("oom_killed");
+  if (r.err) parts.push(`err ${JSON.stringify(r.err)}`);
+  return parts.join(", ");
+}
+
+async function settled(s: Suite, task: SuiteTask): Promise<WaitTaskResponse> {
+  expect(task.waiting, `no WaitTask call is pending for ${task.id}`);
+  let timer: NodeJS.Timeout | undefined;
+  const r = await Promise.race([
+    task.waiting,
+    new Promise<Error>((res) => (timer = setTimeout(() => res(new Error(`WaitTask did not return within ${s.opts.callTimeoutMs} ms after the task ended`)), s.opts.callTimeoutMs))),
+  ]);
+  clearTimeout(timer);
+  if (r instanceof Error) throw r;
+  return r;
+}
+
+function statsProblems(st: TaskStats | undefined): string[] {
+  const p: string[] = [];
+  if (!st) return ["the response has no stats"];
+  if (!st.timestamp) p.push("stats.timestamp is missing (Nomad drops such samples)");
+  if (!st.aggResourceUsage) p.push("stats.agg_resource_usage is missing (Nomad dereferences it)");
+  else {
+    const { cpu, memory } = st.aggResourceUsage;
+    if (!cpu) p.push("agg_resource_usage.cpu is missing");
+    if (!memory) p.push("agg_resource_usage.memory is missing");
+    if (cpu) {
+      if (!Number.isFinite(cpu.totalTicks) || cpu.totalTicks < 0) p.push(`cpu.total_ticks is ${cpu.totalTicks}`);
+      if (cpu.percent > 0 && !(cpu.totalTicks > 0)) p.push(`cpu.percent is ${cpu.percent} but total_ticks is ${cpu.totalTicks}`);
+    }
+  }
+  return p;
+}
+
+/** The checks, in run order. */
+export const CHECKS: readonly Check[] = [
+  {
+    name: "no-cookie",
+    title: "refuses to run without the magic cookie (message on stderr, exit 1)",
+    needs: [],
+    async run(s) {
+      const env: NodeJS.ProcessEnv = { ...process.env, ...s.opts.env };
+      delete env.NOMAD_PLUGIN_MAGIC_COOKIE;
+      const child = spawn(s.opts.plugin, [...s.opts.args], { env, stdio: ["ignore", "pipe", "pipe"] });
+      let stderr = "";
+      let stdout = "";
+      child.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
+      child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
+      let timer: NodeJS.Timeout | undefined;
+      const code = await new Promise<number | string>((resolve) => {
+        child.once("error", (e) => resolve(`cannot start: ${e.message}`));
+        child.once("close", (c, sig) => resolve(c ?? `signal ${sig}`));
+        timer = setTimeout(() => {
+          child.kill("SIGKILL");
+          resolve("still running (it must exit)");
+        }, s.opts.callTimeoutMs);
+      });
+      clearTimeout(timer);
+      expect(code === 1, `exit status ${code}, want 1`);
+      expect(stderr.trim() !== "", "nothing was written to stderr");
+      expect(!/^\d+\|\d+\|/.test(stdout), "it printed a go-plugin handshake anyway");
+      return show(stderr.trim().split("\n")[0] ?? "", 80);
+    },
+  },
+  {
+    name: "handshake",
+    title: "go-plugin handshake and gRPC connection",
+    needs: [],
+    async run(s) {
+      s.load = await s.launch();
+      const h = s.load.handshake;
+      expect(h.coreVersion === 1, `core protocol version ${h.coreVersion}, want 1`);
+      expect(h.protocolVersion === 2, `app protocol version ${h.protocolVersion}, want 2`);
+      return `${h.network} ${h.address} ${h.protocol}, core 1, app ${h.protocolVersion}${h.serverCert ? ", TLS" : ""}`;
+    },
+  },
+  {
+    name: "health",
+    title: "grpc.health.v1 Check(\"plugin\") is SERVING",
+    needs: ["handshake"],
+    async run(s) {
+      const r = await s.load!.health.check({ service: "plugin" }, s.co());
+      expect(r.status === 1, `status ${r.status}, want SERVING (1)`);
+      return "SERVING";
+    },
+  },
+  {
+    name: "plugin-info",
+    title: "PluginInfo: type DRIVER, API version v0.1.0, semver plugin version, name",
+    needs: ["handshake"],
+    async run(s) {
+      const info = await s.load!.basePlugin.pluginInfo({}, s.co());
+      s.info = info;
+      expect(info.type === PluginType.DRIVER, `type ${PluginType[info.type] ?? info.type}, want DRIVER`);
+      expect(info.pluginApiVersions.includes(NOMAD_API_VERSION), `plugin_api_versions ${JSON.stringify(info.pluginApiVersions)} lacks ${NOMAD_API_VERSION}`);
+      expect(SEMVER.test(info.pluginVersion), `plugin_version ${JSON.stringify(info.pluginVersion)} is not a semantic version`);
+      expect(info.name !== "", "name is empty (it is the job's driver = \"...\")");
+      if (s.opts.name) expect(info.name === s.opts.name, `name ${JSON.stringify(info.name)}, want ${JSON.stringify(s.opts.name)}`);
+      return `${info.name} ${info.pluginVersion} (api ${info.pluginApiVersions.join(",")})`;
+    },
+  },
+  {
+    name: "config-schema",
+    title: "ConfigSchema returns the plugin config spec",
+    needs: ["handshake"],
+    async run(s) {
+      const r = await s.load!.basePlugin.configSchema({}, s.co());
+      s.configSpec = r.spec;
+      const rec = await s.kill(s.load!, "load");
+      const kind = r.spec?.block.case ?? "none";
+      const attrs = r.spec?.block.case === "object" ? Object.keys(r.spec.block.value.attributes) : [];
+      return `spec ${kind}${attrs.length ? ` {${attrs.join(", ")}}` : ""}; load process stopped in ${formatMs(rec.ms)}`;
+    },
+  },
+  {
+    name: "set-config",
+    title: "SetConfig twice with the same config in a fresh process (Nomad's validation)",
+    needs: ["handshake"],
+    async run(s) {
+      const p = await s.launch();
+      const req = { msgpackConfig: s.pluginConfigBytes(), pluginApiVersion: NOMAD_API_VERSION };
+      await p.basePlugin.setConfig(req, s.co());
+      await p.basePlugin.setConfig(req, s.co());
+      const rec = await s.kill(p, "validate");
+      return `accepted ${JSON.stringify(s.opts.pluginConfig)}; validate process stopped in ${formatMs(rec.ms)}`;
+    },
+  },
+  {
+    name: "init",
+    title: "run process: SetConfig then Init (Unimplemented accepted)",
+    needs: ["set-config"],
+    async run(s) {
+      s.run = await s.launch();
+      await s.setConfig(s.run);
+      const r = await s.init(s.run);
+      s.openStreams(s.run);
+      return `Init ${r}`;
+    },
+  },
+  {
+    name: "capabilities",
+    title: "Capabilities",
+    needs: ["init"],
+    async run(s) {
+      const r = await running(s).driver.capabilities({}, s.co());
+      expect(r.capabilities, "the response has no capabilities");
+      s.caps = r.capabilities;
+      const c = r.capabilities;
+      const modes = c.networkIsolationModes.map((m) => NetworkIsolationSpec_NetworkIsolationMode[m] ?? String(m));
+      return [
+        `send_signals=${c.sendSignals}`,
+        `exec=${c.exec}`,
+        `network=[${modes.join(",")}]`,
+        `must_create_network=${c.mustCreateNetwork}`,
+      ].join(" ");
+    },
+  },
+  {
+    name: "fingerprint",
+    title: "first Fingerprint arrives promptly and reports HEALTHY",
+    needs: ["init"],
+    async run(s) {
+      let timer: NodeJS.Timeout | undefined;
+      const r = await Promise.race([
+        s.firstFingerprint!,
+        new Promise<Error>((res) => (timer = setTimeout(() => res(new Error(`no Fingerprint response within ${s.opts.fingerprintTimeoutMs} ms`)), s.opts.fingerprintTimeoutMs))),
+      ]);
+      clearTimeout(timer);
+      if (r instanceof Error) throw r;
+      const health = FingerprintResponse_HealthState[r.health] ?? String(r.health);
+      expect(r.health === FingerprintResponse_HealthState.HEALTHY, `health ${health}: ${r.description || "(no description)"}`);
+      return `${health} "${r.description}", ${r.attributes} attributes`;
+    },
+  },
+  {
+    name: "task-config-schema",
+    title: "TaskConfigSchema returns the task config spec",
+    needs: ["init"],
+    async run(s) {
+      const r = await running(s).driver.taskConfigSchema({}, s.co());
+      s.taskSpec = r.spec;
+      const attrs = r.spec?.block.case === "object" ? Object.keys(r.spec.block.value.attributes) : [];
+      return `spec ${r.spec?.block.case ?? "none"}${attrs.length ? ` {${attrs.join(", ")}}` : ""}`;
+    },
+  },
+  {
+    name: "start-task",
+    title: "StartTask returns a handle for the task",
+    needs: ["capabilities", "task-config-schema"],
+    async run(s) {
+      const task = s.newTask("main");
+      s.main = task;
+      const h = await s.startTask(running(s), task);
+      expect(h.config?.id === task.id, `handle.config.id ${JSON.stringify(h.config?.id)}, want ${JSON.stringify(task.id)}`);
+      expect(h.state !== TaskState.EXITED, "the handle says the task has already exited");
+      return `handle v${h.version}, state ${TaskState[h.state]}, driver_state ${h.driverState.length} bytes`;
+    },
+  },
+  {
+    name: "inspect-task",
+    title: "InspectTask reports the task RUNNING",
+    needs: ["start-task"],
+    async run(s) {
+      const r = await running(s).driver.inspectTask({ taskId: s.main!.id }, s.co());
+      expect(r.task, "the response has no task status");
+      expect(r.task.id === s.main!.id, `task.id ${JSON.stringify(r.task.id)}, want ${JSON.stringify(s.main!.id)}`);
+      expect(r.task.state === TaskState.RUNNING, `state ${TaskState[r.task.state]}, want RUNNING`);
+      expect(r.task.startedAt, "started_at is not set");
+      s.main!.startedAt = timestampDate(r.task.startedAt);
+      return `RUNNING since ${s.main!.startedAt.toISOString()}`;
+    },
+  },
+  {
+    name: "task-stats",
+    title: "TaskStats: timestamp, aggregate cpu + memory, total_ticks, one sample per interval",
+    needs: ["start-task"],
+    async run(s) {
+      const ac = new AbortController();
+      const signal = AbortSignal.any([ac.signal, s.signal, AbortSignal.timeout(s.opts.callTimeoutMs)]);
+      const samples: TaskStats[] = [];
+      try {
+        for await (const r of running(s).driver.taskStats({ taskId: s.main!.id, collectionInterval: { nanos: 200_000_000 } }, { signal })) {
+          const problems = statsProblems(r.stats);
+          expect(problems.length === 0, `sample ${samples.length + 1}: ${problems.join("; ")}`);
+          samples.push(r.stats!);
+          if (samples.length === 2) break;
+        }
+      } finally {
+        ac.abort();
+      }
+      expect(samples.length === 2, `the stream ended after ${samples.length} sample(s); it must run until cancelled`);
+      const [a, b] = samples as [TaskStats, TaskStats];
+      const ta = timestampDate(a.timestamp!).getTime();
+      const tb = timestampDate(b.timestamp!).getTime();
+      expect(tb >= ta, "the second sample's timestamp is older than the first");
+      const cpu = b.aggResourceUsage!.cpu!;
+      const mem = b.aggResourceUsage!.memory!;
+      return `cpu ${cpu.percent.toFixed(1)}% total_ticks ${cpu.totalTicks.toFixed(1)}, rss ${mem.rss} B`;
+    },
+  },
+  {
+    name: "exec",
+    title: "ExecTask (buffered): output and exit code 43",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      const r = await running(s).driver.execTask(
+        { taskId: s.main!.id, command: execCmd(s, "echo hello stdout; echo hello stderr >&2; exit 43"), timeout: { seconds: BigInt(Math.ceil(s.opts.callTimeoutMs / 1000)) } },
+        s.co(),
+      );
+      const all = Buffer.concat([r.stdout, r.stderr]).toString();
+      expect(r.result?.exitCode === 43, `exit code ${r.result?.exitCode}, want 43`);
+      expect(all.includes("hello stdout\n") && all.includes("hello stderr\n"), `output ${show(all)} lacks the two lines`);
+      return `exit 43, stdout ${show(r.stdout)}, stderr ${show(r.stderr)}`;
+    },
+  },
+  {
+    name: "exec-streaming",
+    title: "ExecTaskStreaming without tty: echo stdout/stderr, exit 43 (PROTOCOL.md §6)",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      const o = await exec(s, s.main!, [setup(s.main!, execCmd(s, "echo hello stdout; echo hello stderr >&2; exit 43"))]);
+      expect(o.stdout.toString() === "hello stdout\n", `stdout ${show(o.stdout)}, want "hello stdout\\n"`);
+      expect(o.stderr.toString() === "hello stderr\n", `stderr ${show(o.stderr)}, want "hello stderr\\n"`);
+      expect(o.exitCode === 43, `exit code ${o.exitCode}, want 43`);
+      expect(o.stdoutCloses === 1 && o.stderrCloses === 1, `close markers: stdout ${o.stdoutCloses}, stderr ${o.stderrCloses}, want one each`);
+      return "stdout/stderr as expected, one close each, one exited (43)";
+    },
+  },
+  {
+    name: "exec-streaming-tty",
+    title: "ExecTaskStreaming with tty: resize 50x40 then 100x100, `stty size` = 100 100",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      // The command waits for a line on stdin, sent after the resizes, so the size is settled first.
+      const o = await exec(s, s.main!, [
+        setup(s.main!, execCmd(s, "read line; stty size"), true),
+        { ttySize: { height: 50, width: 40 } },
+        { ttySize: { height: 100, width: 100 } },
+        stdin("go\n"),
+      ]);
+      const out = o.stdout.toString();
+      expect(out.endsWith("\n") && out.split(/(?<=\n)/).pop() === "100 100\r\n", `output ${show(out)} does not end with the line "100 100\\r\\n"`);
+      expect(o.stderr.length === 0, `with a tty all output is stdout; got stderr ${show(o.stderr)}`);
+      expect(o.exitCode === 0, `exit code ${o.exitCode}, want 0`);
+      expect(o.stdoutCloses === 1, `stdout close sent ${o.stdoutCloses} times, want once`);
+      return `stty size printed "100 100\\r\\n"`;
+    },
+  },
+  {
+    name: "exec-heartbeat",
+    title: "ExecTaskStreaming ignores empty heartbeat requests",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      const o = await exec(s, s.main!, [setup(s.main!, execCmd(s, "read line; echo got:$line")), {}, {}, stdin("ping\n"), {}]);
+      expect(o.stdout.toString() === "got:ping\n", `stdout ${show(o.stdout)}, want "got:ping\\n"`);
+      expect(o.exitCode === 0, `exit code ${o.exitCode}, want 0`);
+      return "3 heartbeats ignored";
+    },
+  },
+  {
+    name: "exec-stdin-close",
+    title: "ExecTaskStreaming: stdin data then close reaches the process as EOF",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      const o = await exec(s, s.main!, [setup(s.main!, execCmd(s, "cat; echo done")), stdin("hello "), stdin("world"), { stdin: { close: true } }]);
+      expect(o.stdout.toString() === "hello worlddone\n", `stdout ${show(o.stdout)}, want "hello worlddone\\n"`);
+      expect(o.exitCode === 0, `exit code ${o.exitCode}, want 0`);
+      return "cat saw EOF";
+    },
+  },
+  {
+    name: "exec-signal-exit",
+    title: "ExecTaskStreaming: a command killed by signal 9 exits 137",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      const o = await exec(s, s.main!, [setup(s.main!, execCmd(s, "kill -9 $$"))]);
+      expect(o.exitCode === 137, `exit code ${o.exitCode}, want 137 (128+9)`);
+      return "exit 137";
+    },
+  },
+  {
+    name: "exec-setup-first",
+    title: "ExecTaskStreaming: a first message other than setup is InvalidArgument",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "exec");
+      const o = await runExecStream(running(s).driver, [stdin("x")], { timeoutMs: s.opts.callTimeoutMs, signal: s.signal });
+      expect(o.error !== undefined, "the call succeeded");
+      expect(codeOf(o.error) === Code.InvalidArgument, `status ${codeOf(o.error)} (${describe(o.error)}), want InvalidArgument (3)`);
+      return describe(o.error);
+    },
+  },
+  {
+    name: "bad-config",
+    title: "StartTask with malformed msgpack config fails cleanly; the plugin stays up",
+    needs: ["start-task"],
+    async run(s) {
+      const task = s.newTask("bad");
+      task.config.msgpackDriverConfig = new Uint8Array([0xc1, 0xff, 0x00]);
+      let err: unknown;
+      try {
+        await running(s).driver.startTask({ task: task.config }, s.co());
+      } catch (e) {
+        err = e;
+      }
+      expect(err !== undefined, "StartTask accepted garbage as config");
+      expect(!(err instanceof PluginShutdownError), "the plugin died");
+      const h = await running(s).health.check({ service: "plugin" }, s.co());
+      expect(h.status === 1, "the plugin is no longer SERVING");
+      task.destroyed = true;
+      return describe(err);
+    },
+  },
+  {
+    name: "recover",
+    title: "plugin SIGKILLed, restarted, RecoverTask: the task kept running; Inspect/exec work",
+    needs: ["inspect-task"],
+    async run(s) {
+      const task = s.main!;
+      const old = running(s);
+      let pid: number | undefined;
+      if (s.defaultTask) pid = await s.taskPid(task);
+      const before = s.size(task.stdoutPath);
+      s.expectExit(old);
+      process.kill(old.pid, "SIGKILL");
+      await old.exited;
+      s.run = await s.launch();
+      await s.setConfig(s.run);
+      await s.init(s.run);
+      s.openStreams(s.run);
+      await s.run.driver.recoverTask({ taskId: task.id, handle: task.handle }, s.co());
+      s.watch(s.run, task);
+      const r = await s.run.driver.inspectTask({ taskId: task.id }, s.co());
+      expect(r.task?.state === TaskState.RUNNING, `after RecoverTask the task is ${TaskState[r.task?.state ?? 0]}, want RUNNING`);
+      if (r.task?.startedAt && task.startedAt) {
+        const now = timestampDate(r.task.startedAt).getTime();
+        expect(Math.abs(now - task.startedAt.getTime()) < 1000, `started_at changed across the restart: ${task.startedAt.toISOString()} -> ${new Date(now).toISOString()}`);
+      }
+      const notes = [`plugin ${old.pid} -> ${s.run.pid}`];
+      if (pid !== undefined) {
+        await waitUntil(() => s.size(task.stdoutPath) > before, "the task's output to keep growing after the restart", s.opts.callTimeoutMs, s.signal);
+        expect(s.startPids(task).length === 1, `the task started ${s.startPids(task).length} times; it must never restart`);
+        notes.push(`task pid ${pid} never stopped`);
+      }
+      if (s.caps?.exec) {
+        const o = await exec(s, task, [setup(task, execCmd(s, "echo recovered"))]);
+        expect(o.stdout.toString() === "recovered\n" && o.exitCode === 0, `exec after recover: stdout ${show(o.stdout)}, exit ${o.exitCode}`);
+        notes.push("exec works");
+      }
+      // Nomad may call RecoverTask for a task the plugin already knows: it must succeed.
+      await s.run.driver.recoverTask({ taskId: task.id, handle: task.handle }, s.co());
+      return notes.join("; ");
+    },
+  },
+  {
+    name: "signal-task",
+    title: "SignalTask delivers a signal by name",
+    needs: ["start-task"],
+    async run(s) {
+      needCap(s, "sendSignals");
+      const task = s.main!;
+      await running(s).driver.signalTask({ taskId: task.id, signal: s.opts.signal }, s.co());
+      if (!s.defaultTask) return `${s.opts.signal} sent`;
+      await waitUntil(() => s.stdout(task).includes(SIGNAL_MARKER), `the task to report ${s.opts.signal}`, s.opts.callTimeoutMs, s.signal);
+      return `the task received ${s.opts.signal}`;
+    },
+  },
+  {
+    name: "stop-task",
+    title: "StopTask(SIGTERM, timeout) ends the task; WaitTask returns its exit",
+    needs: ["start-task"],
+    async run(s) {
+      const task = s.main!;
+      let pid: number | undefined;
+      if (s.defaultTask) pid = await s.taskPid(task);
+      await running(s).driver.stopTask({ taskId: task.id, signal: "SIGTERM", timeout: { seconds: 10n } }, s.co());
+      const r = await settled(s, task);
+      expect(r.result, "WaitTask returned no result");
+      expect(r.err === "", `WaitTask err ${JSON.stringify(r.err)}`);
+      if (s.defaultTask) {
+        expect(r.result.signal === 15 || r.result.exitCode === 143, `${describeExit(r)}; want signal 15 or exit code 143`);
+        await s.pidGone(pid!, `task pid ${pid} to be gone`);
+      }
+      return describeExit(r);
+    },
+  },
+  {
+    name: "wait-task",
+    title: "WaitTask on an exited task returns its result at once",
+    needs: ["stop-task"],
+    async run(s) {
+      const r = await running(s).driver.waitTask({ taskId: s.main!.id }, s.co());
+      expect(r.result, "WaitTask returned no result");
+      return describeExit(r);
+    },
+  },
+  {
+    name: "inspect-exited",
+    title: "InspectTask reports the exited task: EXITED, completed_at, result",
+    needs: ["stop-task"],
+    async run(s) {
+      const r = await running(s).driver.inspectTask({ taskId: s.main!.id }, s.co());
+      expect(r.task?.state === TaskState.EXITED, `state ${TaskState[r.task?.state ?? 0]}, want EXITED`);
+      expect(r.task.completedAt, "completed_at is not set");
+      expect(r.task.result, "result is not set");
+      return `EXITED at ${timestampDate(r.task.completedAt).toISOString()}`;
+    },
+  },
+  {
+    name: "destroy-task",
+    title: "DestroyTask forgets the exited task (InspectTask then fails)",
+    needs: ["stop-task"],
+    async run(s) {
+      const task = s.main!;
+      await running(s).driver.destroyTask({ taskId: task.id, force: false }, s.co());
+      task.destroyed = true;
+      let err: unknown;
+      try {
+        await running(s).driver.inspectTask({ taskId: task.id }, s.co());
+      } catch (e) {
+        err = e;
+      }
+      expect(err !== undefined, "InspectTask still knows the destroyed task");
+      return `InspectTask: ${describe(err)}`;
+    },
+  },
+  {
+    name: "destroy-force",
+    title: "DestroyTask(force) kills a running task and forgets it",
+    needs: ["start-task"],
+    async run(s) {
+      const task = s.newTask("forced");
+      await s.startTask(running(s), task);
+      let pid: number | undefined;
+      if (s.defaultTask) pid = await s.taskPid(task);
+      await running(s).driver.destroyTask({ taskId: task.id, force: true }, s.co());
+      task.destroyed = true;
+      let err: unknown;
+      try {
+        await running(s).driver.inspectTask({ taskId: task.id }, s.co());
+      } catch (e) {
+        err = e;
+      }
+      expect(err !== undefined, "InspectTask still knows the destroyed task");
+      if (pid !== undefined) await s.pidGone(pid, `task pid ${pid} to be killed`);
+      return pid !== undefined ? `pid ${pid} killed and forgotten` : "forgotten";
+    },
+  },
+  {
+    name: "network",
+    title: "CreateNetwork/DestroyNetwork (when must_create_network): idempotent, tasks run inside",
+    needs: ["capabilities", "task-config-schema"],
+    async run(s) {
+      if (!s.caps?.mustCreateNetwork) throw new SkipCheck("capabilities.must_create_network is false");
+      const p = running(s);
+      const task = s.newTask("net");
+      const first = await p.driver.createNetwork({ allocId: task.allocId, hostname: "conformance" }, s.co());
+      s.networks.set(task.allocId, first.isolationSpec);
+      const spec = first.isolationSpec;
+      expect(spec, "CreateNetwork returned no isolation_spec");
+      expect(spec.mode === NetworkIsolationSpec_NetworkIsolationMode.GROUP, `mode ${NetworkIsolationSpec_NetworkIsolationMode[spec.mode]}, want GROUP`);
+      expect(spec.path !== "", "isolation_spec.path is empty");
+      expect(first.created, "created is false for a new allocation");
+      const again = await p.driver.createNetwork({ allocId: task.allocId, hostname: "conformance" }, s.co());
+      expect(!again.created, "a second CreateNetwork for the same allocation says created = true (must be idempotent)");
+      expect(again.isolationSpec?.path === spec.path, `the second CreateNetwork returned path ${again.isolationSpec?.path}, want ${spec.path}`);
+      const nsIno = statSync(spec.path).ino;
+      task.config.networkIsolationSpec = spec;
+      await s.startTask(p, task);
+      let inside = "not checked (exec unsupported)";
+      if (s.caps.exec) {
+        const o = await exec(s, task, [setup(task, execCmd(s, "readlink /proc/self/ns/net"))]);
+        const got = o.stdout.toString().trim();
+        const want = `net:[${nsIno}]`;
+        expect(got === want, `a process in the task is in ${got}, want ${want} (${spec.path})`);
+        expect(got !== readlinkSync("/proc/self/ns/net"), "the task runs in the host's network namespace");
+        inside = `task runs in ${got}`;
+      }
+      await p.driver.stopTask({ taskId: task.id, signal: "SIGTERM", timeout: { seconds: 10n } }, s.co());
+      await settled(s, task);
+      await p.driver.destroyTask({ taskId: task.id, force: true }, s.co());
+      task.destroyed = true;
+      await p.driver.destroyNetwork({ allocId: task.allocId, isolationSpec: spec }, s.co());
+      s.networks.delete(task.allocId);
+      await p.driver.destroyNetwork({ allocId: task.allocId, isolationSpec: spec }, s.co());
+      expect(!existsSync(spec.path) || statSync(spec.path).ino !== nsIno, `${spec.path} is still the namespace after DestroyNetwork`);
+      return `${spec.path}; ${inside}; destroyed twice`;
+    },
+  },
+  {
+    name: "task-events",
+    title: "TaskEvents stream stays open without errors",
+    needs: ["init"],
+    async run(s) {
+      if (s.events.unimplemented) throw new SkipCheck("TaskEvents is unimplemented");
+      if (s.events.error) throw new Error(`the TaskEvents stream failed: ${describe(s.events.error)}`);
+      return `${s.events.count} event(s) received`;
+    },
+  },
+  {
+    name: "shutdown",
+    title: "Driver.Shutdown, then every plugin process exits within 2 s of GRPCController.Shutdown",
+    needs: ["init"],
+    async run(s) {
+      const p = running(s);
+      let note = "Driver.Shutdown ok";
+      try {
+        await p.driver.shutdown({}, { timeoutMs: s.opts.shutdownTimeoutMs });
+      } catch (err) {
+        if (!isUnimplemented(err)) throw err;
+        note = "Driver.Shutdown unimplemented (accepted)";
+      }
+      await s.kill(p, "run");
+      const bad = s.kills.filter((k) => k.exit.signal === "SIGKILL");
+      expect(bad.length === 0, `${bad.map((k) => `the ${k.label} process`).join(", ")} did not exit within ${s.opts.shutdownTimeoutMs} ms and was SIGKILLed`);
+      const nonzero = s.kills.filter((k) => k.exit.code !== 0);
+      expect(nonzero.length === 0, nonzero.map((k) => `the ${k.label} process exited with ${k.exit.code ?? k.exit.signal}`).join(", "));
+      return `${note}; ${s.kills.map((k) => `${k.label} ${formatMs(k.ms)}`).join(", ")}`;
+    },
+  },
+];

@@ -1,0 +1,42 @@
+import type { CheckResult, ConformanceReport } from "./types.js";
+import { formatMs } from "./util.js";
+
+/** Options of {@link formatReport}. */
+export interface FormatOptions {
+  /** Colour PASS/FAIL/SKIP with ANSI escapes (for terminals). Default false. */
+  color?: boolean;
+  /** Wrap messages at this width; default 100. */
+  width?: number;
+}
+
+const COLORS = { pass: "\x1b[32m", fail: "\x1b[31m", skip: "\x1b[33m" } as const;
+
+/** One table row for a result: check, status, duration, message. */
+export function formatResult(r: CheckResult, options: FormatOptions = {}, nameWidth = 20): string {
+  const status = r.status.toUpperCase().padEnd(4);
+  const st = options.color ? `${COLORS[r.status]}${status}\x1b[0m` : status;
+  return `${r.name.padEnd(nameWidth)}  ${st}  ${formatMs(r.durationMs).padStart(7)}  ${r.message}`;
+}
+
+/**
+ * Renders a report as a plain-text table (check, PASS/FAIL/SKIP, duration, message) with a
+ * summary line.
+ *
+ * @example
+ * ```ts
+ * console.log(formatReport(await runConformance({ plugin: "./bin/my-driver" }), { color: process.stdout.isTTY }));
+ * ```
+ */
+export function formatReport(report: ConformanceReport, options: FormatOptions = {}): string {
+  const w = Math.max(5, ...report.results.map((r) => r.name.length));
+  const lines = [
+    `Conformance of ${report.plugin}`,
+    "",
+    `${"CHECK".padEnd(w)}  STATUS     TIME  MESSAGE`,
+    ...report.results.map((r) => formatResult(r, options, w)),
+    "",
+    `${report.results.length} checks: ${report.passed} passed, ${report.failed} failed, ${report.skipped} skipped ` +
+      `in ${formatMs(report.durationMs)} — ${report.ok ? "CONFORMS" : "DOES NOT CONFORM"}`,
+  ];
+  return lines.join("\n");
+}

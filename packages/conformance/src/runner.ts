@@ -1,0 +1,121 @@
+import { PluginShutdownError } from "@nomadkit/client";
+import { CHECKS, type Check } from "./checks.js";
+import { Suite, type ResolvedOptions } from "./suite.js";
+import type { CheckInfo, CheckResult, ConformanceOptions, ConformanceReport } from "./types.js";
+import { SkipCheck, describe } from "./util.js";
+
+/** The checks of the suite in run order: name, title and prerequisites. */
+export function listChecks(): CheckInfo[] {
+  return CHECKS.map(({ name, title, needs }) => ({ name, title, needs }));
+}
+
+function resolve(options: ConformanceOptions): ResolvedOptions {
+  if (!options.plugin) throw new Error("plugin: the path of the plugin executable is required");
+  return {
+    ...options,
+    args: options.args ?? [],
+    pluginConfig: options.pluginConfig ?? {},
+    execShell: options.execShell ?? "/bin/sh",
+    signal: options.signal ?? "SIGHUP",
+    callTimeoutMs: options.callTimeoutMs ?? 30_000,
+    checkTimeoutMs: options.checkTimeoutMs ?? 120_000,
+    fingerprintTimeoutMs: options.fingerprintTimeoutMs ?? 10_000,
+    shutdownTimeoutMs: options.shutdownTimeoutMs ?? 2_000,
+  };
+}
+
+/** The selected checks plus everything they depend on; undefined selects all. */
+function selection(only: readonly string[] | undefined): Set<string> | undefined {
+  if (!only || only.length === 0) return undefined;
+  const byName = new Map(CHECKS.map((c) => [c.name, c]));
+  const out = new Set<string>();
+  const add = (name: string) => {
+    const c = byName.get(name);
+    if (!c) throw new Error(`checks: unknown check ${JSON.stringify(name)} (known: ${[...byName.keys()].join(", ")})`);
+    if (out.has(name)) return;
+    out.add(name);
+    c.needs.forEach(add);
+  };
+  only.forEach(add);
+  return out;
+}
+
+async function runOne(s: Suite, c: Check): Promise<{ status: "pass" | "fail" | "skip"; message: string }> {
+  const ac = new AbortController();
+  s.signal = ac.signal;
+  s.current = c.name;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(`the check did not finish within ${s.opts.checkTimeoutMs} ms`));
+      ac.abort();
+    }, s.opts.checkTimeoutMs);
+  });
+  try {
+    const msg = await Promise.race([c.run(s), timeout]);
+    return { status: "pass", message: msg ?? "" };
+  } catch (err) {
+    if (err instanceof SkipCheck) return { status: "skip", message: err.message };
+    let message = describe(err);
+    if (err instanceof PluginShutdownError) {
+      // Let the exit be recorded before describing it.
+      await s.run?.exited;
+      message = s.whyGone(s.run);
+    }
+    return { status: "fail", message };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs the lifecycle suite against a driver plugin binary, launched exactly as Nomad launches it
+ * (a fresh process for loading, one for validating the config, one for running tasks, and another
+ * after a simulated crash). Never throws for plugin misbehaviour: every finding is a row of the
+ * report. Throws only for bad options.
+ *
+ * @example
+ * ```ts
+ * import { formatReport, runConformance } from "@nomadkit/conformance";
+ * const report = await runConformance({
+ *   plugin: "./bin/my-driver",
+ *   taskConfig: { command: "/bin/sh", args: ["-c", "sleep 600"] },
+ * });
+ * console.log(formatReport(report));
+ * process.exitCode = report.ok ? 0 : 1;
+ * ```
+ */
+export async function runConformance(options: ConformanceOptions): Promise<ConformanceReport> {
+  const opts = resolve(options);
+  const selected = selection(opts.checks);
+  const t0 = performance.now();
+  const suite = new Suite(opts);
+  const results: CheckResult[] = [];
+  const passed = new Set<string>();
+  try {
+    for (const c of CHECKS) {
+      const start = performance.now();
+      let r: { status: "pass" | "fail" | "skip"; message: string };
+      const missing = c.needs.find((n) => !passed.has(n));
+      if (selected && !selected.has(c.name)) r = { status: "skip", message: "not selected" };
+      else if (missing) r = { status: "skip", message: `needs ${missing}` };
+      else r = await runOne(suite, c);
+      if (r.status === "pass") passed.add(c.name);
+      const result: CheckResult = { name: c.name, title: c.title, status: r.status, durationMs: performance.now() - start, message: r.message };
+      results.push(result);
+      opts.onResult?.(result);
+    }
+  } finally {
+    await suite.cleanup();
+  }
+  const count = (st: string) => results.filter((r) => r.status === st).length;
+  return {
+    plugin: [opts.plugin, ...opts.args].join(" "),
+    results,
+    passed: count("pass"),
+    failed: count("fail"),
+    skipped: count("skip"),
+    ok: count("fail") === 0,
+    durationMs: performance.now() - t0,
+  };
+}

@@ -1,0 +1,84 @@
+import type { PluginLogger } from "@nomadkit/client";
+
+/** Outcome of one check. */
+export type CheckStatus = "pass" | "fail" | "skip";
+
+/** One row of the conformance report. */
+export interface CheckResult {
+  /** Stable identifier, e.g. `exec-streaming-tty` (usable with {@link ConformanceOptions.checks}). */
+  name: string;
+  /** One-line description of what the check proves. */
+  title: string;
+  status: CheckStatus;
+  /** Wall time of the check in milliseconds (informational only; no check asserts on it). */
+  durationMs: number;
+  /** What was observed: details on success, the reason on failure or skip. */
+  message: string;
+}
+
+/** Everything {@link runConformance} found. */
+export interface ConformanceReport {
+  /** The plugin command line that was tested. */
+  plugin: string;
+  results: CheckResult[];
+  passed: number;
+  failed: number;
+  skipped: number;
+  /** True when no check failed. */
+  ok: boolean;
+  durationMs: number;
+}
+
+/** Options of {@link runConformance}. */
+export interface ConformanceOptions {
+  /** Path of the plugin executable, as it would sit in Nomad's `plugin_dir`. */
+  plugin: string;
+  /** Arguments for the plugin (Nomad passes none). */
+  args?: readonly string[];
+  /** Extra environment for the plugin processes. */
+  env?: NodeJS.ProcessEnv;
+  /**
+   * The plugin's agent config (the `plugin "<name>" { config { ... } }` block) as JSON. Encoded as
+   * msgpack shaped by the plugin's ConfigSchema, like Nomad does (missing attributes become their
+   * default or null). Default `{}`.
+   */
+  pluginConfig?: Record<string, unknown>;
+  /**
+   * A task's `config { ... }` block as JSON; the task must keep running until stopped. Default: a
+   * raw_exec-style `{ command: "/bin/sh", args: ["-c", <loop>] }` whose output the suite also uses
+   * to prove that the task survives a plugin restart, receives signals and dies when stopped.
+   */
+  taskConfig?: Record<string, unknown>;
+  /** Shell used inside tasks for the exec vectors (`<shell> -c <script>`); default `/bin/sh`. */
+  execShell?: string;
+  /** Signal sent by the signal-task check; default `SIGHUP` (the default task traps it). */
+  signal?: string;
+  /** `user` of the tasks (Nomad's task `user`); default none. */
+  user?: string;
+  /** Expected plugin name (the job's `driver = "..."`); default: any non-empty name. */
+  name?: string;
+  /** Run only these checks (and the checks they depend on); the rest are skipped. */
+  checks?: readonly string[];
+  /** Deadline of each RPC in ms; default 30000. */
+  callTimeoutMs?: number;
+  /** Upper bound of one check in ms; default 120000. */
+  checkTimeoutMs?: number;
+  /** How long the first Fingerprint may take, in ms; default 10000 ("promptly"). */
+  fingerprintTimeoutMs?: number;
+  /** How long a plugin may take to exit after GRPCController.Shutdown before SIGKILL; default 2000 (Nomad's). */
+  shutdownTimeoutMs?: number;
+  /** Directory for the allocation directories the suite creates; default the OS temp dir. */
+  workDir?: string;
+  /** Receives every log line of the plugin processes (hclog stderr, parsed). */
+  logger?: PluginLogger;
+  /** Called after each check, e.g. to print progress. */
+  onResult?(result: CheckResult): void;
+}
+
+/** Every check the suite knows, in run order, with its one-line title. */
+export interface CheckInfo {
+  name: string;
+  title: string;
+  /** Checks that must pass first. */
+  needs: readonly string[];
+}
