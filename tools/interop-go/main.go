@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -219,7 +220,7 @@ func noCookie(rep *reporter, o *options) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, o.plugin)
 	for _, kv := range os.Environ() {
-		if len(kv) < len(handshake.MagicCookieKey)+1 || kv[:len(handshake.MagicCookieKey)+1] != handshake.MagicCookieKey+"=" {
+		if !strings.HasPrefix(kv, handshake.MagicCookieKey+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

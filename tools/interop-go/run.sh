@@ -68,6 +68,8 @@ if [ ! -x "$bin" ]; then
   )
   mv -f "$tmp" "$bin"
   log "built in $((SECONDS - t0))s"
+  # Older builds of the host are dead weight.
+  find "$cache" -maxdepth 1 -name 'bin-*' ! -name "bin-$key" -exec rm -rf {} +
 fi
 
 buf=$repo/node_modules/.bin/buf
