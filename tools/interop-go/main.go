@@ -158,8 +158,8 @@ func launch(rep *reporter, o *options) *session {
 	t0 := time.Now()
 	rpc, err := s.client.Client()
 	if err != nil {
-		rep.fail("handshake", "%v", err)
 		s.client.Kill()
+		rep.fail("handshake", "%q; plugin stderr: %q", err.Error(), strings.TrimSpace(s.stderr.lastLines()))
 		return nil
 	}
 	addr := s.client.ReattachConfig().Addr

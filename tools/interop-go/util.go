@@ -27,6 +27,13 @@ type stderrSink struct {
 	buf               []byte
 	lines, jsonLines  int
 	problems, errLogs []string
+	tail              []string // last few lines, for failure messages
+}
+
+func (s *stderrSink) lastLines() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(append(append([]string(nil), s.tail...), string(s.buf)), "\n")
 }
 
 func (s *stderrSink) Write(p []byte) (int, error) {
@@ -46,6 +53,9 @@ func (s *stderrSink) Write(p []byte) (int, error) {
 
 func (s *stderrSink) line(l string) {
 	s.lines++
+	if s.tail = append(s.tail, l); len(s.tail) > 8 {
+		s.tail = s.tail[1:]
+	}
 	var raw map[string]interface{}
 	if json.Unmarshal([]byte(l), &raw) != nil || raw == nil {
 		return
