@@ -37,6 +37,6 @@ export {
   decodeExecutorState,
   isProcessAlive,
 } from "./executor/launch.js";
-export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions, ExecutorLogSink } from "./executor/launch.js";
+export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
 export { execStreamingInTask } from "./executor/exec-streaming.js";
 export { forwardExecStream } from "./executor/forward.js";

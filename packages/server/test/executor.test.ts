@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { PluginShutdownError } from "@nomadkit/client";
+import { PluginLaunchError, PluginShutdownError } from "@nomadkit/client";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   CPUUsage_Fields,
@@ -440,10 +440,10 @@ describe("executor: outliving the driver", () => {
     expect(text).toContain("got USR1");
   });
 
-  it("reattaching to a dead executor fails with PluginShutdownError; bad driver_state names the field", async () => {
+  it("reattaching to a dead executor fails with PluginLaunchError; bad driver_state names the field", async () => {
     const c = spawn("true");
     await new Promise((r) => c.once("exit", r));
-    await expect(reattachExecutor({ pid: c.pid!, network: "unix", address: "/nonexistent.sock" })).rejects.toBeInstanceOf(PluginShutdownError);
+    await expect(reattachExecutor({ pid: c.pid!, network: "unix", address: "/nonexistent.sock" })).rejects.toBeInstanceOf(PluginLaunchError);
     for (const bad of ["not json", "{}", '{"executor":{"pid":-1,"network":"unix","address":"x"}}', '{"executor":{"pid":1,"network":"udp","address":"x"}}']) {
       expect(() => decodeExecutorState(new TextEncoder().encode(bad))).toThrow(/driver_state/);
     }
@@ -451,9 +451,8 @@ describe("executor: outliving the driver", () => {
 
   it("calls fail with PluginShutdownError once the executor is gone", async () => {
     const exe = await executor();
-    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
-    const { process: p } = await exe.client.launch({ cmd: "true" }).catch(() => ({ process: undefined }));
-    expect(p).toBeUndefined();
+    const { process: p } = await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    stray.push(p!.pid);
     process.kill(exe.pid, "SIGKILL");
     await expect(exe.client.wait({})).rejects.toBeInstanceOf(PluginShutdownError);
   });

@@ -1,11 +1,20 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import * as net from "node:net";
+import type * as net from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Code, ConnectError, type Transport } from "@connectrpc/connect";
-import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
-import { ClientRuntime, ExecutorClient, GRPCControllerClient, PluginShutdownError } from "@nomadkit/client";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  ExecutorClient,
+  NOMAD_PLUGIN_COOKIE,
+  PluginLaunchError,
+  PluginShutdownError,
+  parseHandshake,
+  parseLogLine,
+  reattachPlugin,
+  type PluginClient,
+  type PluginLogger,
+} from "@nomadkit/client";
 import type { ExecutorConfig } from "./main.js";
 
 /**
@@ -21,11 +30,6 @@ export interface ExecutorReattach {
   address: string;
 }
 
-/** Minimal logger for the executor's stderr lines (compatible with `@nomadkit/server`'s Logger). */
-export interface ExecutorLogSink {
-  debug(message: string, fields?: Record<string, unknown>): void;
-}
-
 /** Options for {@link launchExecutor}. */
 export interface LaunchExecutorOptions {
   /** Executor configuration (log file, log level, compute override), passed as a JSON argument. */
@@ -38,23 +42,22 @@ export interface LaunchExecutorOptions {
   nodeArgs?: string[];
   /** Extra environment for the executor process (go-plugin variables are always set by us). */
   env?: NodeJS.ProcessEnv;
-  /** Receives the executor's stderr lines (its log when `config.logFile` is not set) while this process lives. */
-  logger?: ExecutorLogSink;
+  /**
+   * Receives the executor's log (hclog JSON on its stderr, parsed like `launchPlugin` does) while this
+   * process lives; with `config.logFile` set the log goes to that file instead.
+   */
+  logger?: PluginLogger;
   /** How long to wait for the handshake; default 60 s (go-plugin's). */
   startTimeoutMs?: number;
 }
 
 /** Options for {@link reattachExecutor}. */
 export interface ReattachExecutorOptions {
-  /** How often to check whether a reattached executor is still alive; default 1000 ms. */
-  livenessIntervalMs?: number;
+  /** How often to check whether the executor is still alive; default 500 ms (reattachPlugin's). */
+  pollIntervalMs?: number;
 }
 
-const COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE";
-const COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255";
 const GO_PLUGIN_ENV = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
-/** go-plugin's Kill: how long the host waits after GRPCController.Shutdown before SIGKILL. */
-const KILL_GRACE_MS = 2000;
 
 function ownFile(): string | undefined {
   // CommonJS build: __filename is defined. ESM build (no import.meta allowed): our own frame.
@@ -142,7 +145,7 @@ export function decodeExecutorState<D = unknown>(bytes: Uint8Array): { executor:
   return { executor: { pid: e.pid!, network: e.network, address: e.address }, driver: parsed.driver };
 }
 
-/** True while a process with this pid exists and is not a zombie. */
+/** True while a process with this pid exists and is not a zombie (exported for drivers' recover paths). */
 export function isProcessAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -159,36 +162,33 @@ export function isProcessAlive(pid: number): boolean {
 
 /**
  * A connection to one executor process: the typed {@link ExecutorClient}, the reattach config
- * for `driver_state`, and lifecycle helpers. Closing the handle never stops the executor; only
- * Shutdown (the RPC) or {@link ExecutorHandle.kill} do.
+ * for `driver_state`, and lifecycle helpers, over `@nomadkit/client`'s go-plugin host runtime
+ * (`reattachPlugin`). Closing the handle never stops the executor; only Shutdown (the RPC) or
+ * {@link ExecutorHandle.kill} do.
  */
 export class ExecutorHandle {
   /** Typed Executor client; failures after the executor died reject with `PluginShutdownError`. */
   readonly client: ExecutorClient;
   /** What to store to reattach later. */
   readonly reattach: ExecutorReattach;
-  /** Aborts once the executor process is known to be gone. */
-  readonly exited: AbortSignal;
-  private readonly runtime: ClientRuntime;
-  private readonly sessions: Http2SessionManager;
-  private readonly stopWatch: () => void;
-  private readonly exitController: AbortController;
+  /** The underlying go-plugin connection (health, controller, runtime). */
+  readonly plugin: PluginClient;
 
-  /** @internal */
-  constructor(reattach: ExecutorReattach, exitController: AbortController, stopWatch: () => void) {
-    this.reattach = reattach;
-    this.exitController = exitController;
-    this.exited = exitController.signal;
-    this.stopWatch = stopWatch;
-    const { transport, sessions } = transportTo(reattach);
-    this.sessions = sessions;
-    this.runtime = new ClientRuntime(transport, { pluginExited: this.exited });
-    this.client = new ExecutorClient(this.runtime);
+  /** @internal use {@link launchExecutor} or {@link reattachExecutor} */
+  constructor(plugin: PluginClient) {
+    this.plugin = plugin;
+    this.reattach = { pid: plugin.pid, network: plugin.network, address: plugin.address };
+    this.client = new ExecutorClient(plugin.runtime);
   }
 
   /** Executor process id. */
   get pid(): number {
     return this.reattach.pid;
+  }
+
+  /** Aborts once the executor process is known to be gone. */
+  get exited(): AbortSignal {
+    return this.plugin.exitSignal;
   }
 
   /** `TaskHandle.driver_state` bytes for this executor (see {@link encodeExecutorState}). */
@@ -201,25 +201,12 @@ export class ExecutorHandle {
    * for it to exit, then SIGKILL. The task is NOT stopped by this: call `client.shutdown` first.
    */
   async kill(): Promise<void> {
-    if (!this.exited.aborted) {
-      const ctl = new GRPCControllerClient(this.runtime);
-      await ctl.shutdown({}, { timeoutMs: KILL_GRACE_MS }).catch(() => undefined);
-      await waitUntil(this.exited, KILL_GRACE_MS);
-      if (!this.exited.aborted) {
-        try {
-          process.kill(this.reattach.pid, "SIGKILL");
-        } catch {
-          // gone
-        }
-        await waitUntil(this.exited, KILL_GRACE_MS);
-      }
-    }
-    this.close();
+    await this.plugin.kill();
   }
 
   /**
-   * Shutdown RPC that tolerates the executor exiting right after answering (it does, by design):
-   * resolves once the task is stopped.
+   * Shutdown RPC (signal, grace period, then SIGKILL of the task), tolerating the executor
+   * exiting right after it answered, which it does by design. Resolves once the task is stopped.
    */
   async shutdownTask(signal = "", gracePeriodMs = 0): Promise<void> {
     try {
@@ -229,59 +216,17 @@ export class ExecutorHandle {
     }
   }
 
-  /** Drops the connection and liveness watch; the executor keeps running. */
+  /** Drops the connection; the executor keeps running. */
   close(): void {
-    this.stopWatch();
-    this.sessions.abort();
+    this.plugin.close();
   }
-
-  /** @internal marks the executor as gone */
-  markExited(): void {
-    this.exitController.abort(new Error(`executor ${this.reattach.pid} exited`));
-  }
-}
-
-function waitUntil(signal: AbortSignal, ms: number): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
-
-function transportTo(r: ExecutorReattach): { transport: Transport; sessions: Http2SessionManager } {
-  const sessions =
-    r.network === "unix"
-      ? new Http2SessionManager("http://localhost", undefined, { createConnection: () => net.connect(r.address) })
-      : new Http2SessionManager(`http://${r.address}`);
-  const transport = createGrpcTransport({
-    baseUrl: r.network === "unix" ? "http://localhost" : `http://${r.address}`,
-    acceptCompression: [],
-    sessionManager: sessions,
-  });
-  return { transport, sessions };
-}
-
-function pollLiveness(pid: number, intervalMs: number, onGone: () => void): () => void {
-  const timer = setInterval(() => {
-    if (!isProcessAlive(pid)) {
-      clearInterval(timer);
-      onGone();
-    }
-  }, intervalMs);
-  timer.unref();
-  return () => clearInterval(timer);
 }
 
 /**
  * Reconnects to a running executor from its reattach config (e.g. after a driver restart, from
- * `driver_state`). Fails with `PluginShutdownError` when the process is gone. Liveness is then
- * polled so calls fail fast (`PluginShutdownError`) if the executor dies.
+ * `driver_state`), through `@nomadkit/client`'s `reattachPlugin`: rejects with
+ * `PluginLaunchError` when the process is gone or does not answer. The executor's liveness is then
+ * polled, so calls fail with `PluginShutdownError` once it dies.
  *
  * @example
  * ```ts
@@ -292,12 +237,10 @@ function pollLiveness(pid: number, intervalMs: number, onGone: () => void): () =
  * ```
  */
 export async function reattachExecutor(reattach: ExecutorReattach, options: ReattachExecutorOptions = {}): Promise<ExecutorHandle> {
-  if (!isProcessAlive(reattach.pid)) throw new PluginShutdownError({ cause: new Error(`executor process ${reattach.pid} is gone`) });
-  const ac = new AbortController();
-  let handle: ExecutorHandle | undefined;
-  const stop = pollLiveness(reattach.pid, options.livenessIntervalMs ?? 1000, () => handle?.markExited());
-  handle = new ExecutorHandle({ ...reattach }, ac, stop);
-  return handle;
+  const opts: Parameters<typeof reattachPlugin>[1] = {};
+  if (options.pollIntervalMs !== undefined) opts.pollIntervalMs = options.pollIntervalMs;
+  const plugin = await reattachPlugin({ pid: reattach.pid, network: reattach.network, address: reattach.address }, opts);
+  return new ExecutorHandle(plugin);
 }
 
 /**
@@ -321,7 +264,7 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
     // The driver's own go-plugin variables (e.g. AutoMTLS) must not leak into the executor.
     if (!GO_PLUGIN_ENV.test(k)) env[k] = v;
   }
-  env[COOKIE_KEY] = COOKIE_VALUE;
+  env[NOMAD_PLUGIN_COOKIE.key] = NOMAD_PLUGIN_COOKIE.value;
   env.PLUGIN_PROTOCOL_VERSIONS = "2";
   env.PLUGIN_MIN_PORT = "0";
   env.PLUGIN_MAX_PORT = "0";
@@ -333,12 +276,6 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
     detached: true,
     cwd: "/",
   });
-  const ac = new AbortController();
-  let handle: ExecutorHandle | undefined;
-  child.once("exit", () => {
-    ac.abort(new Error(`executor ${child.pid} exited`));
-    handle?.markExited();
-  });
   const reattach = await readHandshake(child, options);
   // Nothing ties the driver's lifetime (or event loop) to the executor any more.
   child.unref();
@@ -346,16 +283,27 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
   const stderr = child.stderr as net.Socket;
   if (options.logger) stderr.unref();
   else stderr.destroy();
-  handle = new ExecutorHandle(reattach, ac, () => undefined);
-  if (ac.signal.aborted) handle.markExited();
-  return handle;
+  try {
+    return await reattachExecutor(reattach);
+  } catch (err) {
+    killGroup(child.pid!);
+    throw err;
+  }
+}
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, "SIGKILL");
+  } catch {
+    // gone
+  }
 }
 
 function readHandshake(child: ChildProcess, options: LaunchExecutorOptions): Promise<ExecutorReattach> {
   return new Promise((resolve, reject) => {
     let out = "";
     let errText = "";
-    const timer = setTimeout(() => fail(new Error(`executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`)), options.startTimeoutMs ?? 60_000);
+    const timer = setTimeout(() => fail(new PluginLaunchError(`nomadkit executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`, errText.trim().slice(-4000))), options.startTimeoutMs ?? 60_000);
     const log = options.logger;
     let partial = "";
     const onErr = (b: Buffer) => {
@@ -363,7 +311,7 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions): Pro
       if (log) {
         const lines = (partial + b.toString("utf8")).split("\n");
         partial = lines.pop() ?? "";
-        for (const line of lines) if (line) log.debug(line, { executor_pid: child.pid });
+        for (const line of lines) if (line) log(parseLogLine(line));
       }
     };
     child.stderr!.on("data", onErr);
@@ -371,20 +319,21 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions): Pro
       out += b.toString("utf8");
       const nl = out.indexOf("\n");
       if (nl < 0) return;
-      const line = out.slice(0, nl).trim();
-      const parts = line.split("|");
-      if (parts.length < 5 || parts[0] !== "1" || parts[4] !== "grpc" || (parts[2] !== "unix" && parts[2] !== "tcp")) {
-        return fail(new Error(`executor wrote an invalid handshake line: ${JSON.stringify(line.slice(0, 200))}`));
+      let hs: ReturnType<typeof parseHandshake>;
+      try {
+        hs = parseHandshake(out.slice(0, nl), [2], "nomadkit executor");
+      } catch (err) {
+        return fail(err as Error);
       }
-      if (parts[5]) return fail(new Error("executor unexpectedly enabled TLS"));
+      if (hs.serverCert) return fail(new PluginLaunchError("nomadkit executor unexpectedly enabled TLS"));
       done();
-      resolve({ pid: child.pid!, network: parts[2] as "unix" | "tcp", address: parts[3]! });
+      resolve({ pid: child.pid!, network: hs.network, address: hs.address });
     };
     child.stdout!.on("data", onOut);
     const onExit = (code: number | null, sig: NodeJS.Signals | null) =>
-      fail(new Error(`executor exited before the handshake (${sig ?? `exit ${code}`}): ${errText.trim().slice(-2000)}`));
+      fail(new PluginLaunchError(`nomadkit executor exited before the handshake (${sig ?? `exit ${code}`})`, errText.trim().slice(-4000)));
     child.once("exit", onExit);
-    child.once("error", (err) => fail(new Error(`cannot start the executor: ${err.message}`)));
+    child.once("error", (err) => fail(new PluginLaunchError(`cannot start the nomadkit executor: ${err.message}`)));
     function done() {
       clearTimeout(timer);
       child.stdout!.off("data", onOut);
@@ -393,11 +342,7 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions): Pro
     }
     function fail(err: Error) {
       done();
-      try {
-        process.kill(-child.pid!, "SIGKILL");
-      } catch {
-        // gone
-      }
+      if (child.pid !== undefined) killGroup(child.pid);
       reject(err);
     }
   });
