@@ -176,7 +176,7 @@ export const CHECKS: readonly Check[] = [
   {
     name: "set-config",
     title: "SetConfig twice with the same config in a fresh process (Nomad's validation)",
-    needs: ["handshake"],
+    needs: ["config-schema"],
     async run(s) {
       const p = await s.launch();
       const req = { msgpackConfig: s.pluginConfigBytes(), pluginApiVersion: NOMAD_API_VERSION };

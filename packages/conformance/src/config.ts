@@ -22,13 +22,28 @@ export function shapeConfig(spec: Spec | undefined, value: Record<string, unknow
   return out;
 }
 
-function defaultOf(spec: Spec): unknown {
-  if (spec.block.case !== "default") return null;
-  const d = spec.block.value.default;
-  if (d?.block.case !== "literal") return null;
+/** What Nomad's decoder yields for an absent attribute or block of this spec. */
+function defaultOf(spec: Spec | undefined): unknown {
+  switch (spec?.block.case) {
+    case "default":
+      return literal(spec.block.value.default) ?? defaultOf(spec.block.value.primary);
+    case "literal":
+      return literal(spec);
+    case "blockList":
+    case "blockSet":
+      return [];
+    case "blockMap":
+      return {};
+    default:
+      return null;
+  }
+}
+
+function literal(spec: Spec | undefined): unknown {
+  if (spec?.block.case !== "literal") return null;
   try {
-    // HCL literals of the simple kinds (bool, number, quoted string, lists of those) are JSON.
-    return JSON.parse(d.block.value.value) as unknown;
+    // HCL literals of the simple kinds (bool, number, quoted string, lists and maps of those) are JSON.
+    return JSON.parse(spec.block.value.value) as unknown;
   } catch {
     return null;
   }

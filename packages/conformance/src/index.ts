@@ -11,7 +11,7 @@
  * @module
  */
 export { runConformance, listChecks } from "./runner.js";
-export { formatReport, formatResult } from "./report.js";
+export { formatHeader, formatReport, formatResult, formatSummary } from "./report.js";
 export type { FormatOptions } from "./report.js";
 export { shapeConfig, encodeConfig } from "./config.js";
 export { runExecStream } from "./exec.js";

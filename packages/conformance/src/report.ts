@@ -1,3 +1,4 @@
+import { CHECKS } from "./checks.js";
 import type { CheckResult, ConformanceReport } from "./types.js";
 import { formatMs } from "./util.js";
 
@@ -11,8 +12,24 @@ export interface FormatOptions {
 
 const COLORS = { pass: "\x1b[32m", fail: "\x1b[31m", skip: "\x1b[33m" } as const;
 
+/** Width of the CHECK column: the longest check name. */
+export const NAME_WIDTH = Math.max(...CHECKS.map((c) => c.name.length));
+
+/** The table header matching {@link formatResult} rows. */
+export function formatHeader(): string {
+  return `${"CHECK".padEnd(NAME_WIDTH)}  STATUS     TIME  MESSAGE`;
+}
+
+/** The closing line of a report: counts, total time and the verdict. */
+export function formatSummary(report: ConformanceReport): string {
+  return (
+    `${report.results.length} checks: ${report.passed} passed, ${report.failed} failed, ${report.skipped} skipped ` +
+    `in ${formatMs(report.durationMs)} — ${report.ok ? "CONFORMS" : "DOES NOT CONFORM"}`
+  );
+}
+
 /** One table row for a result: check, status, duration, message. */
-export function formatResult(r: CheckResult, options: FormatOptions = {}, nameWidth = 20): string {
+export function formatResult(r: CheckResult, options: FormatOptions = {}, nameWidth = NAME_WIDTH): string {
   const status = r.status.toUpperCase().padEnd(4);
   const st = options.color ? `${COLORS[r.status]}${status}\x1b[0m` : status;
   return `${r.name.padEnd(nameWidth)}  ${st}  ${formatMs(r.durationMs).padStart(7)}  ${r.message}`;
@@ -28,15 +45,13 @@ export function formatResult(r: CheckResult, options: FormatOptions = {}, nameWi
  * ```
  */
 export function formatReport(report: ConformanceReport, options: FormatOptions = {}): string {
-  const w = Math.max(5, ...report.results.map((r) => r.name.length));
   const lines = [
     `Conformance of ${report.plugin}`,
     "",
-    `${"CHECK".padEnd(w)}  STATUS     TIME  MESSAGE`,
-    ...report.results.map((r) => formatResult(r, options, w)),
+    formatHeader(),
+    ...report.results.map((r) => formatResult(r, options)),
     "",
-    `${report.results.length} checks: ${report.passed} passed, ${report.failed} failed, ${report.skipped} skipped ` +
-      `in ${formatMs(report.durationMs)} — ${report.ok ? "CONFORMS" : "DOES NOT CONFORM"}`,
+    formatSummary(report),
   ];
   return lines.join("\n");
 }

@@ -123,6 +123,8 @@ export class Suite {
       env: o.env,
       logger: o.logger,
       killTimeoutMs: o.shutdownTimeoutMs,
+      startTimeoutMs: o.startTimeoutMs,
+      autoMTLS: o.autoMTLS,
     });
     this.plugins.push(p);
     void p.exited.then((exit) => {

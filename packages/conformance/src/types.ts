@@ -69,6 +69,10 @@ export interface ConformanceOptions {
   shutdownTimeoutMs?: number;
   /** Directory for the allocation directories the suite creates; default the OS temp dir. */
   workDir?: string;
+  /** How long to wait for each plugin's go-plugin handshake, in ms; default 60000 (go-plugin's). */
+  startTimeoutMs?: number;
+  /** Talk go-plugin AutoMTLS (`PLUGIN_CLIENT_CERT`) as non-Nomad hosts do; default false, like Nomad. */
+  autoMTLS?: boolean;
   /** Receives every log line of the plugin processes (hclog stderr, parsed). */
   logger?: PluginLogger;
   /** Called after each check, e.g. to print progress. */

@@ -1,0 +1,124 @@
+import { existsSync } from "node:fs";
+import type { Command } from "commander";
+import type { ConformanceOptions } from "@nomadkit/conformance";
+import { CliError } from "../errors.js";
+import { readJsonObject } from "../files.js";
+import { pluginCommand, stderrLogger, type GlobalOptions } from "../plugin.js";
+
+interface ConformanceFlags {
+  pluginConfig?: string;
+  taskConfig?: string;
+  execShell: string;
+  signal: string;
+  user?: string;
+  name?: string;
+  checks?: string;
+  list?: boolean;
+  json?: boolean;
+  callTimeout?: string;
+  shutdownTimeout?: string;
+}
+
+/** A JSON object given inline (`{"a":1}`) or as a file path. */
+function jsonOption(flag: string, value: string): Record<string, unknown> {
+  if (!value.trimStart().startsWith("{") || existsSync(value)) return readJsonObject(flag, value);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch (err) {
+    throw new CliError(`${flag}: not valid JSON (${(err as Error).message})`);
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new CliError(`${flag}: expected a JSON object`);
+  return parsed as Record<string, unknown>;
+}
+
+function positiveMs(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new CliError(`${flag} ${JSON.stringify(value)}: expected a positive number of milliseconds`);
+  return n;
+}
+
+async function conformanceCommand(plugin: string | undefined, flags: ConformanceFlags, g: GlobalOptions): Promise<void> {
+  const { formatHeader, formatResult, formatSummary, listChecks, runConformance } = await import("@nomadkit/conformance");
+  if (flags.list) {
+    const checks = listChecks();
+    const w = Math.max(...checks.map((c) => c.name.length));
+    for (const c of checks) process.stdout.write(`${c.name.padEnd(w)}  ${c.title}\n`);
+    return;
+  }
+  if (!plugin) throw new CliError("missing argument <plugin> (the driver executable to test)");
+  const { cmd, args } = pluginCommand(plugin);
+  const options: ConformanceOptions = {
+    plugin: cmd,
+    args,
+    execShell: flags.execShell,
+    signal: flags.signal,
+    logger: g.logLevel === "off" ? undefined : stderrLogger(g.logLevel, plugin),
+    autoMTLS: g.automtls === true,
+  };
+  if (flags.pluginConfig !== undefined) options.pluginConfig = jsonOption("--plugin-config", flags.pluginConfig);
+  if (flags.taskConfig !== undefined) options.taskConfig = jsonOption("--task-config", flags.taskConfig);
+  if (flags.user) options.user = flags.user;
+  if (flags.name) options.name = flags.name;
+  if (flags.checks) options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
+  const start = positiveMs("--start-timeout", g.startTimeout);
+  if (start !== undefined) options.startTimeoutMs = start;
+  const call = positiveMs("--call-timeout", flags.callTimeout);
+  if (call !== undefined) options.callTimeoutMs = call;
+  const shutdown = positiveMs("--shutdown-timeout", flags.shutdownTimeout);
+  if (shutdown !== undefined) options.shutdownTimeoutMs = shutdown;
+
+  const color = !flags.json && process.stdout.isTTY === true && !process.env.NO_COLOR;
+  if (!flags.json) {
+    options.onResult = (r) => process.stdout.write(formatResult(r, { color }) + "\n");
+    process.stdout.write(`Conformance of ${plugin} (launched as Nomad launches drivers)\n\n${formatHeader()}\n`);
+  }
+  let report;
+  try {
+    report = await runConformance(options);
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
+  if (flags.json) process.stdout.write(JSON.stringify(report, null, 2) + "\n");
+  else process.stdout.write(`\n${formatSummary(report)}\n`);
+  if (!report.ok) process.exitCode = 1;
+}
+
+/**
+ * `nomadkit conformance <plugin>`: runs `@nomadkit/conformance` against a driver binary and prints
+ * the pass/fail table; exits 1 when a check fails. The package is imported lazily so the other
+ * commands keep starting fast.
+ */
+export function registerConformanceCommand(program: Command): void {
+  program
+    .command("conformance")
+    .description("run the driver conformance suite against a plugin, launched exactly as Nomad does; exit 1 on any failure")
+    .argument("[plugin]", "driver plugin executable or .js file")
+    .option("--plugin-config <json|file>", "agent plugin config as JSON, inline or a file (default {})")
+    .option(
+      "--task-config <json|file>",
+      'a long-running task\'s driver config as JSON, inline or a file (default: {"command":"/bin/sh","args":["-c",<loop>]})',
+    )
+    .option("--exec-shell <path>", "shell inside the task for the exec checks (<shell> -c <script>)", "/bin/sh")
+    .option("--signal <name>", "signal the signal-task check sends (the default task traps it)", "SIGHUP")
+    .option("--user <user>", "run the tasks as this user (TaskConfig.user)")
+    .option("--name <name>", "expected plugin name (the job's driver = \"...\")")
+    .option("--checks <names>", "comma-separated checks to run (plus what they need); see --list")
+    .option("--list", "list the checks and exit")
+    .option("--call-timeout <ms>", "deadline of each RPC (default 30000)")
+    .option("--shutdown-timeout <ms>", "how long a plugin may take to exit after Shutdown (default 2000, Nomad's)")
+    .option("--json", "print the report as JSON")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ nomadkit conformance ./nomadkit-rawexec
+  $ nomadkit conformance ./nomad-driver-foo --plugin-config '{"enabled":true}' \\
+      --task-config '{"command":"/bin/sleep","args":["600"]}'
+  $ nomadkit conformance ./driver.mjs --checks exec-streaming,exec-streaming-tty`,
+    )
+    .action(async (plugin: string | undefined, flags: ConformanceFlags, cmd: Command) => {
+      await conformanceCommand(plugin, flags, cmd.optsWithGlobals() as GlobalOptions);
+    });
+}
