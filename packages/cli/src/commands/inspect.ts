@@ -1,0 +1,94 @@
+// info, fingerprint, capabilities: one-shot questions Nomad asks a plugin.
+import { toJson } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ConfigSchemaResponseSchema, PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
+import {
+  CapabilitiesResponseSchema,
+  FingerprintResponseSchema,
+  TaskConfigSchemaResponseSchema,
+} from "@nomadkit/protocol/driver";
+import { msgpackConfig, readJsonObject } from "../files.js";
+import { rpcError, withPlugin, type Connected, type GlobalOptions } from "../plugin.js";
+import { print } from "../output.js";
+
+/** Nomad's plugin API version, sent with SetConfig. */
+export const PLUGIN_API_VERSION = "v0.1.0";
+
+export async function infoCommand(plugin: string, opts: { json?: boolean }, g: GlobalOptions): Promise<void> {
+  await withPlugin(plugin, g, async ({ plugin: p, name }) => {
+    const info = await p.basePlugin.pluginInfo({}).catch((e: unknown) => {
+      throw rpcError(name, "BasePlugin.PluginInfo", e);
+    });
+    const schema = await p.basePlugin.configSchema({}).catch((e: unknown) => {
+      throw rpcError(name, "BasePlugin.ConfigSchema", e);
+    });
+    const out: Record<string, unknown> = {
+      ...(toJson(PluginInfoResponseSchema, info) as object),
+      configSchema: (toJson(ConfigSchemaResponseSchema, schema) as { spec?: unknown }).spec ?? null,
+    };
+    if (info.type === PluginType.DRIVER) {
+      try {
+        const ts = await p.driver.taskConfigSchema({});
+        out.taskConfigSchema = (toJson(TaskConfigSchemaResponseSchema, ts) as { spec?: unknown }).spec ?? null;
+      } catch (e) {
+        if (!(e instanceof ConnectError && e.code === Code.Unimplemented)) throw rpcError(name, "Driver.TaskConfigSchema", e);
+      }
+    }
+    print(out, !!opts.json);
+  });
+}
+
+export async function capabilitiesCommand(plugin: string, opts: { json?: boolean }, g: GlobalOptions): Promise<void> {
+  await withPlugin(plugin, g, async ({ plugin: p, name }) => {
+    const res = await p.driver.capabilities({}).catch((e: unknown) => {
+      throw rpcError(name, "Driver.Capabilities", e);
+    });
+    const json = toJson(CapabilitiesResponseSchema, res, { alwaysEmitImplicit: true }) as { capabilities?: unknown };
+    print(json.capabilities ?? {}, !!opts.json);
+  });
+}
+
+/** SetConfig (with `--config` or an empty map) then Init, as Nomad does before driver calls. */
+export async function configure(c: Connected, configFile: string | undefined): Promise<void> {
+  const config = configFile ? readJsonObject("--config", configFile) : {};
+  try {
+    await c.plugin.basePlugin.setConfig({ msgpackConfig: msgpackConfig(config), pluginApiVersion: PLUGIN_API_VERSION });
+  } catch (e) {
+    const err = rpcError(c.name, "BasePlugin.SetConfig", e);
+    if (configFile) err.message += ` (config from --config ${configFile})`;
+    throw err;
+  }
+  try {
+    await c.plugin.driver.init({});
+  } catch (e) {
+    // Nomad counts Unimplemented as success.
+    if (!(e instanceof ConnectError && e.code === Code.Unimplemented)) throw rpcError(c.name, "Driver.Init", e);
+  }
+}
+
+export async function fingerprintCommand(
+  plugin: string,
+  opts: { json?: boolean; watch?: boolean; config?: string },
+  g: GlobalOptions,
+): Promise<void> {
+  if (opts.config) readJsonObject("--config", opts.config); // fail before starting the plugin
+  await withPlugin(plugin, g, async (c) => {
+    await configure(c, opts.config);
+    const stop = new AbortController();
+    const onSigint = () => stop.abort();
+    process.once("SIGINT", onSigint);
+    try {
+      for await (const res of c.plugin.driver.fingerprint({}, { signal: stop.signal })) {
+        print(toJson(FingerprintResponseSchema, res), !!opts.json);
+        if (!opts.watch) return;
+        if (!opts.json) process.stdout.write("\n");
+      }
+    } catch (e) {
+      if (stop.signal.aborted) return;
+      throw rpcError(c.name, "Driver.Fingerprint", e);
+    } finally {
+      process.off("SIGINT", onSigint);
+      stop.abort();
+    }
+  });
+}

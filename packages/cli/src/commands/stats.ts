@@ -1,0 +1,63 @@
+// nomadkit stats: the TaskStats stream as a live line.
+import { toJson } from "@bufbuild/protobuf";
+import { TaskStatsResponseSchema, type TaskStatsResponse } from "@nomadkit/protocol/driver";
+import { parseDurationMs } from "../files.js";
+import { formatBytes } from "../output.js";
+import { connectPlugin, rpcError, type GlobalOptions } from "../plugin.js";
+import { CliError } from "../errors.js";
+
+export function formatStats(res: TaskStatsResponse): string {
+  const agg = res.stats?.aggResourceUsage;
+  const cpu = agg?.cpu;
+  const mem = agg?.memory;
+  const parts = [
+    `cpu ${(cpu?.percent ?? 0).toFixed(1)}%`,
+    `${(cpu?.totalTicks ?? 0).toFixed(0)} MHz`,
+    `rss ${formatBytes(mem?.rss ?? 0n)}`,
+    `usage ${formatBytes(mem?.usage ?? 0n)}`,
+  ];
+  const pids = Object.keys(res.stats?.resourceUsageByPid ?? {}).length;
+  if (pids) parts.push(`${pids} pid${pids === 1 ? "" : "s"}`);
+  return parts.join("  ");
+}
+
+export async function statsCommand(
+  plugin: string,
+  taskId: string,
+  opts: { interval: string; count?: string; json?: boolean },
+  g: GlobalOptions,
+): Promise<void> {
+  const intervalMs = parseDurationMs("--interval", opts.interval);
+  let count: number | undefined;
+  if (opts.count !== undefined) {
+    count = Number(opts.count);
+    if (!Number.isInteger(count) || count <= 0) throw new CliError(`--count ${JSON.stringify(opts.count)}: expected a positive integer`);
+  }
+  const c = await connectPlugin(plugin, g);
+  const stop = new AbortController();
+  const onSigint = () => stop.abort();
+  process.on("SIGINT", onSigint);
+  const live = !opts.json && process.stdout.isTTY === true;
+  let n = 0;
+  try {
+    const seconds = Math.floor(intervalMs / 1000);
+    const stream = c.plugin.driver.taskStats(
+      { taskId, collectionInterval: { seconds: BigInt(seconds), nanos: Math.round((intervalMs - seconds * 1000) * 1e6) } },
+      { signal: stop.signal },
+    );
+    for await (const res of stream) {
+      n++;
+      if (opts.json) process.stdout.write(JSON.stringify(toJson(TaskStatsResponseSchema, res)) + "\n");
+      else if (live) process.stdout.write(`\r\x1b[K${formatStats(res)}`);
+      else process.stdout.write(formatStats(res) + "\n");
+      if (count !== undefined && n >= count) break;
+    }
+  } catch (e) {
+    if (!stop.signal.aborted) throw rpcError(c.name, "Driver.TaskStats", e);
+  } finally {
+    if (live && n > 0) process.stdout.write("\n");
+    stop.abort();
+    process.off("SIGINT", onSigint);
+    await c.release();
+  }
+}

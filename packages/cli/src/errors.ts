@@ -1,0 +1,10 @@
+/** A user-facing CLI failure: printed as `nomadkit: <message>` without a stack, exit status `exitCode`. */
+export class CliError extends Error {
+  override readonly name = "CliError";
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}

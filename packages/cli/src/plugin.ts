@@ -1,0 +1,169 @@
+import { accessSync, constants, readFileSync, statSync } from "node:fs";
+import { extname, resolve } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  PluginLaunchError,
+  PluginShutdownError,
+  launchPlugin,
+  reattachPlugin,
+  type PluginClient,
+  type PluginLogEntry,
+  type PluginLogLevel,
+  type ReattachConfig,
+} from "@nomadkit/client";
+import { CliError } from "./errors.js";
+
+/** Options every command shares (set on the root program). */
+export interface GlobalOptions {
+  logLevel: PluginLogLevel | "off";
+  startTimeout?: string;
+  automtls?: boolean;
+}
+
+/** What `nomadkit run --state <file>` writes so `exec` and `stats` can reach the running plugin. */
+export interface RunState {
+  kind: "nomadkit-run-state";
+  plugin: string;
+  taskId: string;
+  reattach: ReattachConfig;
+}
+
+const LEVEL_ORDER: Record<string, number> = { trace: 0, debug: 1, info: 2, warn: 3, error: 4, off: 5 };
+
+/** Prints plugin log entries at or above `level` to stderr. */
+export function stderrLogger(level: GlobalOptions["logLevel"], name: string): (e: PluginLogEntry) => void {
+  const min = LEVEL_ORDER[level] ?? LEVEL_ORDER.warn!;
+  return (e) => {
+    if (LEVEL_ORDER[e.level]! < min) return;
+    const fields = Object.entries(e.fields)
+      .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+      .join(" ");
+    const module = e.module ? `${e.module}: ` : "";
+    process.stderr.write(`[${name}] ${e.level.toUpperCase()} ${module}${e.message}${fields ? " " + fields : ""}\n`);
+  };
+}
+
+function readState(path: string): RunState | undefined {
+  if (extname(path) !== ".json") return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    throw new CliError(`plugin ${path}: cannot read run state file: ${(err as Error).message}`);
+  }
+  const s = value as Partial<RunState> | null;
+  if (!s || s.kind !== "nomadkit-run-state" || !s.reattach || typeof s.taskId !== "string") {
+    throw new CliError(`plugin ${path}: not a state file written by "nomadkit run --state"`);
+  }
+  return s as RunState;
+}
+
+/** Resolves `<plugin>` to a command line: JavaScript files run with this Node, others directly. */
+export function pluginCommand(plugin: string): { cmd: string; args: string[] } {
+  const path = resolve(plugin);
+  let st;
+  try {
+    st = statSync(path);
+  } catch {
+    throw new CliError(`plugin ${plugin}: no such file`);
+  }
+  if (!st.isFile()) throw new CliError(`plugin ${plugin}: not a file`);
+  if ([".js", ".mjs", ".cjs"].includes(extname(path))) return { cmd: process.execPath, args: [path] };
+  try {
+    accessSync(path, constants.X_OK);
+  } catch {
+    throw new CliError(`plugin ${plugin}: not executable (chmod +x ${plugin})`);
+  }
+  return { cmd: path, args: [] };
+}
+
+/** A connected plugin plus how to let go of it when the command is done. */
+export interface Connected {
+  plugin: PluginClient;
+  /** The name used in messages. */
+  name: string;
+  /** The task id from a run state file, if `<plugin>` was one. */
+  stateTaskId?: string;
+  /** Kills a launched plugin; only disconnects from a reattached one. */
+  release(): Promise<void>;
+}
+
+/**
+ * Launches `<plugin>`, or reattaches when it is a state file from `nomadkit run --state`.
+ */
+export async function connectPlugin(
+  plugin: string,
+  g: GlobalOptions,
+  extra: { onStdout?(d: Uint8Array): void; onStderr?(d: Uint8Array): void } = {},
+): Promise<Connected> {
+  const state = readState(plugin);
+  if (state) {
+    let client: PluginClient;
+    try {
+      client = await reattachPlugin(state.reattach, { logger: stderrLogger(g.logLevel, state.plugin), ...extra });
+    } catch (err) {
+      throw new CliError(
+        `plugin ${plugin}: cannot reattach to ${state.plugin} (pid ${state.reattach.pid}); is "nomadkit run" still running? ${(err as Error).message}`,
+      );
+    }
+    return {
+      plugin: client,
+      name: state.plugin,
+      stateTaskId: state.taskId,
+      release: async () => client.close(),
+    };
+  }
+  const { cmd, args } = pluginCommand(plugin);
+  let startTimeoutMs: number | undefined;
+  if (g.startTimeout !== undefined) {
+    startTimeoutMs = Number(g.startTimeout);
+    if (!Number.isFinite(startTimeoutMs) || startTimeoutMs <= 0) {
+      throw new CliError(`--start-timeout ${JSON.stringify(g.startTimeout)}: expected a positive number of milliseconds`);
+    }
+  }
+  let client: PluginClient;
+  try {
+    client = await launchPlugin(cmd, args, {
+      logger: stderrLogger(g.logLevel, plugin),
+      autoMTLS: g.automtls,
+      startTimeoutMs,
+      ...extra,
+    });
+  } catch (err) {
+    if (err instanceof PluginLaunchError) throw new CliError(err.message);
+    throw err;
+  }
+  return {
+    plugin: client,
+    name: plugin,
+    release: async () => {
+      await client.kill();
+    },
+  };
+}
+
+/** Turns an RPC failure into a CLI error naming the plugin and the call. */
+export function rpcError(name: string, rpc: string, err: unknown): CliError {
+  if (err instanceof CliError) return err;
+  if (err instanceof PluginShutdownError) return new CliError(`plugin ${name}: ${rpc}: the plugin exited`);
+  if (err instanceof ConnectError) {
+    if (err.code === Code.Unimplemented) return new CliError(`plugin ${name} does not implement ${rpc}`);
+    return new CliError(`plugin ${name}: ${rpc} failed: ${Code[err.code]}: ${err.rawMessage}`);
+  }
+  return new CliError(`plugin ${name}: ${rpc} failed: ${err instanceof Error ? err.message : String(err)}`);
+}
+
+/** Runs `fn` with a connected plugin and always releases it. */
+export async function withPlugin<T>(
+  plugin: string,
+  g: GlobalOptions,
+  fn: (c: Connected) => Promise<T>,
+  extra?: Parameters<typeof connectPlugin>[2],
+): Promise<T> {
+  const c = await connectPlugin(plugin, g, extra);
+  try {
+    return await fn(c);
+  } finally {
+    await c.release();
+  }
+}

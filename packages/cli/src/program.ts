@@ -1,0 +1,151 @@
+import { Command, CommanderError, Option } from "commander";
+import { CliError } from "./errors.js";
+import type { GlobalOptions } from "./plugin.js";
+
+const EXAMPLES = `
+Plugins are started exactly as Nomad starts them (magic cookie, go-plugin handshake, gRPC); a
+plugin may be a native binary or a .js/.mjs/.cjs file (run with this Node).
+
+Examples:
+  $ nomadkit info ./nomad-driver-foo
+  $ nomadkit capabilities ./driver.mjs --json
+  $ nomadkit fingerprint ./driver.mjs --config agent.json --watch
+  $ nomadkit run ./driver.mjs --config agent.json --task-config task.json --state run.json
+  $ nomadkit exec run.json <task-id> -it -- /bin/sh     (in a second terminal, while run is running)
+  $ nomadkit stats run.json <task-id>
+`;
+
+function globals(cmd: Command): GlobalOptions {
+  return cmd.optsWithGlobals() as GlobalOptions;
+}
+
+/**
+ * Builds the `nomadkit` command line (commander). Exposed for embedding and tests; most users run
+ * the `nomadkit` binary.
+ *
+ * @example
+ * ```ts
+ * import { main } from "@nomadkit/cli";
+ * process.exitCode = await main(["node", "nomadkit", "info", "./my-driver"]);
+ * ```
+ */
+export function createProgram(info: { version?: string } = {}): Command {
+  const program = new Command("nomadkit")
+    .description("Inspect, run and test HashiCorp Nomad task-driver plugins (Go or TypeScript) the way Nomad drives them.")
+    .exitOverride()
+    .showHelpAfterError("(run with --help for usage)")
+    .addOption(
+      new Option("--log-level <level>", "plugin log lines to show on stderr")
+        .choices(["trace", "debug", "info", "warn", "error", "off"])
+        .default("warn"),
+    )
+    .option("--start-timeout <ms>", "how long to wait for the plugin's go-plugin handshake (default 60000)")
+    .option("--automtls", "talk to the plugin over go-plugin AutoMTLS (PLUGIN_CLIENT_CERT), as non-Nomad hosts do")
+    .addHelpText("after", EXAMPLES);
+  if (info.version) program.version(info.version);
+
+  program
+    .command("info")
+    .description("print PluginInfo, the agent config schema and (drivers) the task config schema")
+    .argument("<plugin>", "plugin executable or .js file")
+    .option("--json", "print JSON")
+    .action(async (plugin: string, opts, cmd: Command) => {
+      const { infoCommand } = await import("./commands/inspect.js");
+      await infoCommand(plugin, opts, globals(cmd));
+    });
+
+  program
+    .command("fingerprint")
+    .description("SetConfig, then print the first Fingerprint response (or keep printing with --watch)")
+    .argument("<plugin>", "plugin executable or .js file")
+    .option("--config <file>", "agent plugin config as JSON (sent msgpack-encoded to SetConfig)")
+    .option("--watch", "keep the stream open and print every fingerprint until Ctrl-C")
+    .option("--json", "print JSON")
+    .action(async (plugin: string, opts, cmd: Command) => {
+      const { fingerprintCommand } = await import("./commands/inspect.js");
+      await fingerprintCommand(plugin, opts, globals(cmd));
+    });
+
+  program
+    .command("capabilities")
+    .description("print the driver's Capabilities")
+    .argument("<plugin>", "plugin executable or .js file")
+    .option("--json", "print JSON")
+    .action(async (plugin: string, opts, cmd: Command) => {
+      const { capabilitiesCommand } = await import("./commands/inspect.js");
+      await capabilitiesCommand(plugin, opts, globals(cmd));
+    });
+
+  program
+    .command("run")
+    .description(
+      "start one task like Nomad (SetConfig, Init, StartTask, WaitTask), stream its output, print its exit and exit with its status",
+    )
+    .argument("<plugin>", "plugin executable or .js file")
+    .option("--config <file>", "agent plugin config as JSON (msgpack-encoded for SetConfig); default {}")
+    .option("--task-config <file>", "the task's driver config as JSON (msgpack-encoded into TaskConfig.msgpack_driver_config); default {}")
+    .option("--name <name>", "task name", "task")
+    .option("--env <KEY=VALUE>", "task environment variable (repeatable)", (v: string, prev: string[]) => [...prev, v], [] as string[])
+    .option(
+      "--state <file>",
+      "write a state file (.json) while the task runs, so `nomadkit exec <file> <task-id>` and `nomadkit stats <file> <task-id>` can reach it",
+    )
+    .addHelpText(
+      "after",
+      "\nCtrl-C stops the task (StopTask with SIGINT, 5 s timeout); a second Ctrl-C destroys it. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone.",
+    )
+    .action(async (plugin: string, opts, cmd: Command) => {
+      const { runCommand } = await import("./commands/run.js");
+      await runCommand(plugin, opts, globals(cmd));
+    });
+
+  program
+    .command("exec")
+    .description("run a command inside a running task (ExecTaskStreaming) with your terminal")
+    .argument("<plugin>", "a state file from `nomadkit run --state`, or a plugin executable that can find the task itself")
+    .argument("<task-id>", "task id (printed by `nomadkit run`)")
+    .argument("<command...>", "command and arguments, after --")
+    .option("-i, --interactive", "forward stdin")
+    .option("-t, --tty", "allocate a terminal (raw mode, window size forwarded)")
+    .action(async (plugin: string, taskId: string, command: string[], opts, cmd: Command) => {
+      const { execCommand } = await import("./commands/exec.js");
+      await execCommand(plugin, taskId, command, opts, globals(cmd));
+    });
+
+  program
+    .command("stats")
+    .description("show a running task's TaskStats as a live line")
+    .argument("<plugin>", "a state file from `nomadkit run --state`, or a plugin executable that can find the task itself")
+    .argument("<task-id>", "task id (printed by `nomadkit run`)")
+    .option("--interval <duration>", "collection interval, e.g. 500ms, 2s", "1s")
+    .option("--count <n>", "stop after n samples")
+    .option("--json", "print one JSON object per sample")
+    .action(async (plugin: string, taskId: string, opts, cmd: Command) => {
+      const { statsCommand } = await import("./commands/stats.js");
+      await statsCommand(plugin, taskId, opts, globals(cmd));
+    });
+
+  return program;
+}
+
+/**
+ * Runs the CLI with `argv` (as `process.argv`) and returns the exit status; prints errors as
+ * `nomadkit: <message>` on stderr.
+ */
+export async function main(argv: readonly string[] = process.argv, info: { version?: string } = {}): Promise<number> {
+  const program = createProgram(info);
+  const { registerConformanceCommand } = await import("./commands/conformance.js");
+  registerConformanceCommand(program);
+  try {
+    await program.parseAsync([...argv]);
+    return typeof process.exitCode === "number" ? process.exitCode : 0;
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode; // commander printed it already
+    if (err instanceof CliError) {
+      process.stderr.write(`nomadkit: ${err.message}\n`);
+      return err.exitCode;
+    }
+    process.stderr.write(`nomadkit: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,219 @@
+// The nomadkit binary against a real test plugin (the go-plugin fixture driver of @nomadkit/server).
+import { spawn } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
+const driver = fileURLToPath(new URL("../../server/test/fixtures/goplugin/test-driver.mjs", import.meta.url));
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** A running nomadkit process whose output can be awaited. */
+function start(args: string[], input?: string) {
+  const child = spawn(process.execPath, [bin, ...args], { cwd: dir, stdio: ["pipe", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  const waiters: { test: () => boolean; resolve: () => void }[] = [];
+  const poke = () => {
+    for (const w of waiters.splice(0)) (w.test() ? w.resolve : () => waiters.push(w))();
+  };
+  child.stdout.on("data", (d: Buffer) => {
+    stdout += d.toString();
+    poke();
+  });
+  child.stderr.on("data", (d: Buffer) => {
+    stderr += d.toString();
+    poke();
+  });
+  if (input !== undefined) child.stdin.end(input);
+  const done = new Promise<Result>((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+  return {
+    child,
+    done,
+    stderrMatch: (re: RegExp) =>
+      new Promise<RegExpMatchArray>((resolve) => {
+        const test = () => re.test(stderr);
+        const w = { test, resolve: () => resolve(re.exec(stderr)!) };
+        if (test()) w.resolve();
+        else waiters.push(w);
+      }),
+  };
+}
+
+const nomadkit = (...args: string[]): Promise<Result> => start(args).done;
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "nk-cli-"));
+  writeFileSync(join(dir, "agent.json"), "{}");
+  writeFileSync(join(dir, "task.json"), JSON.stringify({ command: "sh", args: ["-c", "echo hello; echo oops >&2; exit 3"] }));
+  writeFileSync(join(dir, "long.json"), JSON.stringify({ command: "sleep", args: ["300"] }));
+  writeFileSync(join(dir, "broken.json"), "{ not json");
+  writeFileSync(join(dir, "array.json"), "[1]");
+  writeFileSync(join(dir, "not-executable"), "#!/bin/sh\n");
+  chmodSync(join(dir, "not-executable"), 0o644);
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("nomadkit", () => {
+  it("--help lists the commands and examples", async () => {
+    const r = await nomadkit("--help");
+    expect(r.code).toBe(0);
+    for (const c of ["info", "fingerprint", "capabilities", "run", "exec", "stats"]) expect(r.stdout).toContain(c);
+    expect(r.stdout).toContain("Examples:");
+  });
+
+  it("info prints PluginInfo", async () => {
+    const r = await nomadkit("info", driver);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("name: test-driver");
+    expect(r.stdout).toContain("type: DRIVER");
+    const j = await nomadkit("info", driver, "--json");
+    expect(JSON.parse(j.stdout)).toMatchObject({ name: "test-driver", pluginApiVersions: ["v0.1.0"], pluginVersion: "0.1.0" });
+  });
+
+  it("capabilities and fingerprint", async () => {
+    const caps = await nomadkit("capabilities", driver, "--json");
+    expect(caps.code).toBe(0);
+    expect(JSON.parse(caps.stdout)).toMatchObject({ sendSignals: true, exec: true });
+    const fp = await nomadkit("fingerprint", driver, "--config", join(dir, "agent.json"));
+    expect(fp.code).toBe(0);
+    expect(fp.stdout).toContain("health: HEALTHY");
+    expect(fp.stdout).toContain("driver.test");
+  });
+
+  it("run starts a task, streams its output and exits with its status", async () => {
+    const r = await nomadkit("run", driver, "--config", join(dir, "agent.json"), "--task-config", join(dir, "task.json"));
+    expect(r.stdout).toBe("hello\n");
+    expect(r.stderr).toContain("oops\n");
+    expect(r.stderr).toMatch(/started task [0-9a-f-]+\/task\/[0-9a-f]+/);
+    expect(r.stderr).toContain("task exited with code 3");
+    expect(r.code).toBe(3);
+  });
+
+  it("run --state lets exec and stats reach the task; Ctrl-C stops it", async () => {
+    const state = join(dir, "run-state.json");
+    const run = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", state]);
+    const [, taskId] = await run.stderrMatch(/started task (\S+)/);
+    await run.stderrMatch(/wrote /);
+    expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({ kind: "nomadkit-run-state", taskId });
+
+    const ex = await nomadkit("exec", state, taskId!, "--", "sh", "-c", "echo in-task; echo to-stderr >&2; exit 7");
+    expect(ex.stdout).toBe("in-task\n");
+    expect(ex.stderr).toContain("to-stderr");
+    expect(ex.code).toBe(7);
+
+    const cat = await start(["exec", state, taskId!, "-i", "--", "cat"], "piped stdin\n").done;
+    expect(cat.stdout).toBe("piped stdin\n");
+    expect(cat.code).toBe(0);
+
+    const stats = await nomadkit("stats", state, taskId!, "--count", "2", "--interval", "100ms");
+    expect(stats.code).toBe(0);
+    expect(stats.stdout.trim().split("\n")).toHaveLength(2);
+    expect(stats.stdout).toContain("cpu 12.5%");
+    expect(stats.stdout).toContain("rss 10.0 MiB");
+
+    run.child.kill("SIGINT");
+    const r = await run.done;
+    expect(r.stderr).toContain("stopping task");
+    expect(r.stderr).toMatch(/task exited with code 143 \(signal 15\)/);
+    expect(r.code).toBe(143);
+    expect(existsSync(state)).toBe(false);
+  });
+
+  it("exec -it forwards the terminal size and resizes, and propagates the exit code", async () => {
+    const pty = await import("node-pty");
+    const state = join(dir, "pty-state.json");
+    const run = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", state]);
+    const [, taskId] = await run.stderrMatch(/started task (\S+)/);
+    await run.stderrMatch(/wrote /);
+    try {
+      const term = pty.spawn(process.execPath, [bin, "exec", state, taskId!, "-it", "--", "sh", "-c", "read line; echo got:$line; exit 5"], {
+        cols: 100,
+        rows: 40,
+        cwd: dir,
+      });
+      let out = "";
+      const seen = (s: string) =>
+        new Promise<void>((resolve) => {
+          if (out.includes(s)) return resolve();
+          const d = term.onData(() => {
+            if (out.includes(s)) {
+              d.dispose();
+              resolve();
+            }
+          });
+        });
+      term.onData((d) => (out += d));
+      const exit = new Promise<number>((resolve) => term.onExit((e) => resolve(e.exitCode)));
+      await seen("[tty 40x100]");
+      term.resize(120, 50);
+      await seen("[tty 50x120]");
+      // The fixture runs the command on pipes (no remote pty), so send a real newline.
+      term.write("abc\n");
+      await seen("got:abc");
+      expect(await exit).toBe(5);
+    } finally {
+      run.child.kill("SIGINT");
+      await run.done;
+    }
+  });
+});
+
+describe("nomadkit errors name the plugin, file or flag at fault", () => {
+  it("missing plugin file", async () => {
+    const r = await nomadkit("info", "./no-such-driver");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe("nomadkit: plugin ./no-such-driver: no such file\n");
+  });
+
+  it("plugin that is not executable", async () => {
+    const r = await nomadkit("info", join(dir, "not-executable"));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("not executable");
+  });
+
+  it("missing, broken and non-object config files", async () => {
+    const missing = await nomadkit("run", driver, "--config", "missing.json");
+    expect(missing.stderr).toBe("nomadkit: --config missing.json: no such file\n");
+    expect(missing.code).toBe(1);
+    const broken = await nomadkit("run", driver, "--task-config", "broken.json");
+    expect(broken.stderr).toMatch(/^nomadkit: --task-config broken\.json: not valid JSON/);
+    const arr = await nomadkit("fingerprint", driver, "--config", "array.json");
+    expect(arr.stderr).toBe("nomadkit: --config array.json: expected a JSON object, got an array\n");
+  });
+
+  it("a task config the driver rejects names the RPC and the file", async () => {
+    const r = await nomadkit("run", driver, "--task-config", "agent.json");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("Driver.StartTask failed: InvalidArgument: task config: command is required");
+    expect(r.stderr).toContain("--task-config agent.json");
+  });
+
+  it("bad flag values", async () => {
+    const level = await nomadkit("--log-level", "loud", "info", driver);
+    expect(level.code).not.toBe(0);
+    expect(level.stderr).toContain("--log-level");
+    const interval = await nomadkit("stats", driver, "t1", "--interval", "soon");
+    expect(interval.stderr).toContain("--interval");
+    const noCommand = await nomadkit("exec", driver, "t1");
+    expect(noCommand.code).not.toBe(0);
+    expect(noCommand.stderr).toContain("command");
+  });
+
+  it("a plugin that is not a go-plugin plugin", async () => {
+    writeFileSync(join(dir, "chatty.mjs"), 'console.log("hello, I am not a plugin");\n');
+    const r = await nomadkit("info", join(dir, "chatty.mjs"));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("chatty.mjs");
+    expect(r.stderr).toContain("not a go-plugin handshake");
+  });
+});
