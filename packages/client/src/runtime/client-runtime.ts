@@ -25,10 +25,26 @@ import { isTransportFailure, recoverableFrom } from "./normalize.js";
 
 export type { CallOptions };
 
-/** How long Nomad waits for a plugin to be known dead after a failed call. */
+/**
+ * How long Nomad waits for a plugin to be known dead after a failed call.
+ *
+ * @example
+ * ```ts
+ * new ClientRuntime(transport, { pluginExited, shutdownGraceMs: DEFAULT_SHUTDOWN_GRACE_MS * 2 });
+ * ```
+ */
 export const DEFAULT_SHUTDOWN_GRACE_MS = 3000;
 
-/** Options shared by every call of a client. */
+/**
+ * Options shared by every call of a client.
+ *
+ * @example
+ * ```ts
+ * const exited = new AbortController();
+ * child.on("exit", () => exited.abort());
+ * const opts: ClientOptions = { pluginExited: exited.signal, callOptions: { timeoutMs: 30_000 } };
+ * ```
+ */
 export interface ClientOptions {
   /**
    * Fires when the plugin process is gone (e.g. an AbortSignal aborted on the child's `exit`, or a
@@ -190,6 +206,11 @@ export class ClientRuntime {
 /**
  * The runtime generated clients use: `transport` itself if it already is a `ClientRuntime`,
  * otherwise a new one with `options`.
+ *
+ * @example
+ * ```ts
+ * const rt = clientRuntime(transport, { pluginExited }); // clientRuntime(rt) === rt
+ * ```
  */
 export function clientRuntime(transport: Transport | ClientRuntime, options?: ClientOptions): ClientRuntime {
   return transport instanceof ClientRuntime ? transport : new ClientRuntime(transport, options);

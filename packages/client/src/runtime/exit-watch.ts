@@ -1,6 +1,13 @@
 /** Tracks a plugin's "done" signal (AbortSignal or promise) so failures can wait for it briefly. */
 
-/** A signal that fires when the plugin process is known to be gone. */
+/**
+ * A signal that fires when the plugin process is known to be gone.
+ *
+ * @example
+ * ```ts
+ * const exited: PluginExitSignal = once(child, "exit");
+ * ```
+ */
 export type PluginExitSignal = AbortSignal | PromiseLike<unknown>;
 
 /** Outcome of waiting for the plugin to exit after a transport failure. */

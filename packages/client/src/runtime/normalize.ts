@@ -30,6 +30,11 @@ const transportMessage =
  * True when a failure looks like the transport broke (what Nomad treats as "maybe the plugin
  * exited"): Unavailable and Canceled always, Internal/Unknown/Aborted only when the error chain
  * shows a reset stream, closed connection or socket error (a handler's own Unknown status does not).
+ *
+ * @example
+ * ```ts
+ * isTransportFailure(new ConnectError("connect ECONNREFUSED", Code.Unavailable)); // true
+ * ```
  */
 export function isTransportFailure(err: ConnectError): boolean {
   if (err.code === Code.Unavailable || err.code === Code.Canceled) return true;

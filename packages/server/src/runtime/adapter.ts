@@ -5,6 +5,11 @@ import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/
 /**
  * Defaults for `connectNodeAdapter`: gRPC only (what Nomad and go-plugin speak), and no response
  * compression (`acceptCompression: []`): gzip costs about 3x on exec streams over a local socket.
+ *
+ * @example
+ * ```ts
+ * connectNodeAdapter({ ...pluginAdapterDefaults, routes });
+ * ```
  */
 export const pluginAdapterDefaults = {
   acceptCompression: [],

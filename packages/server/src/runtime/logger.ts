@@ -23,7 +23,14 @@ export interface Logger {
 
 const noop: LogFn = () => {};
 
-/** A logger that drops everything; the default. */
+/**
+ * A logger that drops everything; the default.
+ *
+ * @example
+ * ```ts
+ * new ServerRuntime({ logger: noopLogger });
+ * ```
+ */
 export const noopLogger: Logger = Object.freeze({
   trace: noop,
   debug: noop,

@@ -191,10 +191,24 @@ export class ServerRuntime {
   }
 }
 
-/** The runtime generated code uses when none is passed. */
+/**
+ * The runtime generated code uses when none is passed: it logs nothing.
+ *
+ * @example
+ * ```ts
+ * registerHealth(router, health); // same as registerHealth(router, health, defaultServerRuntime)
+ * ```
+ */
 export const defaultServerRuntime = new ServerRuntime();
 
-/** Resolve the optional runtime argument of generated `registerX` helpers. */
+/**
+ * Resolve the optional runtime argument of generated `registerX` helpers.
+ *
+ * @example
+ * ```ts
+ * const rt = serverRuntime(runtime); // runtime ?? defaultServerRuntime
+ * ```
+ */
 export function serverRuntime(runtime?: ServerRuntime): ServerRuntime {
   return runtime ?? defaultServerRuntime;
 }
