@@ -126,16 +126,17 @@ export function tempDir(prefix) {
  * and pins every nomadkit package, however deep, to its tarball via `overrides`, then installs.
  * Nothing of the monorepo is linked: third-party packages come from the registry (or npm's cache).
  */
-export function installProject(dir, { packed, registry = {}, devRegistry = {}, type = "module", extra = {} }) {
-  const deps = Object.fromEntries(packed.map((p) => [p.name, `file:${p.tarball}`]));
+export function installProject(dir, { packed, devPacked = [], registry = {}, devRegistry = {}, type = "module", extra = {} }) {
+  const tarballs = (list) => Object.fromEntries(list.map((p) => [p.name, `file:${p.tarball}`]));
+  const deps = tarballs(packed);
   const pkg = {
     name: path.basename(dir).toLowerCase().replace(/[^a-z0-9-]/g, "-"),
     version: "0.0.0",
     private: true,
     type,
     dependencies: { ...deps, ...registry },
-    devDependencies: devRegistry,
-    overrides: Object.fromEntries(packed.map((p) => [p.name, `$${p.name}`])),
+    devDependencies: { ...tarballs(devPacked), ...devRegistry },
+    overrides: Object.fromEntries([...packed, ...devPacked].map((p) => [p.name, `$${p.name}`])),
     ...extra,
   };
   writeFileSync(path.join(dir, "package.json"), JSON.stringify(pkg, null, 2) + "\n");

@@ -1,0 +1,112 @@
+// Downstream codegen, as a repository that builds on nomadkit does it: its own .proto imports
+// Nomad's driver contract from the installed @nomadkit/protocol package (which ships proto/ and a
+// buf.yaml), `buf generate` runs protoc-gen-es and protoc-gen-nomadkit from the fixture's own
+// node_modules (local plugins, no BSR), TypeScript compiles the result against the installed
+// packages, and a host launches the plugin and calls it with the generated client. The recipe is
+// the one documented in packages/protocol/README.md.
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { copyFixture, installProject, node, outsideEnv, packAll, publicPackages, repoRoot, sh, tempDir, tsc } from "../packaging/lib.mjs";
+
+interface Packed {
+  name: string;
+  pkg: Record<string, any>;
+}
+
+const INSTALL_TIMEOUT = 300_000;
+let work: string;
+let repo: string;
+
+const rootPkg = JSON.parse(readFileSync(path.join(repoRoot, "package.json"), "utf8"));
+const pin = (name: string) => {
+  const v = rootPkg.devDependencies[name];
+  if (!v) throw new Error(`${name} is not pinned in the root package.json`);
+  return v;
+};
+
+/** Files under `dir`, as sorted paths relative to `base` with forward slashes. */
+const walk = (dir: string, base = dir): string[] =>
+  readdirSync(dir, { withFileTypes: true })
+    .flatMap((e) =>
+      e.isDirectory() ? walk(path.join(dir, e.name), base) : [path.relative(base, path.join(dir, e.name)).split(path.sep).join("/")],
+    )
+    .sort();
+
+beforeAll(() => {
+  work = tempDir("nomadkit-downstream-");
+  const wanted = ["@nomadkit/protocol", "@nomadkit/client", "@nomadkit/server", "@nomadkit/protoc-gen-nomadkit"];
+  const packed: Packed[] = packAll(
+    path.join(work, "tarballs"),
+    publicPackages().filter((p: Packed & { name: string }) => wanted.includes(p.name)),
+  );
+  const runtime = packed.filter((p) => p.name !== "@nomadkit/protoc-gen-nomadkit");
+  const client = packed.find((p) => p.name === "@nomadkit/client")!;
+  repo = path.join(work, "acme-driver");
+  copyFixture("downstream", repo);
+  installProject(repo, {
+    packed: runtime,
+    devPacked: packed.filter((p) => p.name === "@nomadkit/protoc-gen-nomadkit"),
+    registry: {
+      "@bufbuild/protobuf": client.pkg.dependencies["@bufbuild/protobuf"],
+      // Generated code imports Transport / ConnectRouter types from it.
+      "@connectrpc/connect": client.pkg.dependencies["@connectrpc/connect"],
+    },
+    devRegistry: {
+      "@bufbuild/buf": pin("@bufbuild/buf"),
+      "@bufbuild/protoc-gen-es": pin("@bufbuild/protoc-gen-es"),
+      "@types/node": pin("@types/node"),
+    },
+  });
+}, INSTALL_TIMEOUT);
+
+afterAll(() => {
+  if (work && !process.env.NOMADKIT_KEEP_TMP) rmSync(work, { recursive: true, force: true });
+});
+
+describe("downstream codegen against the installed @nomadkit/protocol", () => {
+  it("the installed package carries the contracts and a buf module root", () => {
+    const proto = path.join(repo, "node_modules/@nomadkit/protocol");
+    expect(readFileSync(path.join(proto, "buf.yaml"), "utf8")).toMatch(/modules:\s*\n\s*- path: proto/);
+    expect(existsSync(path.join(proto, "proto/hashicorp/nomad/plugins/drivers/proto/driver.proto"))).toBe(true);
+  });
+
+  it("buf generate runs protoc-gen-es and protoc-gen-nomadkit from the fixture's node_modules", () => {
+    // `npx buf` as a user would: node_modules/.bin (buf and both plugins) goes on PATH; nothing of
+    // this repository is on it (outsideEnv).
+    const env = outsideEnv();
+    env.PATH = [path.join(repo, "node_modules/.bin"), env.PATH].join(path.delimiter);
+    sh(path.join(repo, "node_modules/.bin/buf"), ["generate"], { cwd: repo, env });
+    expect(walk(path.join(repo, "src/gen"))).toEqual(["acme/ext/v1/ext_nomadkit.ts", "acme/ext/v1/ext_pb.ts"]);
+    expect(walk(path.join(repo, "src/gen-server"))).toEqual(["acme/ext/v1/ext_nomadkit.ts"]);
+
+    // Nomad's messages come from the package, not from regenerated copies.
+    const pb = readFileSync(path.join(repo, "src/gen/acme/ext/v1/ext_pb.ts"), "utf8");
+    expect(pb).toContain('from "@nomadkit/protocol/gen/hashicorp/nomad/plugins/drivers/proto/driver_pb.js"');
+    const client = readFileSync(path.join(repo, "src/gen/acme/ext/v1/ext_nomadkit.ts"), "utf8");
+    expect(client).toContain('from "@nomadkit/client/runtime"');
+    expect(client).toContain('from "@nomadkit/protocol/gen/hashicorp/nomad/plugins/base/proto/base_pb.js"');
+    expect(client).toMatch(/export class ExtServiceClient\b/);
+    const server = readFileSync(path.join(repo, "src/gen-server/acme/ext/v1/ext_nomadkit.ts"), "utf8");
+    expect(server).toContain('from "@nomadkit/server/runtime"');
+    // Its own messages from the client output directory (rewrite_imports ./acme/**:../gen), relative to the file.
+    expect(server).toMatch(/from "(\.\.\/)+gen\/acme\/ext\/v1\/ext_pb\.js"/);
+    expect(server).toMatch(/export function registerExtService\b/);
+  });
+
+  it("the generated code type-checks (node16, strict, declarations of every package checked)", () => {
+    node([tsc, "-p", "tsconfig.json"], { cwd: repo });
+    expect(existsSync(path.join(repo, "dist/host.js"))).toBe(true);
+  });
+
+  it("a host launches the plugin and calls it through the generated client", () => {
+    const out = JSON.parse(node(["dist/host.js"], { cwd: repo, timeout: 120_000 }).trim().split("\n").pop()!);
+    expect(out).toEqual({
+      summary: "web (t-1) env=PORT labels=team:acme",
+      running: true,
+      watch: ["1:RUNNING", "2:RUNNING", "3:EXITED"],
+      identify: { recoverable: true, message: "acme is not a real plugin" },
+      exitCode: 0,
+    });
+  });
+});
