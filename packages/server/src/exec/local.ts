@@ -4,7 +4,8 @@
  * client pauses the process's output, a process that does not read pauses stdin.
  */
 import { spawn } from "node:child_process";
-import { accessSync, constants, statSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { accessSync, closeSync, constants, openSync, statSync, write } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
@@ -167,41 +168,7 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   const exited = new Promise<{ exitCode: number; signal?: number }>((r) => term.onExit(r));
   const kill = () => killGroup(term.pid, () => term.kill("SIGKILL"));
   io.signal?.addEventListener("abort", kill, { once: true });
-
-  // node-pty destroys its socket 200 ms after the child exits, dropping output still in the kernel
-  // buffer while we are paused for backpressure. Hold that destroy until we have resumed and the
-  // output stops arriving (the master then reports EOF by itself on Linux).
-  let paused = false;
-  let destroyWanted: (() => void) | undefined;
-  let destroyTimer: NodeJS.Timeout | undefined;
-  const armDestroy = () => {
-    if (destroyWanted === undefined || paused) return;
-    clearTimeout(destroyTimer);
-    destroyTimer = setTimeout(() => destroyWanted?.(), 200);
-  };
-  const sock = (term as unknown as { _socket?: { destroy: (...a: unknown[]) => unknown } })._socket;
-  if (sock !== undefined && typeof sock.destroy === "function") {
-    const original = sock.destroy.bind(sock);
-    sock.destroy = (...a: unknown[]) => {
-      if (a.length > 0 || destroyWanted !== undefined) return original(...a); // an error, or our own timer
-      destroyWanted = () => original();
-      armDestroy();
-      return sock;
-    };
-  }
-
-  term.onData((data) => {
-    armDestroy();
-    if (!io.stdout.write(data) && !paused) {
-      paused = true;
-      term.pause();
-      io.stdout.once("drain", () => {
-        paused = false;
-        term.resume();
-        armDestroy();
-      });
-    }
-  });
+  const drain = new PtyDrain(term, io.stdout);
   const onStdin = (d: Buffer) => term.write(d);
   // End of input at a terminal is ^D.
   const onStdinEnd = () => term.write("\x04");
@@ -217,10 +184,129 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
     await Promise.all([finished(io.stdout).catch(() => {}), finished(io.stderr).catch(() => {})]);
     return { exitCode: r.exitCode, signal: r.signal ?? 0 };
   } finally {
-    clearTimeout(destroyTimer);
+    drain.dispose();
     io.signal?.removeEventListener("abort", kill);
     io.stdin.off("data", onStdin);
     io.stdin.off("end", onStdinEnd);
     offResize?.();
+  }
+}
+
+/**
+ * Moves a pty's output to `out` with backpressure, without losing the tail.
+ *
+ * Two things drop output written just before the process exits when the reader is slow: Linux
+ * reports EOF on the master as soon as the last slave descriptor closes, discarding what is still
+ * buffered; and node-pty destroys its socket 200 ms after the exit. So we hold a slave descriptor
+ * of our own (the terminal stays open after the exit), intercept node-pty's destroy (which is
+ * also how we learn of the exit), write a unique marker through the slave and keep reading until
+ * the marker comes back: everything before it is the process's output. Then close the slave and
+ * let node-pty finish.
+ */
+class PtyDrain {
+  #paused = false;
+  #slave: number | undefined;
+  #destroy: (() => void) | undefined;
+  #marker: Buffer | undefined;
+  #carry: Buffer = Buffer.alloc(0);
+  #fallback: NodeJS.Timeout | undefined;
+  #done = false;
+
+  constructor(
+    private readonly term: Pty,
+    private readonly out: Writable,
+  ) {
+    const internals = term as unknown as { _pty?: string; _socket?: { destroy: (...a: unknown[]) => unknown } };
+    const sock = internals._socket;
+    if (typeof internals._pty === "string" && sock !== undefined && typeof sock.destroy === "function") {
+      try {
+        this.#slave = openSync(internals._pty, constants.O_RDWR | constants.O_NOCTTY);
+        const original = sock.destroy.bind(sock);
+        this.#destroy = () => original();
+        sock.destroy = (...a: unknown[]) => {
+          // With an error, or once drained: really destroy.
+          if (a.length > 0 || this.#done || this.#slave === undefined) return original(...a);
+          this.#exitSeen();
+          return sock;
+        };
+      } catch {
+        this.#slave = undefined;
+      }
+    }
+    term.onData((data) => this.#onData(data));
+  }
+
+  #exitSeen(): void {
+    if (this.#marker !== undefined || this.#slave === undefined) return;
+    this.#marker = Buffer.from(`NOMADKIT-PTY-EOF-${randomBytes(12).toString("hex").toUpperCase()}`);
+    // Blocking write on the threadpool: it completes as soon as we have read enough to make room.
+    write(this.#slave, this.#marker, (err) => {
+      if (err) this.#finish();
+      else this.#armFallback();
+    });
+  }
+
+  #onData(chunk: Buffer): void {
+    let data = chunk;
+    if (this.#done) return;
+    if (this.#marker !== undefined) {
+      const joined = this.#carry.length > 0 ? Buffer.concat([this.#carry, chunk]) : chunk;
+      const at = joined.indexOf(this.#marker);
+      if (at >= 0) {
+        if (at > 0) this.out.write(joined.subarray(0, at));
+        this.#finish();
+        return;
+      }
+      // Keep back a tail that could be the start of the marker.
+      const keep = Math.min(this.#marker.length - 1, joined.length);
+      this.#carry = Buffer.from(joined.subarray(joined.length - keep));
+      data = joined.subarray(0, joined.length - keep);
+      this.#armFallback();
+    }
+    if (data.length > 0 && !this.out.write(data) && !this.#paused) {
+      this.#paused = true;
+      clearTimeout(this.#fallback);
+      this.term.pause();
+      this.out.once("drain", () => {
+        this.#paused = false;
+        this.term.resume();
+        this.#armFallback();
+      });
+    }
+  }
+
+  /** If the marker never shows up (the process left the terminal stopped), give up after a quiet spell. */
+  #armFallback(): void {
+    if (this.#marker === undefined || this.#paused || this.#done) return;
+    clearTimeout(this.#fallback);
+    this.#fallback = setTimeout(() => {
+      if (this.#carry.length > 0) this.out.write(this.#carry);
+      this.#finish();
+    }, 2000);
+  }
+
+  #finish(): void {
+    if (this.#done) return;
+    this.#done = true;
+    clearTimeout(this.#fallback);
+    if (this.#paused) this.term.resume();
+    this.#closeSlave();
+    this.#destroy?.();
+  }
+
+  #closeSlave(): void {
+    if (this.#slave === undefined) return;
+    const fd = this.#slave;
+    this.#slave = undefined;
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
+  }
+
+  dispose(): void {
+    clearTimeout(this.#fallback);
+    this.#closeSlave();
   }
 }

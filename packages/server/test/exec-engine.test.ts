@@ -1,0 +1,158 @@
+// The exec engine in-process (no gRPC): the consumption-driven backpressure contract, the raw
+// form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
+import { setTimeout as sleep } from "node:timers/promises";
+import { create } from "@bufbuild/protobuf";
+import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
+import { describe, expect, it } from "vitest";
+import { TerminalResizes, execStreaming, runExecCommand, type ExecTaskStream } from "../src/exec/index.js";
+import { RequestStream } from "./fixtures/driver/harness.js";
+
+const req = (init: Parameters<typeof create<typeof ExecTaskStreamingRequestSchema>>[1]) => create(ExecTaskStreamingRequestSchema, init);
+const setup = (command: string[], tty = false) => req({ setup: { taskId: "t", command, tty } });
+
+describe("high-level engine", () => {
+  it("completes a write only after the message carrying it has been pulled", async () => {
+    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    requests.push(setup(["x"]));
+    const written: string[] = [];
+    let finish!: () => void;
+    const gate = new Promise<void>((r) => (finish = r));
+    const responses = execStreaming(requests, {
+      exec: async (s) => {
+        await new Promise<void>((r) => s.stdout.write("one", () => (written.push("one"), r())));
+        await new Promise<void>((r) => s.stdout.write("two", () => (written.push("two"), r())));
+        await gate;
+        return { exitCode: 0 };
+      },
+    });
+    const first = await responses.next();
+    expect(Buffer.from(first.value!.stdout!.data).toString()).toBe("one");
+    // "one" has been handed out but not yet consumed: its write is still pending.
+    await sleep(0);
+    expect(written).toEqual([]);
+    const second = await responses.next();
+    expect(Buffer.from(second.value!.stdout!.data).toString()).toBe("two");
+    expect(written).toEqual(["one"]);
+    finish();
+    const rest = [];
+    for await (const r of responses) rest.push(r);
+    expect(written).toEqual(["one", "two"]);
+    expect(rest.map((r) => (r.stdout?.close ? "stdout-close" : r.stderr?.close ? "stderr-close" : r.exited ? "exited" : "?"))).toEqual([
+      "stdout-close",
+      "stderr-close",
+      "exited",
+    ]);
+    requests.end();
+  });
+
+  it("splits large writes into views of at most maxChunkSize", async () => {
+    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    requests.push(setup(["x"]));
+    const big = Buffer.alloc(10_000, 7);
+    const sizes: number[] = [];
+    for await (const r of execStreaming(requests, { exec: async (s) => (s.stdout.write(big), { exitCode: 0 }) }, { maxChunkSize: 4096 })) {
+      if (r.stdout?.data.length) {
+        sizes.push(r.stdout.data.length);
+        expect(r.stdout.data.buffer).toBe(big.buffer); // a view, not a copy
+      }
+    }
+    expect(sizes).toEqual([4096, 4096, 1808]);
+    requests.end();
+  });
+
+  it("keeps the latest terminal size for a terminal started late", async () => {
+    const r = new TerminalResizes();
+    expect(r.latest).toBeUndefined();
+    r.push({ height: 1, width: 2 });
+    r.push({ height: 3, width: 4 });
+    const seen: number[] = [];
+    const it = r[Symbol.asyncIterator]();
+    const first = await it.next();
+    expect(first.value).toEqual({ height: 3, width: 4 });
+    const off = r.on((s) => seen.push(s.height));
+    r.push({ height: 5, width: 6 });
+    expect((await it.next()).value).toEqual({ height: 5, width: 6 });
+    off();
+    r.close();
+    expect((await it.next()).done).toBe(true);
+    expect(seen).toEqual([5]);
+  });
+});
+
+describe("raw engine", () => {
+  it("send() resolves once the response has been consumed; requests pass through untouched", async () => {
+    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const heartbeat = req({});
+    requests.push(setup(["fwd"]), heartbeat);
+    let stream!: ExecTaskStream;
+    const sent: boolean[] = [false, false];
+    let done!: () => void;
+    const finished = new Promise<void>((r) => (done = r));
+    const responses = execStreaming(requests, {
+      raw: async (s) => {
+        stream = s;
+        const it = s[Symbol.asyncIterator]();
+        expect((await it.next()).value).toBe(heartbeat);
+        const a = s.send({ stdout: { data: Buffer.from("a") } }).then(() => (sent[0] = true));
+        const b = s.send({ exited: true, result: { exitCode: 0 } }).then(() => (sent[1] = true));
+        await Promise.all([a, b]);
+        done();
+      },
+      exec: async () => {
+        throw new Error("the raw form must win");
+      },
+    });
+    expect((await responses.next()).value?.stdout?.data).toEqual(Buffer.from("a"));
+    await sleep(0);
+    expect(sent).toEqual([false, false]);
+    expect((await responses.next()).value?.exited).toBe(true);
+    await sleep(0);
+    expect(sent).toEqual([true, false]);
+    expect((await responses.next()).done).toBe(true);
+    await finished;
+    expect(sent).toEqual([true, true]);
+    expect(stream.command).toEqual(["fwd"]);
+    requests.end();
+  });
+});
+
+describe("runExecCommand", () => {
+  it("with a tty, keeps output written just before exit even when the reader is slow", async () => {
+    const size = 300_000;
+    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    requests.push(setup(["sh", "-c", `head -c ${size} /dev/zero | tr '\\0' a; exit 3`], true));
+    let received = 0;
+    let exit: number | undefined;
+    for await (const r of execStreaming(requests, { exec: (s) => runExecCommand({ command: s.command, tty: s.tty }, s) })) {
+      if (r.stdout?.data.length) {
+        received += r.stdout.data.length;
+        // Near the end, read slower than node-pty's 200 ms socket teardown after the child exits.
+        if (received > size - 48 * 1024) await sleep(250);
+      }
+      if (r.exited) exit = r.result?.exitCode;
+    }
+    requests.end();
+    expect(received).toBe(size);
+    expect(exit).toBe(3);
+  }, 120_000);
+
+  it("reports a missing executable naming it", async () => {
+    await expect(
+      runExecCommand({ command: ["definitely-not-a-command-xyz"] }, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr }),
+    ).rejects.toMatchObject({ rawMessage: 'command[0]: executable "definitely-not-a-command-xyz" not found in PATH' });
+  });
+
+  it("passes stdin through pipes and ends with the process", async () => {
+    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    requests.push(setup(["sh", "-c", "tr a-z A-Z; echo done >&2"]), req({ stdin: { data: Buffer.from("hello") } }), req({ stdin: { close: true } }));
+    let out = "";
+    let err = "";
+    for await (const r of execStreaming(requests, { exec: (s) => runExecCommand({ command: s.command }, s) })) {
+      if (r.stdout?.data.length) out += Buffer.from(r.stdout.data).toString();
+      if (r.stderr?.data.length) err += Buffer.from(r.stderr.data).toString();
+    }
+    requests.end();
+    expect(out).toBe("HELLO");
+    expect(err).toBe("done\n");
+  });
+});
