@@ -97,6 +97,13 @@ function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
  * Finds an executable like execvp would, with the TASK's PATH and working directory, so a missing
  * command is a clear error at launch instead of a failing child (nsenter would exit 127).
  * Throws InvalidArgument naming `field`.
+ *
+ * @example
+ * ```ts
+ * import { lookPath, prepareTaskContext } from "@nomadkit/server/executor";
+ * const ctx = await prepareTaskContext({ env: ["PATH=/usr/bin:/bin"] });
+ * lookPath("sh", ctx); // "/usr/bin/sh"
+ * ```
  */
 export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
   if (!cmd) throw new ConnectError(`${field}: must not be empty`, Code.InvalidArgument);
@@ -117,7 +124,16 @@ export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
   throw new ConnectError(`${field}: executable ${JSON.stringify(cmd)} not found${cmd.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
 }
 
-/** The command line and spawn options that run `file args` in `ctx` (netns wrapper, uid/gid). */
+/**
+ * The command line and spawn options that run `file args` in `ctx` (netns wrapper, uid/gid), for
+ * runners other than `child_process.spawn` (e.g. node-pty).
+ *
+ * @example
+ * ```ts
+ * import { commandInContext } from "@nomadkit/server/executor";
+ * const { file, args, uid, gid } = commandInContext(task.context, "/bin/sh", ["-l"]);
+ * ```
+ */
 export function commandInContext(
   ctx: TaskContext,
   file: string,

@@ -145,7 +145,16 @@ export function decodeExecutorState<D = unknown>(bytes: Uint8Array): { executor:
   return { executor: { pid: e.pid!, network: e.network, address: e.address }, driver: parsed.driver };
 }
 
-/** True while a process with this pid exists and is not a zombie (exported for drivers' recover paths). */
+/**
+ * True while a process with this pid exists and is not a zombie (for drivers' recover paths).
+ *
+ * @example
+ * ```ts
+ * import { decodeExecutorState, isProcessAlive } from "@nomadkit/server/executor";
+ * const { executor } = decodeExecutorState(handle.driverState);
+ * if (!isProcessAlive(executor.pid)) throw new Error("executor is gone; let Nomad restart the task");
+ * ```
+ */
 export function isProcessAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -165,6 +174,15 @@ export function isProcessAlive(pid: number): boolean {
  * for `driver_state`, and lifecycle helpers, over `@nomadkit/client`'s go-plugin host runtime
  * (`reattachPlugin`). Closing the handle never stops the executor; only Shutdown (the RPC) or
  * {@link ExecutorHandle.kill} do.
+ *
+ * @example
+ * ```ts
+ * import { launchExecutor } from "@nomadkit/server/executor";
+ * const exe = await launchExecutor();
+ * await exe.client.launch({ cmd: "/bin/sleep", args: ["60"] });
+ * await exe.shutdownTask("SIGTERM", 5000); // the executor exits after this
+ * exe.close();
+ * ```
  */
 export class ExecutorHandle {
   /** Typed Executor client; failures after the executor died reject with `PluginShutdownError`. */

@@ -27,6 +27,12 @@ export interface RunExecutorOptions {
 /**
  * Parses the executor's command-line configuration: one JSON object argument (what
  * `launchExecutor` passes). Unknown keys are ignored; a malformed argument is an error naming it.
+ *
+ * @example
+ * ```ts
+ * import { parseExecutorArgs } from "@nomadkit/server/executor";
+ * parseExecutorArgs(['{"logFile":"/tmp/executor.log"}']); // { logFile: "/tmp/executor.log" }
+ * ```
  */
 export function parseExecutorArgs(argv: readonly string[]): ExecutorConfig {
   const arg = argv.find((a) => a.startsWith("{"));

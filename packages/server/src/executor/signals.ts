@@ -29,7 +29,15 @@ export function signalNumber(signal: string | number, field = "signal"): number 
   return num;
 }
 
-/** The name of a signal number (`15` → `SIGTERM`), for logs and `process.kill`. */
+/**
+ * The name of a signal number (`15` → `SIGTERM`), for logs and `process.kill`.
+ *
+ * @example
+ * ```ts
+ * import { signalName } from "@nomadkit/server/executor";
+ * signalName(9); // "SIGKILL"
+ * ```
+ */
 export function signalName(num: number): NodeJS.Signals | undefined {
   return byNumber.get(num);
 }

@@ -23,6 +23,12 @@ export interface NetnsCommandOptions {
 /**
  * Whether a spec asks for a namespace a process must enter: it has a path (HOST mode and empty
  * specs do not).
+ *
+ * @example
+ * ```ts
+ * import { needsNetns } from "@nomadkit/server/network";
+ * needsNetns(task.networkIsolationSpec); // false for HOST networking
+ * ```
  */
 export function needsNetns(spec: Partial<NetworkIsolation> | undefined): spec is Partial<NetworkIsolation> & { path: string } {
   return !!spec && typeof spec.path === "string" && spec.path !== "";
@@ -57,7 +63,13 @@ export function netnsCommand(
 
 /**
  * Checks that the spec's namespace exists before a task is started in it, so a missing namespace
- * is an error naming the field rather than a cryptic nsenter failure.
+ * is an error naming the field (InvalidArgument) rather than a cryptic nsenter failure.
+ *
+ * @example
+ * ```ts
+ * import { assertNetnsUsable } from "@nomadkit/server/network";
+ * await assertNetnsUsable(task.networkIsolationSpec, "network_isolation_spec.path");
+ * ```
  */
 export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefined, field = "network_isolation.path"): Promise<void> {
   if (!needsNetns(spec)) return;
@@ -68,7 +80,16 @@ export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefi
 
 let cachedNsenter: string | undefined;
 
-/** Absolute path of nsenter on the current PATH (tasks may have a PATH without it). */
+/**
+ * Absolute path of nsenter on the current PATH (tasks may have a PATH without it); `nsenter` when
+ * not found.
+ *
+ * @example
+ * ```ts
+ * import { nsenterPath } from "@nomadkit/server/network";
+ * nsenterPath(); // "/usr/bin/nsenter"
+ * ```
+ */
 export function nsenterPath(): string {
   if (cachedNsenter) return cachedNsenter;
   const dirs = (process.env.PATH ?? "").split(delimiter).concat(["/usr/bin", "/bin", "/usr/sbin", "/sbin"]);

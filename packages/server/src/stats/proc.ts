@@ -104,6 +104,12 @@ function kib(line: string): bigint {
 /**
  * Every live process of the host as /proc/<pid>/stat, keyed by pid. Processes that exit during
  * the scan are skipped.
+ *
+ * @example
+ * ```ts
+ * import { readAllProcStats } from "@nomadkit/server/stats";
+ * const zombies = [...(await readAllProcStats()).values()].filter((p) => p.state === "Z");
+ * ```
  */
 export async function readAllProcStats(procRoot = "/proc"): Promise<Map<number, ProcStat>> {
   const names = await readdir(procRoot);
@@ -144,7 +150,15 @@ export async function processTree(rootPid: number, procRoot = "/proc"): Promise<
   return out;
 }
 
-/** Seconds since boot, from /proc/uptime. */
+/**
+ * Seconds since boot, from /proc/uptime (the clock of `ProcStat.starttime`).
+ *
+ * @example
+ * ```ts
+ * import { clockTicksPerSecond, readProcStat, readUptimeSeconds } from "@nomadkit/server/stats";
+ * const age = (await readUptimeSeconds()) - (await readProcStat(pid))!.starttime / clockTicksPerSecond();
+ * ```
+ */
 export async function readUptimeSeconds(procRoot = "/proc"): Promise<number> {
   const text = await readFile(`${procRoot}/uptime`, "utf8");
   return Number.parseFloat(text);
