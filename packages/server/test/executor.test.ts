@@ -244,6 +244,16 @@ describe("executor: signals and shutdown", () => {
     expect(isProcessAlive(exe.pid)).toBe(false);
   });
 
+  it("with exitAfterShutdown false the executor keeps serving after Shutdown", async () => {
+    const exe = await executor({ exitAfterShutdown: false });
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    await exe.client.shutdown({ signal: "SIGTERM", gracePeriod: 600_000_000_000n });
+    expect((await exe.client.wait({})).process).toMatchObject({ exitCode: 143, signal: 15 });
+    expect(isProcessAlive(exe.pid)).toBe(true);
+    await exe.kill();
+    expect(isProcessAlive(exe.pid)).toBe(false);
+  });
+
   it("Shutdown also kills what the task left running in its process group", async () => {
     const exe = await executor();
     const out = file("group");

@@ -14,13 +14,18 @@ export interface ExecutorConfig {
   logLevel?: LogLevel;
   /** Host compute override for total_ticks (Nomad's `cpu_total_compute`). */
   totalComputeMhz?: number;
+  /**
+   * Exit once Shutdown has stopped the task (default true). With false the executor keeps serving
+   * (Wait, Stats...) until the driver kills it, as Nomad's Go executor does.
+   */
+  exitAfterShutdown?: boolean;
 }
 
 /** Options for {@link runExecutorMain}. */
 export interface RunExecutorOptions {
   /** Configuration; default: parsed from the first command-line argument (JSON) if present. */
   config?: ExecutorConfig;
-  /** Whether to exit the process after Shutdown; default true. */
+  /** Whether to exit the process after Shutdown; default `config.exitAfterShutdown`, else true. */
   exitAfterShutdown?: boolean;
 }
 
@@ -108,7 +113,7 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
     process.exit(1);
   }
   const logger: Logger = createLogger({ name: "executor", level: config.logLevel ?? "debug", destination: safeDestination(config) });
-  const exitAfterShutdown = options.exitAfterShutdown ?? true;
+  const exitAfterShutdown = options.exitAfterShutdown ?? config.exitAfterShutdown ?? true;
   let served: ServedPlugin | undefined;
   const hostOpts: Parameters<typeof hostCompute>[0] = {};
   if (config.totalComputeMhz) hostOpts.totalComputeMhz = config.totalComputeMhz;
