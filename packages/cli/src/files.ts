@@ -3,23 +3,35 @@ import { encode } from "@msgpack/msgpack";
 import { CliError } from "./errors.js";
 
 /** Reads a JSON object from `path`, naming the flag and file in every error. */
-export function readJsonObject(flag: string, path: string): Record<string, unknown> {
+export function readJsonObject(
+  flag: string,
+  path: string,
+): Record<string, unknown> {
   let text: string;
   try {
     text = readFileSync(path, "utf8");
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code === "ENOENT" ? "no such file" : code === "EISDIR" ? "is a directory" : (err as Error).message;
+    const why =
+      code === "ENOENT"
+        ? "no such file"
+        : code === "EISDIR"
+          ? "is a directory"
+          : (err as Error).message;
     throw new CliError(`${flag} ${path}: ${why}`);
   }
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new CliError(`${flag} ${path}: not valid JSON (${(err as Error).message})`);
+    throw new CliError(
+      `${flag} ${path}: not valid JSON (${(err as Error).message})`,
+    );
   }
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new CliError(`${flag} ${path}: expected a JSON object, got ${Array.isArray(value) ? "an array" : JSON.stringify(value)}`);
+    throw new CliError(
+      `${flag} ${path}: expected a JSON object, got ${Array.isArray(value) ? "an array" : JSON.stringify(value)}`,
+    );
   }
   return value as Record<string, unknown>;
 }
@@ -32,19 +44,27 @@ export function msgpackConfig(value: Record<string, unknown>): Uint8Array {
 /** Parses `500ms`, `2s`, `1m` or a plain number of milliseconds. */
 export function parseDurationMs(flag: string, text: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
-  if (!m) throw new CliError(`${flag} ${JSON.stringify(text)}: expected a duration like 500ms, 2s or 1m`);
+  if (!m)
+    throw new CliError(
+      `${flag} ${JSON.stringify(text)}: expected a duration like 500ms, 2s or 1m`,
+    );
   const n = Number(m[1]);
   const ms = m[2] === "s" ? n * 1000 : m[2] === "m" ? n * 60_000 : n;
-  if (ms <= 0) throw new CliError(`${flag} ${JSON.stringify(text)}: must be positive`);
+  if (ms <= 0)
+    throw new CliError(`${flag} ${JSON.stringify(text)}: must be positive`);
   return ms;
 }
 
 /** Parses repeated `KEY=VALUE` options. */
-export function parseEnvPairs(flag: string, pairs: readonly string[]): Record<string, string> {
+export function parseEnvPairs(
+  flag: string,
+  pairs: readonly string[],
+): Record<string, string> {
   const env: Record<string, string> = {};
   for (const p of pairs) {
     const i = p.indexOf("=");
-    if (i <= 0) throw new CliError(`${flag} ${JSON.stringify(p)}: expected KEY=VALUE`);
+    if (i <= 0)
+      throw new CliError(`${flag} ${JSON.stringify(p)}: expected KEY=VALUE`);
     env[p.slice(0, i)] = p.slice(i + 1);
   }
   return env;

@@ -28,10 +28,20 @@ export interface RunState {
   reattach: ReattachConfig;
 }
 
-const LEVEL_ORDER: Record<string, number> = { trace: 0, debug: 1, info: 2, warn: 3, error: 4, off: 5 };
+const LEVEL_ORDER: Record<string, number> = {
+  trace: 0,
+  debug: 1,
+  info: 2,
+  warn: 3,
+  error: 4,
+  off: 5,
+};
 
 /** Prints plugin log entries at or above `level` to stderr. */
-export function stderrLogger(level: GlobalOptions["logLevel"], name: string): (e: PluginLogEntry) => void {
+export function stderrLogger(
+  level: GlobalOptions["logLevel"],
+  name: string,
+): (e: PluginLogEntry) => void {
   const min = LEVEL_ORDER[level] ?? LEVEL_ORDER.warn!;
   return (e) => {
     if (LEVEL_ORDER[e.level]! < min) return;
@@ -39,7 +49,9 @@ export function stderrLogger(level: GlobalOptions["logLevel"], name: string): (e
       .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
       .join(" ");
     const module = e.module ? `${e.module}: ` : "";
-    process.stderr.write(`[${name}] ${e.level.toUpperCase()} ${module}${e.message}${fields ? " " + fields : ""}\n`);
+    process.stderr.write(
+      `[${name}] ${e.level.toUpperCase()} ${module}${e.message}${fields ? " " + fields : ""}\n`,
+    );
   };
 }
 
@@ -49,11 +61,20 @@ function readState(path: string): RunState | undefined {
   try {
     value = JSON.parse(readFileSync(path, "utf8"));
   } catch (err) {
-    throw new CliError(`plugin ${path}: cannot read run state file: ${(err as Error).message}`);
+    throw new CliError(
+      `plugin ${path}: cannot read run state file: ${(err as Error).message}`,
+    );
   }
   const s = value as Partial<RunState> | null;
-  if (!s || s.kind !== "nomadkit-run-state" || !s.reattach || typeof s.taskId !== "string") {
-    throw new CliError(`plugin ${path}: not a state file written by "nomadkit run --state"`);
+  if (
+    !s ||
+    s.kind !== "nomadkit-run-state" ||
+    !s.reattach ||
+    typeof s.taskId !== "string"
+  ) {
+    throw new CliError(
+      `plugin ${path}: not a state file written by "nomadkit run --state"`,
+    );
   }
   return s as RunState;
 }
@@ -68,7 +89,8 @@ export function pluginCommand(plugin: string): { cmd: string; args: string[] } {
     throw new CliError(`plugin ${plugin}: no such file`);
   }
   if (!st.isFile()) throw new CliError(`plugin ${plugin}: not a file`);
-  if ([".js", ".mjs", ".cjs"].includes(extname(path))) return { cmd: process.execPath, args: [path] };
+  if ([".js", ".mjs", ".cjs"].includes(extname(path)))
+    return { cmd: process.execPath, args: [path] };
   try {
     accessSync(path, constants.X_OK);
   } catch {
@@ -94,13 +116,19 @@ export interface Connected {
 export async function connectPlugin(
   plugin: string,
   g: GlobalOptions,
-  extra: { onStdout?(d: Uint8Array): void; onStderr?(d: Uint8Array): void } = {},
+  extra: {
+    onStdout?(d: Uint8Array): void;
+    onStderr?(d: Uint8Array): void;
+  } = {},
 ): Promise<Connected> {
   const state = readState(plugin);
   if (state) {
     let client: PluginClient;
     try {
-      client = await reattachPlugin(state.reattach, { logger: stderrLogger(g.logLevel, state.plugin), ...extra });
+      client = await reattachPlugin(state.reattach, {
+        logger: stderrLogger(g.logLevel, state.plugin),
+        ...extra,
+      });
     } catch (err) {
       throw new CliError(
         `plugin ${plugin}: cannot reattach to ${state.plugin} (pid ${state.reattach.pid}); is "nomadkit run" still running? ${(err as Error).message}`,
@@ -118,7 +146,9 @@ export async function connectPlugin(
   if (g.startTimeout !== undefined) {
     startTimeoutMs = Number(g.startTimeout);
     if (!Number.isFinite(startTimeoutMs) || startTimeoutMs <= 0) {
-      throw new CliError(`--start-timeout ${JSON.stringify(g.startTimeout)}: expected a positive number of milliseconds`);
+      throw new CliError(
+        `--start-timeout ${JSON.stringify(g.startTimeout)}: expected a positive number of milliseconds`,
+      );
     }
   }
   let client: PluginClient;
@@ -145,12 +175,18 @@ export async function connectPlugin(
 /** Turns an RPC failure into a CLI error naming the plugin and the call. */
 export function rpcError(name: string, rpc: string, err: unknown): CliError {
   if (err instanceof CliError) return err;
-  if (err instanceof PluginShutdownError) return new CliError(`plugin ${name}: ${rpc}: the plugin exited`);
+  if (err instanceof PluginShutdownError)
+    return new CliError(`plugin ${name}: ${rpc}: the plugin exited`);
   if (err instanceof ConnectError) {
-    if (err.code === Code.Unimplemented) return new CliError(`plugin ${name} does not implement ${rpc}`);
-    return new CliError(`plugin ${name}: ${rpc} failed: ${Code[err.code]}: ${err.rawMessage}`);
+    if (err.code === Code.Unimplemented)
+      return new CliError(`plugin ${name} does not implement ${rpc}`);
+    return new CliError(
+      `plugin ${name}: ${rpc} failed: ${Code[err.code]}: ${err.rawMessage}`,
+    );
   }
-  return new CliError(`plugin ${name}: ${rpc} failed: ${err instanceof Error ? err.message : String(err)}`);
+  return new CliError(
+    `plugin ${name}: ${rpc} failed: ${err instanceof Error ? err.message : String(err)}`,
+  );
 }
 
 /** Runs `fn` with a connected plugin and always releases it. */

@@ -31,7 +31,9 @@ function globals(cmd: Command): GlobalOptions {
  */
 export function createProgram(info: { version?: string } = {}): Command {
   const program = new Command("nomadkit")
-    .description("Inspect, run and test HashiCorp Nomad task-driver plugins (Go or TypeScript) the way Nomad drives them.")
+    .description(
+      "Inspect, run and test HashiCorp Nomad task-driver plugins (Go or TypeScript) the way Nomad drives them.",
+    )
     .exitOverride()
     .showHelpAfterError("(run with --help for usage)")
     .addOption(
@@ -39,14 +41,22 @@ export function createProgram(info: { version?: string } = {}): Command {
         .choices(["trace", "debug", "info", "warn", "error", "off"])
         .default("warn"),
     )
-    .option("--start-timeout <ms>", "how long to wait for the plugin's go-plugin handshake (default 60000)")
-    .option("--automtls", "talk to the plugin over go-plugin AutoMTLS (PLUGIN_CLIENT_CERT), as non-Nomad hosts do")
+    .option(
+      "--start-timeout <ms>",
+      "how long to wait for the plugin's go-plugin handshake (default 60000)",
+    )
+    .option(
+      "--automtls",
+      "talk to the plugin over go-plugin AutoMTLS (PLUGIN_CLIENT_CERT), as non-Nomad hosts do",
+    )
     .addHelpText("after", EXAMPLES);
   if (info.version) program.version(info.version);
 
   program
     .command("info")
-    .description("print PluginInfo, the agent config schema and (drivers) the task config schema")
+    .description(
+      "print PluginInfo, the agent config schema and (drivers) the task config schema",
+    )
     .argument("<plugin>", "plugin executable or .js file")
     .option("--json", "print JSON")
     .action(async (plugin: string, opts, cmd: Command) => {
@@ -56,10 +66,18 @@ export function createProgram(info: { version?: string } = {}): Command {
 
   program
     .command("fingerprint")
-    .description("SetConfig, then print the first Fingerprint response (or keep printing with --watch)")
+    .description(
+      "SetConfig, then print the first Fingerprint response (or keep printing with --watch)",
+    )
     .argument("<plugin>", "plugin executable or .js file")
-    .option("--config <file>", "agent plugin config as JSON (sent msgpack-encoded to SetConfig)")
-    .option("--watch", "keep the stream open and print every fingerprint until Ctrl-C")
+    .option(
+      "--config <file>",
+      "agent plugin config as JSON (sent msgpack-encoded to SetConfig)",
+    )
+    .option(
+      "--watch",
+      "keep the stream open and print every fingerprint until Ctrl-C",
+    )
     .option("--json", "print JSON")
     .action(async (plugin: string, opts, cmd: Command) => {
       const { fingerprintCommand } = await import("./commands/inspect.js");
@@ -82,10 +100,21 @@ export function createProgram(info: { version?: string } = {}): Command {
       "start one task like Nomad (SetConfig, Init, StartTask, WaitTask), stream its output, print its exit and exit with its status",
     )
     .argument("<plugin>", "plugin executable or .js file")
-    .option("--config <file>", "agent plugin config as JSON (msgpack-encoded for SetConfig); default {}")
-    .option("--task-config <file>", "the task's driver config as JSON (msgpack-encoded into TaskConfig.msgpack_driver_config); default {}")
+    .option(
+      "--config <file>",
+      "agent plugin config as JSON (msgpack-encoded for SetConfig); default {}",
+    )
+    .option(
+      "--task-config <file>",
+      "the task's driver config as JSON (msgpack-encoded into TaskConfig.msgpack_driver_config); default {}",
+    )
     .option("--name <name>", "task name", "task")
-    .option("--env <KEY=VALUE>", "task environment variable (repeatable)", (v: string, prev: string[]) => [...prev, v], [] as string[])
+    .option(
+      "--env <KEY=VALUE>",
+      "task environment variable (repeatable)",
+      (v: string, prev: string[]) => [...prev, v],
+      [] as string[],
+    )
     .option(
       "--state <file>",
       "write a state file (.json) while the task runs, so `nomadkit exec <file> <task-id>` and `nomadkit stats <file> <task-id>` can reach it",
@@ -101,23 +130,46 @@ export function createProgram(info: { version?: string } = {}): Command {
 
   program
     .command("exec")
-    .description("run a command inside a running task (ExecTaskStreaming) with your terminal")
-    .argument("<plugin>", "a state file from `nomadkit run --state`, or a plugin executable that can find the task itself")
+    .description(
+      "run a command inside a running task (ExecTaskStreaming) with your terminal",
+    )
+    .argument(
+      "<plugin>",
+      "a state file from `nomadkit run --state`, or a plugin executable that can find the task itself",
+    )
     .argument("<task-id>", "task id (printed by `nomadkit run`)")
     .argument("<command...>", "command and arguments, after --")
     .option("-i, --interactive", "forward stdin")
-    .option("-t, --tty", "allocate a terminal (raw mode, window size forwarded)")
-    .action(async (plugin: string, taskId: string, command: string[], opts, cmd: Command) => {
-      const { execCommand } = await import("./commands/exec.js");
-      await execCommand(plugin, taskId, command, opts, globals(cmd));
-    });
+    .option(
+      "-t, --tty",
+      "allocate a terminal (raw mode, window size forwarded)",
+    )
+    .action(
+      async (
+        plugin: string,
+        taskId: string,
+        command: string[],
+        opts,
+        cmd: Command,
+      ) => {
+        const { execCommand } = await import("./commands/exec.js");
+        await execCommand(plugin, taskId, command, opts, globals(cmd));
+      },
+    );
 
   program
     .command("stats")
     .description("show a running task's TaskStats as a live line")
-    .argument("<plugin>", "a state file from `nomadkit run --state`, or a plugin executable that can find the task itself")
+    .argument(
+      "<plugin>",
+      "a state file from `nomadkit run --state`, or a plugin executable that can find the task itself",
+    )
     .argument("<task-id>", "task id (printed by `nomadkit run`)")
-    .option("--interval <duration>", "collection interval, e.g. 500ms, 2s", "1s")
+    .option(
+      "--interval <duration>",
+      "collection interval, e.g. 500ms, 2s",
+      "1s",
+    )
     .option("--count <n>", "stop after n samples")
     .option("--json", "print one JSON object per sample")
     .action(async (plugin: string, taskId: string, opts, cmd: Command) => {
@@ -132,9 +184,13 @@ export function createProgram(info: { version?: string } = {}): Command {
  * Runs the CLI with `argv` (as `process.argv`) and returns the exit status; prints errors as
  * `nomadkit: <message>` on stderr.
  */
-export async function main(argv: readonly string[] = process.argv, info: { version?: string } = {}): Promise<number> {
+export async function main(
+  argv: readonly string[] = process.argv,
+  info: { version?: string } = {},
+): Promise<number> {
   const program = createProgram(info);
-  const { registerConformanceCommand } = await import("./commands/conformance.js");
+  const { registerConformanceCommand } =
+    await import("./commands/conformance.js");
   registerConformanceCommand(program);
   try {
     await program.parseAsync([...argv]);
@@ -145,7 +201,9 @@ export async function main(argv: readonly string[] = process.argv, info: { versi
       process.stderr.write(`nomadkit: ${err.message}\n`);
       return err.exitCode;
     }
-    process.stderr.write(`nomadkit: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.stderr.write(
+      `nomadkit: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
     return 1;
   }
 }

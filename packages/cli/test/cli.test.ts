@@ -1,13 +1,25 @@
 // The nomadkit binary against a real test plugin (the go-plugin fixture driver of @nomadkit/server).
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
-const driver = fileURLToPath(new URL("../../server/test/fixtures/goplugin/test-driver.mjs", import.meta.url));
+const driver = fileURLToPath(
+  new URL(
+    "../../server/test/fixtures/goplugin/test-driver.mjs",
+    import.meta.url,
+  ),
+);
 
 interface Result {
   code: number | null;
@@ -17,12 +29,16 @@ interface Result {
 
 /** A running nomadkit process whose output can be awaited. */
 function start(args: string[], input?: string) {
-  const child = spawn(process.execPath, [bin, ...args], { cwd: dir, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [bin, ...args], {
+    cwd: dir,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
   let stdout = "";
   let stderr = "";
   const waiters: { test: () => boolean; resolve: () => void }[] = [];
   const poke = () => {
-    for (const w of waiters.splice(0)) (w.test() ? w.resolve : () => waiters.push(w))();
+    for (const w of waiters.splice(0))
+      (w.test() ? w.resolve : () => waiters.push(w))();
   };
   child.stdout.on("data", (d: Buffer) => {
     stdout += d.toString();
@@ -33,7 +49,9 @@ function start(args: string[], input?: string) {
     poke();
   });
   if (input !== undefined) child.stdin.end(input);
-  const done = new Promise<Result>((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+  const done = new Promise<Result>((resolve) =>
+    child.once("close", (code) => resolve({ code, stdout, stderr })),
+  );
   return {
     child,
     done,
@@ -53,8 +71,17 @@ let dir: string;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "nk-cli-"));
   writeFileSync(join(dir, "agent.json"), "{}");
-  writeFileSync(join(dir, "task.json"), JSON.stringify({ command: "sh", args: ["-c", "echo hello; echo oops >&2; exit 3"] }));
-  writeFileSync(join(dir, "long.json"), JSON.stringify({ command: "sleep", args: ["300"] }));
+  writeFileSync(
+    join(dir, "task.json"),
+    JSON.stringify({
+      command: "sh",
+      args: ["-c", "echo hello; echo oops >&2; exit 3"],
+    }),
+  );
+  writeFileSync(
+    join(dir, "long.json"),
+    JSON.stringify({ command: "sleep", args: ["300"] }),
+  );
   writeFileSync(join(dir, "broken.json"), "{ not json");
   writeFileSync(join(dir, "array.json"), "[1]");
   writeFileSync(join(dir, "not-executable"), "#!/bin/sh\n");
@@ -66,7 +93,15 @@ describe("nomadkit", () => {
   it("--help lists the commands and examples", async () => {
     const r = await nomadkit("--help");
     expect(r.code).toBe(0);
-    for (const c of ["info", "fingerprint", "capabilities", "run", "exec", "stats"]) expect(r.stdout).toContain(c);
+    for (const c of [
+      "info",
+      "fingerprint",
+      "capabilities",
+      "run",
+      "exec",
+      "stats",
+    ])
+      expect(r.stdout).toContain(c);
     expect(r.stdout).toContain("Examples:");
   });
 
@@ -77,21 +112,40 @@ describe("nomadkit", () => {
     expect(r.stdout).toContain("name: test-driver");
     expect(r.stdout).toContain("type: DRIVER");
     const j = await nomadkit("info", driver, "--json");
-    expect(JSON.parse(j.stdout)).toMatchObject({ name: "test-driver", pluginApiVersions: ["v0.1.0"], pluginVersion: "0.1.0" });
+    expect(JSON.parse(j.stdout)).toMatchObject({
+      name: "test-driver",
+      pluginApiVersions: ["v0.1.0"],
+      pluginVersion: "0.1.0",
+    });
   });
 
   it("capabilities and fingerprint", async () => {
     const caps = await nomadkit("capabilities", driver, "--json");
     expect(caps.code).toBe(0);
-    expect(JSON.parse(caps.stdout)).toMatchObject({ sendSignals: true, exec: true });
-    const fp = await nomadkit("fingerprint", driver, "--config", join(dir, "agent.json"));
+    expect(JSON.parse(caps.stdout)).toMatchObject({
+      sendSignals: true,
+      exec: true,
+    });
+    const fp = await nomadkit(
+      "fingerprint",
+      driver,
+      "--config",
+      join(dir, "agent.json"),
+    );
     expect(fp.code).toBe(0);
     expect(fp.stdout).toContain("health: HEALTHY");
     expect(fp.stdout).toContain("driver.test");
   });
 
   it("run starts a task, streams its output and exits with its status", async () => {
-    const r = await nomadkit("run", driver, "--config", join(dir, "agent.json"), "--task-config", join(dir, "task.json"));
+    const r = await nomadkit(
+      "run",
+      driver,
+      "--config",
+      join(dir, "agent.json"),
+      "--task-config",
+      join(dir, "task.json"),
+    );
     expect(r.stdout).toBe("hello\n");
     expect(r.stderr).toContain("oops\n");
     expect(r.stderr).toMatch(/started task [0-9a-f-]+\/task\/[0-9a-f]+/);
@@ -101,21 +155,50 @@ describe("nomadkit", () => {
 
   it("run --state lets exec and stats reach the task; Ctrl-C stops it", async () => {
     const state = join(dir, "run-state.json");
-    const run = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", state]);
+    const run = start([
+      "run",
+      driver,
+      "--task-config",
+      join(dir, "long.json"),
+      "--state",
+      state,
+    ]);
     const [, taskId] = await run.stderrMatch(/started task (\S+)/);
     await run.stderrMatch(/wrote /);
-    expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({ kind: "nomadkit-run-state", taskId });
+    expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({
+      kind: "nomadkit-run-state",
+      taskId,
+    });
 
-    const ex = await nomadkit("exec", state, taskId!, "--", "sh", "-c", "echo in-task; echo to-stderr >&2; exit 7");
+    const ex = await nomadkit(
+      "exec",
+      state,
+      taskId!,
+      "--",
+      "sh",
+      "-c",
+      "echo in-task; echo to-stderr >&2; exit 7",
+    );
     expect(ex.stdout).toBe("in-task\n");
     expect(ex.stderr).toContain("to-stderr");
     expect(ex.code).toBe(7);
 
-    const cat = await start(["exec", state, taskId!, "-i", "--", "cat"], "piped stdin\n").done;
+    const cat = await start(
+      ["exec", state, taskId!, "-i", "--", "cat"],
+      "piped stdin\n",
+    ).done;
     expect(cat.stdout).toBe("piped stdin\n");
     expect(cat.code).toBe(0);
 
-    const stats = await nomadkit("stats", state, taskId!, "--count", "2", "--interval", "100ms");
+    const stats = await nomadkit(
+      "stats",
+      state,
+      taskId!,
+      "--count",
+      "2",
+      "--interval",
+      "100ms",
+    );
     expect(stats.code).toBe(0);
     expect(stats.stdout.trim().split("\n")).toHaveLength(2);
     expect(stats.stdout).toContain("cpu 12.5%");
@@ -132,15 +215,36 @@ describe("nomadkit", () => {
   it("exec -it forwards the terminal size and resizes, and propagates the exit code", async () => {
     const pty = await import("node-pty");
     const state = join(dir, "pty-state.json");
-    const run = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", state]);
+    const run = start([
+      "run",
+      driver,
+      "--task-config",
+      join(dir, "long.json"),
+      "--state",
+      state,
+    ]);
     const [, taskId] = await run.stderrMatch(/started task (\S+)/);
     await run.stderrMatch(/wrote /);
     try {
-      const term = pty.spawn(process.execPath, [bin, "exec", state, taskId!, "-it", "--", "sh", "-c", "read line; echo got:$line; exit 5"], {
-        cols: 100,
-        rows: 40,
-        cwd: dir,
-      });
+      const term = pty.spawn(
+        process.execPath,
+        [
+          bin,
+          "exec",
+          state,
+          taskId!,
+          "-it",
+          "--",
+          "sh",
+          "-c",
+          "read line; echo got:$line; exit 5",
+        ],
+        {
+          cols: 100,
+          rows: 40,
+          cwd: dir,
+        },
+      );
       let out = "";
       const seen = (s: string) =>
         new Promise<void>((resolve) => {
@@ -153,7 +257,9 @@ describe("nomadkit", () => {
           });
         });
       term.onData((d) => (out += d));
-      const exit = new Promise<number>((resolve) => term.onExit((e) => resolve(e.exitCode)));
+      const exit = new Promise<number>((resolve) =>
+        term.onExit((e) => resolve(e.exitCode)),
+      );
       await seen("[tty 40x100]");
       term.resize(120, 50);
       await seen("[tty 50x120]");
@@ -183,18 +289,31 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
 
   it("missing, broken and non-object config files", async () => {
     const missing = await nomadkit("run", driver, "--config", "missing.json");
-    expect(missing.stderr).toBe("nomadkit: --config missing.json: no such file\n");
+    expect(missing.stderr).toBe(
+      "nomadkit: --config missing.json: no such file\n",
+    );
     expect(missing.code).toBe(1);
-    const broken = await nomadkit("run", driver, "--task-config", "broken.json");
-    expect(broken.stderr).toMatch(/^nomadkit: --task-config broken\.json: not valid JSON/);
+    const broken = await nomadkit(
+      "run",
+      driver,
+      "--task-config",
+      "broken.json",
+    );
+    expect(broken.stderr).toMatch(
+      /^nomadkit: --task-config broken\.json: not valid JSON/,
+    );
     const arr = await nomadkit("fingerprint", driver, "--config", "array.json");
-    expect(arr.stderr).toBe("nomadkit: --config array.json: expected a JSON object, got an array\n");
+    expect(arr.stderr).toBe(
+      "nomadkit: --config array.json: expected a JSON object, got an array\n",
+    );
   });
 
   it("a task config the driver rejects names the RPC and the file", async () => {
     const r = await nomadkit("run", driver, "--task-config", "agent.json");
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain("Driver.StartTask failed: InvalidArgument: task config: command is required");
+    expect(r.stderr).toContain(
+      "Driver.StartTask failed: InvalidArgument: task config: command is required",
+    );
     expect(r.stderr).toContain("--task-config agent.json");
   });
 
@@ -202,7 +321,13 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     const level = await nomadkit("--log-level", "loud", "info", driver);
     expect(level.code).not.toBe(0);
     expect(level.stderr).toContain("--log-level");
-    const interval = await nomadkit("stats", driver, "t1", "--interval", "soon");
+    const interval = await nomadkit(
+      "stats",
+      driver,
+      "t1",
+      "--interval",
+      "soon",
+    );
     expect(interval.stderr).toContain("--interval");
     const noCommand = await nomadkit("exec", driver, "t1");
     expect(noCommand.code).not.toBe(0);
@@ -210,7 +335,10 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
   });
 
   it("a plugin that is not a go-plugin plugin", async () => {
-    writeFileSync(join(dir, "chatty.mjs"), 'console.log("hello, I am not a plugin");\n');
+    writeFileSync(
+      join(dir, "chatty.mjs"),
+      'console.log("hello, I am not a plugin");\n',
+    );
     const r = await nomadkit("info", join(dir, "chatty.mjs"));
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("chatty.mjs");

@@ -1,12 +1,27 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { PluginLaunchError, launchPlugin, parseHandshake, parseLogLine, reattachPlugin } from "../src/index.js";
+import {
+  PluginLaunchError,
+  launchPlugin,
+  parseHandshake,
+  parseLogLine,
+  reattachPlugin,
+} from "../src/index.js";
 
-const fake = fileURLToPath(new URL("./fixtures/goplugin/fake-handshake.mjs", import.meta.url));
+const fake = fileURLToPath(
+  new URL("./fixtures/goplugin/fake-handshake.mjs", import.meta.url),
+);
 
-async function launchFake(env: Record<string, string>, extra: object = {}): Promise<PluginLaunchError> {
-  const err = await launchPlugin(process.execPath, [fake], { env, startTimeoutMs: 30_000, ...extra }).catch((e: unknown) => e);
+async function launchFake(
+  env: Record<string, string>,
+  extra: object = {},
+): Promise<PluginLaunchError> {
+  const err = await launchPlugin(process.execPath, [fake], {
+    env,
+    startTimeoutMs: 30_000,
+    ...extra,
+  }).catch((e: unknown) => e);
   expect(err).toBeInstanceOf(PluginLaunchError);
   return err as PluginLaunchError;
 }
@@ -23,22 +38,44 @@ describe("parseHandshake", () => {
     });
   });
   it("parses tcp with a certificate", () => {
-    expect(parseHandshake("1|2|tcp|127.0.0.1:1234|grpc|QUJD", [2])).toMatchObject({ network: "tcp", serverCert: "QUJD" });
+    expect(
+      parseHandshake("1|2|tcp|127.0.0.1:1234|grpc|QUJD", [2]),
+    ).toMatchObject({ network: "tcp", serverCert: "QUJD" });
   });
   it("treats a missing protocol field as net/rpc and rejects it", () => {
-    expect(() => parseHandshake("1|2|unix|/x", [2])).toThrow(/netrpc.*only grpc/);
+    expect(() => parseHandshake("1|2|unix|/x", [2])).toThrow(
+      /netrpc.*only grpc/,
+    );
   });
 });
 
 describe("parseLogLine", () => {
   it("parses hclog JSON", () => {
-    const e = parseLogLine('{"@level":"warn","@message":"hi","@module":"drv","@timestamp":"2025-01-01T00:00:00.000000Z","k":1}');
-    expect(e).toMatchObject({ level: "warn", message: "hi", module: "drv", fields: { k: 1 }, structured: true });
+    const e = parseLogLine(
+      '{"@level":"warn","@message":"hi","@module":"drv","@timestamp":"2025-01-01T00:00:00.000000Z","k":1}',
+    );
+    expect(e).toMatchObject({
+      level: "warn",
+      message: "hi",
+      module: "drv",
+      fields: { k: 1 },
+      structured: true,
+    });
   });
   it("parses [LEVEL] prefixed lines and plain text", () => {
-    expect(parseLogLine("[ERROR] boom")).toMatchObject({ level: "error", message: "boom", structured: false });
-    expect(parseLogLine("just text")).toMatchObject({ level: "debug", message: "just text" });
-    expect(parseLogLine("{not json")).toMatchObject({ level: "debug", message: "{not json" });
+    expect(parseLogLine("[ERROR] boom")).toMatchObject({
+      level: "error",
+      message: "boom",
+      structured: false,
+    });
+    expect(parseLogLine("just text")).toMatchObject({
+      level: "debug",
+      message: "just text",
+    });
+    expect(parseLogLine("{not json")).toMatchObject({
+      level: "debug",
+      message: "{not json",
+    });
   });
 });
 
@@ -53,12 +90,16 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
 
   it("wrong app version", async () => {
     const err = await launchFake({ FAKE_HANDSHAKE: "1|5|unix|/nowhere|grpc|" });
-    expect(err.message).toMatch(/plugin protocol version "5", but this host accepts 2/);
+    expect(err.message).toMatch(
+      /plugin protocol version "5", but this host accepts 2/,
+    );
     expect(err.stderr).toContain("a plain stderr line");
   });
 
   it("non-grpc protocol", async () => {
-    const err = await launchFake({ FAKE_HANDSHAKE: "1|2|unix|/nowhere|netrpc|" });
+    const err = await launchFake({
+      FAKE_HANDSHAKE: "1|2|unix|/nowhere|netrpc|",
+    });
     expect(err.message).toMatch(/only grpc is supported/);
   });
 
@@ -69,34 +110,51 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
 
   it("garbage instead of a handshake", async () => {
     const err = await launchFake({ FAKE_HANDSHAKE: "Listening on port 8080" });
-    expect(err.message).toMatch(/wrote "Listening on port 8080" to stdout, which is not a go-plugin handshake/);
+    expect(err.message).toMatch(
+      /wrote "Listening on port 8080" to stdout, which is not a go-plugin handshake/,
+    );
   });
 
   it("exit before the handshake", async () => {
     const err = await launchFake({ FAKE_EXIT: "3" });
-    expect(err.message).toMatch(/exited with status 3 before completing the go-plugin handshake/);
+    expect(err.message).toMatch(
+      /exited with status 3 before completing the go-plugin handshake/,
+    );
     expect(err.stderr).toContain("a plain stderr line");
   });
 
   it("AutoMTLS requested but the plugin answers without a certificate", async () => {
-    const err = await launchFake({ FAKE_HANDSHAKE: "1|2|unix|/nowhere|grpc|" }, { autoMTLS: true });
+    const err = await launchFake(
+      { FAKE_HANDSHAKE: "1|2|unix|/nowhere|grpc|" },
+      { autoMTLS: true },
+    );
     expect(err.message).toMatch(/ignored AutoMTLS/);
   });
 
   it("a handshake pointing nowhere fails to connect, naming the address", async () => {
-    const err = await launchFake({ FAKE_HANDSHAKE: "1|2|unix|/nonexistent/plugin.sock|grpc|" });
-    expect(err.message).toMatch(/cannot talk gRPC to plugin .* at unix:\/nonexistent\/plugin\.sock/);
+    const err = await launchFake({
+      FAKE_HANDSHAKE: "1|2|unix|/nonexistent/plugin.sock|grpc|",
+    });
+    expect(err.message).toMatch(
+      /cannot talk gRPC to plugin .* at unix:\/nonexistent\/plugin\.sock/,
+    );
   });
 });
 
 describe("reattachPlugin", () => {
   it("refuses a pid that does not exist", async () => {
     // pid_max is at most 2^22 on Linux.
-    await expect(reattachPlugin({ pid: 4_194_305, network: "unix", address: "/x" })).rejects.toThrow(/no process with pid/);
+    await expect(
+      reattachPlugin({ pid: 4_194_305, network: "unix", address: "/x" }),
+    ).rejects.toThrow(/no process with pid/);
   });
   it("refuses a bad network", async () => {
     await expect(
-      reattachPlugin({ pid: process.pid, network: "udp" as "unix", address: "/x" }),
+      reattachPlugin({
+        pid: process.pid,
+        network: "udp" as "unix",
+        address: "/x",
+      }),
     ).rejects.toThrow(/network must be/);
   });
 });

@@ -1,7 +1,13 @@
 // Start-up failures on both sides of the handshake, with real processes.
 import { afterEach, describe, expect, it } from "vitest";
 import { PluginLaunchError, launchPlugin } from "@nomadkit/client";
-import { NOMAD_COOKIE, fixture, launchTestDriver, spawnRaw, testDriver } from "./goplugin-helpers.js";
+import {
+  NOMAD_COOKIE,
+  fixture,
+  launchTestDriver,
+  spawnRaw,
+  testDriver,
+} from "./goplugin-helpers.js";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -27,7 +33,10 @@ describe("plugin side of the handshake", () => {
   });
 
   it("when the host offers no protocol version we speak: a clear error and exit 1", async () => {
-    const raw = spawnRaw(testDriver, { ...NOMAD_COOKIE, PLUGIN_PROTOCOL_VERSIONS: "3,4" });
+    const raw = spawnRaw(testDriver, {
+      ...NOMAD_COOKIE,
+      PLUGIN_PROTOCOL_VERSIONS: "3,4",
+    });
     expect((await raw.exit).code).toBe(1);
     expect(raw.stdout()).toBe("");
     expect(raw.stderr()).toContain("3, 4");
@@ -35,7 +44,10 @@ describe("plugin side of the handshake", () => {
   });
 
   it("accepts a list of offered versions that includes 2", async () => {
-    const raw = spawnRaw(testDriver, { ...NOMAD_COOKIE, PLUGIN_PROTOCOL_VERSIONS: "1,2" });
+    const raw = spawnRaw(testDriver, {
+      ...NOMAD_COOKIE,
+      PLUGIN_PROTOCOL_VERSIONS: "1,2",
+    });
     cleanups.push(() => raw.child.kill("SIGKILL"));
     expect(await raw.firstLine).toMatch(/^1\|2\|unix\|/);
   });
@@ -61,13 +73,21 @@ describe("host side of the handshake", () => {
   });
 
   it("a plugin that never handshakes times out, quoting its stderr", async () => {
-    const err = await launchPlugin(process.execPath, [fixture("never-handshakes.mjs")], { startTimeoutMs: 1500 }).catch(
-      (e: unknown) => e,
-    );
+    const err = await launchPlugin(
+      process.execPath,
+      [fixture("never-handshakes.mjs")],
+      { startTimeoutMs: 1500 },
+    ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PluginLaunchError);
-    expect((err as Error).message).toContain("did not complete the go-plugin handshake within 1500 ms");
-    expect((err as PluginLaunchError).stderr).toContain("waiting for a database that never comes");
-    expect((err as Error).message).toContain("waiting for a database that never comes");
+    expect((err as Error).message).toContain(
+      "did not complete the go-plugin handshake within 1500 ms",
+    );
+    expect((err as PluginLaunchError).stderr).toContain(
+      "waiting for a database that never comes",
+    );
+    expect((err as Error).message).toContain(
+      "waiting for a database that never comes",
+    );
   });
 
   it("a plugin started without the cookie reports its exit and stderr", async () => {
@@ -75,12 +95,16 @@ describe("host side of the handshake", () => {
       cookie: { key: "SOME_OTHER_COOKIE", value: "x" },
     }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(PluginLaunchError);
-    expect((err as Error).message).toContain("exited with status 1 before completing the go-plugin handshake");
+    expect((err as Error).message).toContain(
+      "exited with status 1 before completing the go-plugin handshake",
+    );
     expect((err as Error).message).toContain("This binary is a plugin");
   });
 
   it("a missing binary is named in the error", async () => {
-    const err = await launchPlugin("/nonexistent/nomad-driver-x").catch((e: unknown) => e);
+    const err = await launchPlugin("/nonexistent/nomad-driver-x").catch(
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(PluginLaunchError);
     expect((err as Error).message).toContain("/nonexistent/nomad-driver-x");
   });

@@ -2,10 +2,16 @@
 // waiting for log entries (log lines are the synchronisation points, never sleeps).
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { launchPlugin, type LaunchPluginOptions, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
+import {
+  launchPlugin,
+  type LaunchPluginOptions,
+  type PluginClient,
+  type PluginLogEntry,
+} from "@nomadkit/client";
 
 export const NOMAD_COOKIE = {
-  NOMAD_PLUGIN_MAGIC_COOKIE: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
+  NOMAD_PLUGIN_MAGIC_COOKIE:
+    "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
 };
 
 export const fixture = (name: string): string =>
@@ -16,7 +22,10 @@ export const testDriver = fixture("test-driver.mjs");
 /** Collects a plugin's parsed log entries and lets tests wait for one. */
 export class LogCollector {
   readonly entries: PluginLogEntry[] = [];
-  private waiters: { match: (e: PluginLogEntry) => boolean; resolve: (e: PluginLogEntry) => void }[] = [];
+  private waiters: {
+    match: (e: PluginLogEntry) => boolean;
+    resolve: (e: PluginLogEntry) => void;
+  }[] = [];
 
   readonly logger = (e: PluginLogEntry): void => {
     this.entries.push(e);
@@ -67,9 +76,14 @@ export function spawnRaw(script: string, env: NodeJS.ProcessEnv): RawPlugin {
   });
   let out = "";
   let err = "";
-  const errWaiters: { text: string; resolve: () => void }[] = [];
+  const errWaiters: { text: string; resolve: () => void; reject: (e: Error) => void }[] = [];
   let resolveFirst!: (l: string) => void;
-  const firstLine = new Promise<string>((r) => (resolveFirst = r));
+  let rejectFirst!: (e: Error) => void;
+  const firstLine = new Promise<string>((res, rej) => {
+    resolveFirst = res;
+    rejectFirst = rej;
+  });
+  firstLine.catch(() => {}); // only awaited by some tests
   child.stdout!.on("data", (d: Buffer) => {
     out += d.toString();
     const nl = out.indexOf("\n");
@@ -82,8 +96,17 @@ export function spawnRaw(script: string, env: NodeJS.ProcessEnv): RawPlugin {
       else errWaiters.push(w);
     }
   });
+  // A plugin that dies before printing a line fails the wait instead of hanging the test.
+  child.once("close", (code) => {
+    const e = new Error(`plugin exited (${code}); stderr:\n${err}`);
+    rejectFirst(e);
+    for (const w of errWaiters.splice(0)) w.reject(e);
+  });
   // "close": all output has been read too.
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+  const exit = new Promise<{
+    code: number | null;
+    signal: NodeJS.Signals | null;
+  }>((resolve) =>
     child.once("close", (code, signal) => resolve({ code, signal })),
   );
   return {
@@ -92,7 +115,9 @@ export function spawnRaw(script: string, env: NodeJS.ProcessEnv): RawPlugin {
     stderr: () => err,
     firstLine,
     stderrContains: (text) =>
-      err.includes(text) ? Promise.resolve() : new Promise((resolve) => errWaiters.push({ text, resolve })),
+      err.includes(text)
+        ? Promise.resolve()
+        : new Promise((resolve, reject) => errWaiters.push({ text, resolve, reject })),
     exit,
   };
 }

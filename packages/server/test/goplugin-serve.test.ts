@@ -2,9 +2,18 @@
 import { statSync, existsSync } from "node:fs";
 import { dirname } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { PluginShutdownError, reattachPlugin, type PluginClient } from "@nomadkit/client";
+import {
+  PluginShutdownError,
+  reattachPlugin,
+  type PluginClient,
+} from "@nomadkit/client";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
-import { NOMAD_COOKIE, launchTestDriver, spawnRaw, testDriver } from "./goplugin-helpers.js";
+import {
+  NOMAD_COOKIE,
+  launchTestDriver,
+  spawnRaw,
+  testDriver,
+} from "./goplugin-helpers.js";
 
 const cleanups: (() => Promise<unknown> | void)[] = [];
 afterEach(async () => {
@@ -20,12 +29,22 @@ async function launch(mode = "", options = {}) {
 describe("servePlugin", () => {
   it("handshakes, serves BasePlugin/Driver/health and exits 0 on kill", async () => {
     const { plugin } = await launch();
-    expect(plugin.handshake).toMatchObject({ coreVersion: 1, protocolVersion: 2, network: "unix", protocol: "grpc", serverCert: "" });
+    expect(plugin.handshake).toMatchObject({
+      coreVersion: 1,
+      protocolVersion: 2,
+      network: "unix",
+      protocol: "grpc",
+      serverCert: "",
+    });
     const info = await plugin.basePlugin.pluginInfo({});
     expect(info.name).toBe("test-driver");
     expect(info.pluginApiVersions).toContain("v0.1.0");
-    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.SERVING);
-    expect((await plugin.health.check({ service: "" })).status).toBe(ServingStatus.SERVING);
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(
+      ServingStatus.SERVING,
+    );
+    expect((await plugin.health.check({ service: "" })).status).toBe(
+      ServingStatus.SERVING,
+    );
     const caps = await plugin.driver.capabilities({});
     expect(caps.capabilities?.exec).toBe(true);
 
@@ -50,7 +69,10 @@ describe("servePlugin", () => {
     const base = mkdtempSync(join(tmpdir(), "nk-sockdir-"));
     cleanups.push(() => rmSync(base, { recursive: true, force: true }));
     const gid = process.getgid!();
-    const { plugin } = await launch("", { unixSocketDir: base, unixSocketGroup: String(gid) });
+    const { plugin } = await launch("", {
+      unixSocketDir: base,
+      unixSocketGroup: String(gid),
+    });
     expect(dirname(dirname(plugin.address))).toBe(base);
     const dir = statSync(dirname(plugin.address));
     const sock = statSync(plugin.address);
@@ -67,11 +89,19 @@ describe("servePlugin", () => {
   });
 
   it("keeps stdout clean after the handshake: console.log goes to the log and GRPCStdio", async () => {
-    const raw = spawnRaw(testDriver, { ...NOMAD_COOKIE, PLUGIN_PROTOCOL_VERSIONS: "2", TEST_PLUGIN_MODE: "console" });
+    const raw = spawnRaw(testDriver, {
+      ...NOMAD_COOKIE,
+      PLUGIN_PROTOCOL_VERSIONS: "2",
+      TEST_PLUGIN_MODE: "console",
+    });
     const line = await raw.firstLine;
     await raw.stderrContains("test driver ready");
     const [, , network, address] = line.split("|");
-    const plugin = await reattachPlugin({ pid: raw.child.pid!, network: network as "unix", address: address! });
+    const plugin = await reattachPlugin({
+      pid: raw.child.pid!,
+      network: network as "unix",
+      address: address!,
+    });
     expect((await plugin.kill()).code).toBe(null); // reattached: no exit status
     const exit = await raw.exit;
     expect(exit.code).toBe(0);
@@ -83,9 +113,16 @@ describe("servePlugin", () => {
       .split("\n")
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(logged).toContainEqual(expect.objectContaining({ "@module": "test-driver.stdout", "@message": "hello from console.log" }));
+    expect(logged).toContainEqual(
+      expect.objectContaining({
+        "@module": "test-driver.stdout",
+        "@message": "hello from console.log",
+      }),
+    );
     // A partial line is flushed at shutdown.
-    expect(logged).toContainEqual(expect.objectContaining({ "@message": "partial write without newline" }));
+    expect(logged).toContainEqual(
+      expect.objectContaining({ "@message": "partial write without newline" }),
+    );
     expect(raw.stderr()).toContain("hello from console.error\n");
   });
 
@@ -96,7 +133,9 @@ describe("servePlugin", () => {
     expect(ready.level).toBe("info");
     expect(ready.module).toBe("test-driver");
     expect(ready.fields.address).toBe(plugin.address);
-    expect(ready.timestamp).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/);
+    expect(ready.timestamp).toMatch(
+      /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/,
+    );
   });
 
   it("carries what the plugin prints over GRPCStdio", async () => {
@@ -105,7 +144,12 @@ describe("servePlugin", () => {
     let resolveBoth!: () => void;
     const both = new Promise<void>((r) => (resolveBoth = r));
     const check = () => {
-      if (out.includes("hello from console.log\n") && out.includes("partial write") && err.includes("hello from console.error\n")) resolveBoth();
+      if (
+        out.includes("hello from console.log\n") &&
+        out.includes("partial write") &&
+        err.includes("hello from console.error\n")
+      )
+        resolveBoth();
     };
     await launch("console", {
       onStdout: (d: Uint8Array) => {
@@ -126,7 +170,9 @@ describe("servePlugin", () => {
     const { plugin, logs } = await launch();
     process.kill(plugin.pid, "SIGINT");
     await logs.waitFor((e) => e.message.includes("ignoring SIGINT"));
-    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.SERVING);
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(
+      ServingStatus.SERVING,
+    );
     expect(plugin.exitSignal.aborted).toBe(false);
   });
 
@@ -134,7 +180,9 @@ describe("servePlugin", () => {
     const { plugin, logs } = await launch();
     process.kill(plugin.pid, "SIGTERM");
     expect(await plugin.exited).toEqual({ code: 0, signal: null });
-    expect(logs.entries.some((e) => e.message === "onShutdown called")).toBe(true);
+    expect(logs.entries.some((e) => e.message === "onShutdown called")).toBe(
+      true,
+    );
     expect(existsSync(dirname(plugin.address))).toBe(false);
   });
 
@@ -145,10 +193,14 @@ describe("servePlugin", () => {
     const dir = mkdtempSync(join(tmpdir(), "nk-release-"));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const release = join(dir, "release");
-    const { plugin, logs } = await launch("slow-shutdown", { env: { TEST_RELEASE_FILE: release } });
+    const { plugin, logs } = await launch("slow-shutdown", {
+      env: { TEST_RELEASE_FILE: release },
+    });
     await plugin.controller.shutdown({});
     await logs.waitFor((e) => e.message === "onShutdown called");
-    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.NOT_SERVING);
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(
+      ServingStatus.NOT_SERVING,
+    );
     writeFileSync(release, "");
     expect(await plugin.exited).toEqual({ code: 0, signal: null });
   });
@@ -157,16 +209,22 @@ describe("servePlugin", () => {
     const { plugin } = await launch();
     process.kill(plugin.pid, "SIGKILL");
     await plugin.exited;
-    await expect(plugin.basePlugin.pluginInfo({})).rejects.toBeInstanceOf(PluginShutdownError);
+    await expect(plugin.basePlugin.pluginInfo({})).rejects.toBeInstanceOf(
+      PluginShutdownError,
+    );
   });
 
   it("answers unknown methods with Unimplemented", async () => {
     const { plugin } = await launch();
     const { Code, ConnectError } = await import("@connectrpc/connect");
     // ExecTask is not implemented by the fixture: the generated runtime answers Unimplemented.
-    const err = await plugin.driver.execTask({ taskId: "x", command: ["true"] }).catch((e: unknown) => e);
+    const err = await plugin.driver
+      .execTask({ taskId: "x", command: ["true"] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
-    expect((err as InstanceType<typeof ConnectError>).code).toBe(Code.Unimplemented);
+    expect((err as InstanceType<typeof ConnectError>).code).toBe(
+      Code.Unimplemented,
+    );
   });
 });
 
@@ -178,7 +236,9 @@ describe("kill sequence", () => {
     const exit = await plugin.kill();
     const elapsed = Date.now() - started;
     expect(exit).toEqual({ code: null, signal: "SIGKILL" });
-    expect(logs.entries.some((e) => e.message === "onShutdown called")).toBe(true);
+    expect(logs.entries.some((e) => e.message === "onShutdown called")).toBe(
+      true,
+    );
     // Generous bounds: the host waits 2 s after Shutdown (plus at most 2 s for the RPC itself).
     expect(elapsed).toBeGreaterThanOrEqual(1900);
     expect(elapsed).toBeLessThan(15_000);

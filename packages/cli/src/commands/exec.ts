@@ -14,7 +14,10 @@ export async function execCommand(
   opts: { interactive?: boolean; tty?: boolean },
   g: GlobalOptions,
 ): Promise<void> {
-  if (command.length === 0) throw new CliError("exec: no command given; put it after --, e.g. nomadkit exec <plugin> <task-id> -- /bin/sh");
+  if (command.length === 0)
+    throw new CliError(
+      "exec: no command given; put it after --, e.g. nomadkit exec <plugin> <task-id> -- /bin/sh",
+    );
   const tty = !!opts.tty;
   const interactive = !!opts.interactive;
   const c = await connectPlugin(plugin, g);
@@ -22,7 +25,12 @@ export async function execCommand(
   const stop = new AbortController();
   const stdin = process.stdin;
   const rawMode = tty && interactive && stdin.isTTY === true;
-  const size = (): Request => ({ ttySize: { height: process.stdout.rows ?? 24, width: process.stdout.columns ?? 80 } });
+  const size = (): Request => ({
+    ttySize: {
+      height: process.stdout.rows ?? 24,
+      width: process.stdout.columns ?? 80,
+    },
+  });
   const onResize = () => requests.push(size());
   const onData = (d: Buffer) => requests.push({ stdin: { data: d } });
   const onEnd = () => requests.push({ stdin: { close: true } });
@@ -46,7 +54,9 @@ export async function execCommand(
 
   let exitCode: number | undefined;
   try {
-    for await (const res of c.plugin.driver.execTaskStreaming(requests, { signal: stop.signal })) {
+    for await (const res of c.plugin.driver.execTaskStreaming(requests, {
+      signal: stop.signal,
+    })) {
       if (res.stdout?.data.length) process.stdout.write(res.stdout.data);
       if (res.stderr?.data.length) process.stderr.write(res.stderr.data);
       if (res.exited) {
@@ -71,6 +81,9 @@ export async function execCommand(
     }
     await c.release();
   }
-  if (exitCode === undefined) throw new CliError(`plugin ${c.name}: exec stream ended without an exit status`);
+  if (exitCode === undefined)
+    throw new CliError(
+      `plugin ${c.name}: exec stream ended without an exit status`,
+    );
   process.exitCode = exitCode;
 }

@@ -1,20 +1,33 @@
 // info, fingerprint, capabilities: one-shot questions Nomad asks a plugin.
 import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ConfigSchemaResponseSchema, PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
+import {
+  ConfigSchemaResponseSchema,
+  PluginInfoResponseSchema,
+  PluginType,
+} from "@nomadkit/protocol/base";
 import {
   CapabilitiesResponseSchema,
   FingerprintResponseSchema,
   TaskConfigSchemaResponseSchema,
 } from "@nomadkit/protocol/driver";
 import { msgpackConfig, readJsonObject } from "../files.js";
-import { rpcError, withPlugin, type Connected, type GlobalOptions } from "../plugin.js";
+import {
+  rpcError,
+  withPlugin,
+  type Connected,
+  type GlobalOptions,
+} from "../plugin.js";
 import { print } from "../output.js";
 
 /** Nomad's plugin API version, sent with SetConfig. */
 export const PLUGIN_API_VERSION = "v0.1.0";
 
-export async function infoCommand(plugin: string, opts: { json?: boolean }, g: GlobalOptions): Promise<void> {
+export async function infoCommand(
+  plugin: string,
+  opts: { json?: boolean },
+  g: GlobalOptions,
+): Promise<void> {
   await withPlugin(plugin, g, async ({ plugin: p, name }) => {
     const info = await p.basePlugin.pluginInfo({}).catch((e: unknown) => {
       throw rpcError(name, "BasePlugin.PluginInfo", e);
@@ -24,35 +37,52 @@ export async function infoCommand(plugin: string, opts: { json?: boolean }, g: G
     });
     const out: Record<string, unknown> = {
       ...(toJson(PluginInfoResponseSchema, info) as object),
-      configSchema: (toJson(ConfigSchemaResponseSchema, schema) as { spec?: unknown }).spec ?? null,
+      configSchema:
+        (toJson(ConfigSchemaResponseSchema, schema) as { spec?: unknown })
+          .spec ?? null,
     };
     if (info.type === PluginType.DRIVER) {
       try {
         const ts = await p.driver.taskConfigSchema({});
-        out.taskConfigSchema = (toJson(TaskConfigSchemaResponseSchema, ts) as { spec?: unknown }).spec ?? null;
+        out.taskConfigSchema =
+          (toJson(TaskConfigSchemaResponseSchema, ts) as { spec?: unknown })
+            .spec ?? null;
       } catch (e) {
-        if (!(e instanceof ConnectError && e.code === Code.Unimplemented)) throw rpcError(name, "Driver.TaskConfigSchema", e);
+        if (!(e instanceof ConnectError && e.code === Code.Unimplemented))
+          throw rpcError(name, "Driver.TaskConfigSchema", e);
       }
     }
     print(out, !!opts.json);
   });
 }
 
-export async function capabilitiesCommand(plugin: string, opts: { json?: boolean }, g: GlobalOptions): Promise<void> {
+export async function capabilitiesCommand(
+  plugin: string,
+  opts: { json?: boolean },
+  g: GlobalOptions,
+): Promise<void> {
   await withPlugin(plugin, g, async ({ plugin: p, name }) => {
     const res = await p.driver.capabilities({}).catch((e: unknown) => {
       throw rpcError(name, "Driver.Capabilities", e);
     });
-    const json = toJson(CapabilitiesResponseSchema, res, { alwaysEmitImplicit: true }) as { capabilities?: unknown };
+    const json = toJson(CapabilitiesResponseSchema, res, {
+      alwaysEmitImplicit: true,
+    }) as { capabilities?: unknown };
     print(json.capabilities ?? {}, !!opts.json);
   });
 }
 
 /** SetConfig (with `--config` or an empty map) then Init, as Nomad does before driver calls. */
-export async function configure(c: Connected, configFile: string | undefined): Promise<void> {
+export async function configure(
+  c: Connected,
+  configFile: string | undefined,
+): Promise<void> {
   const config = configFile ? readJsonObject("--config", configFile) : {};
   try {
-    await c.plugin.basePlugin.setConfig({ msgpackConfig: msgpackConfig(config), pluginApiVersion: PLUGIN_API_VERSION });
+    await c.plugin.basePlugin.setConfig({
+      msgpackConfig: msgpackConfig(config),
+      pluginApiVersion: PLUGIN_API_VERSION,
+    });
   } catch (e) {
     const err = rpcError(c.name, "BasePlugin.SetConfig", e);
     if (configFile) err.message += ` (config from --config ${configFile})`;
@@ -62,7 +92,8 @@ export async function configure(c: Connected, configFile: string | undefined): P
     await c.plugin.driver.init({});
   } catch (e) {
     // Nomad counts Unimplemented as success.
-    if (!(e instanceof ConnectError && e.code === Code.Unimplemented)) throw rpcError(c.name, "Driver.Init", e);
+    if (!(e instanceof ConnectError && e.code === Code.Unimplemented))
+      throw rpcError(c.name, "Driver.Init", e);
   }
 }
 
@@ -78,7 +109,10 @@ export async function fingerprintCommand(
     const onSigint = () => stop.abort();
     process.once("SIGINT", onSigint);
     try {
-      for await (const res of c.plugin.driver.fingerprint({}, { signal: stop.signal })) {
+      for await (const res of c.plugin.driver.fingerprint(
+        {},
+        { signal: stop.signal },
+      )) {
         print(toJson(FingerprintResponseSchema, res), !!opts.json);
         if (!opts.watch) return;
         if (!opts.json) process.stdout.write("\n");

@@ -1,12 +1,26 @@
 // nomadkit run: SetConfig, StartTask, WaitTask, like Nomad running one task.
 import { execFileSync } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
-import { closeSync, constants, createReadStream, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  createReadStream,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { CliError } from "../errors.js";
 import { msgpackConfig, parseEnvPairs, readJsonObject } from "../files.js";
-import { connectPlugin, rpcError, type GlobalOptions, type RunState } from "../plugin.js";
+import {
+  connectPlugin,
+  rpcError,
+  type GlobalOptions,
+  type RunState,
+} from "../plugin.js";
 import { configure } from "./inspect.js";
 
 export interface RunOptions {
@@ -60,23 +74,37 @@ class TaskOutput {
       // ENXIO: no reader pending any more
     }
     let t: NodeJS.Timeout | undefined;
-    await Promise.race([this.done, new Promise((r) => (t = setTimeout(r, 2000)))]);
+    await Promise.race([
+      this.done,
+      new Promise((r) => (t = setTimeout(r, 2000))),
+    ]);
     clearTimeout(t);
   }
 }
 
-function exitStatus(result: { exitCode: number; signal: number } | undefined): number {
+function exitStatus(
+  result: { exitCode: number; signal: number } | undefined,
+): number {
   if (!result) return 1;
   if (result.signal > 0 && result.exitCode === 0) return 128 + result.signal;
   return result.exitCode;
 }
 
-export async function runCommand(plugin: string, opts: RunOptions, g: GlobalOptions): Promise<void> {
+export async function runCommand(
+  plugin: string,
+  opts: RunOptions,
+  g: GlobalOptions,
+): Promise<void> {
   // Validate inputs before starting anything.
   if (opts.config) readJsonObject("--config", opts.config);
-  const taskConfig = opts.taskConfig ? readJsonObject("--task-config", opts.taskConfig) : {};
+  const taskConfig = opts.taskConfig
+    ? readJsonObject("--task-config", opts.taskConfig)
+    : {};
   const env = parseEnvPairs("--env", opts.env);
-  if (!/^[A-Za-z0-9_.-]+$/.test(opts.name)) throw new CliError(`--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-"`);
+  if (!/^[A-Za-z0-9_.-]+$/.test(opts.name))
+    throw new CliError(
+      `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-"`,
+    );
 
   const c = await connectPlugin(plugin, g);
   const allocDir = mkdtempSync(join(tmpdir(), "nomadkit-run-"));
@@ -89,8 +117,16 @@ export async function runCommand(plugin: string, opts: RunOptions, g: GlobalOpti
     interrupts++;
     if (!started) return;
     if (interrupts === 1) {
-      process.stderr.write(`nomadkit: stopping task ${taskId} (Ctrl-C again to force)\n`);
-      c.plugin.driver.stopTask({ taskId, timeout: { seconds: 5n, nanos: 0 }, signal: "SIGINT" }).catch(() => {});
+      process.stderr.write(
+        `nomadkit: stopping task ${taskId} (Ctrl-C again to force)\n`,
+      );
+      c.plugin.driver
+        .stopTask({
+          taskId,
+          timeout: { seconds: 5n, nanos: 0 },
+          signal: "SIGINT",
+        })
+        .catch(() => {});
     } else {
       c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
     }
@@ -98,8 +134,14 @@ export async function runCommand(plugin: string, opts: RunOptions, g: GlobalOpti
   process.on("SIGINT", onSigint);
   try {
     await configure(c, opts.config);
-    const stdout = new TaskOutput(join(allocDir, `${opts.name}.stdout`), process.stdout);
-    const stderr = new TaskOutput(join(allocDir, `${opts.name}.stderr`), process.stderr);
+    const stdout = new TaskOutput(
+      join(allocDir, `${opts.name}.stdout`),
+      process.stdout,
+    );
+    const stderr = new TaskOutput(
+      join(allocDir, `${opts.name}.stderr`),
+      process.stderr,
+    );
     try {
       await c.plugin.driver.startTask({
         task: {
@@ -110,7 +152,12 @@ export async function runCommand(plugin: string, opts: RunOptions, g: GlobalOpti
           taskGroupName: opts.name,
           namespace: "default",
           allocId,
-          env: { NOMAD_TASK_NAME: opts.name, NOMAD_ALLOC_ID: allocId, NOMAD_ALLOC_DIR: allocDir, ...env },
+          env: {
+            NOMAD_TASK_NAME: opts.name,
+            NOMAD_ALLOC_ID: allocId,
+            NOMAD_ALLOC_DIR: allocDir,
+            ...env,
+          },
           msgpackDriverConfig: msgpackConfig(taskConfig),
           allocDir,
           stdoutPath: join(allocDir, `${opts.name}.stdout`),
@@ -119,15 +166,23 @@ export async function runCommand(plugin: string, opts: RunOptions, g: GlobalOpti
       });
     } catch (e) {
       const err = rpcError(c.name, "Driver.StartTask", e);
-      if (opts.taskConfig) err.message += ` (task config from --task-config ${opts.taskConfig})`;
+      if (opts.taskConfig)
+        err.message += ` (task config from --task-config ${opts.taskConfig})`;
       await Promise.all([stdout.finish(), stderr.finish()]);
       throw err;
     }
     started = true;
     process.stderr.write(`nomadkit: started task ${taskId}\n`);
     if (statePath) {
-      const state: RunState = { kind: "nomadkit-run-state", plugin: c.name, taskId, reattach: c.plugin.reattachConfig };
-      writeFileSync(statePath, JSON.stringify(state, null, 2) + "\n", { mode: 0o600 });
+      const state: RunState = {
+        kind: "nomadkit-run-state",
+        plugin: c.name,
+        taskId,
+        reattach: c.plugin.reattachConfig,
+      };
+      writeFileSync(statePath, JSON.stringify(state, null, 2) + "\n", {
+        mode: 0o600,
+      });
       process.stderr.write(
         `nomadkit: wrote ${statePath}; try: nomadkit exec ${opts.state} ${taskId} -it -- /bin/sh\n`,
       );
@@ -140,9 +195,13 @@ export async function runCommand(plugin: string, opts: RunOptions, g: GlobalOpti
     } finally {
       await Promise.all([stdout.finish(), stderr.finish()]);
     }
-    await c.plugin.driver.destroyTask({ taskId, force: true }).catch((e: unknown) => {
-      process.stderr.write(`nomadkit: ${rpcError(c.name, "Driver.DestroyTask", e).message}\n`);
-    });
+    await c.plugin.driver
+      .destroyTask({ taskId, force: true })
+      .catch((e: unknown) => {
+        process.stderr.write(
+          `nomadkit: ${rpcError(c.name, "Driver.DestroyTask", e).message}\n`,
+        );
+      });
     if (wait.err) throw new CliError(`task ${taskId} failed: ${wait.err}`);
     const r = wait.result;
     const status = exitStatus(r);

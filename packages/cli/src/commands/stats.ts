@@ -1,6 +1,9 @@
 // nomadkit stats: the TaskStats stream as a live line.
 import { toJson } from "@bufbuild/protobuf";
-import { TaskStatsResponseSchema, type TaskStatsResponse } from "@nomadkit/protocol/driver";
+import {
+  TaskStatsResponseSchema,
+  type TaskStatsResponse,
+} from "@nomadkit/protocol/driver";
 import { parseDurationMs } from "../files.js";
 import { formatBytes } from "../output.js";
 import { connectPlugin, rpcError, type GlobalOptions } from "../plugin.js";
@@ -31,7 +34,10 @@ export async function statsCommand(
   let count: number | undefined;
   if (opts.count !== undefined) {
     count = Number(opts.count);
-    if (!Number.isInteger(count) || count <= 0) throw new CliError(`--count ${JSON.stringify(opts.count)}: expected a positive integer`);
+    if (!Number.isInteger(count) || count <= 0)
+      throw new CliError(
+        `--count ${JSON.stringify(opts.count)}: expected a positive integer`,
+      );
   }
   const c = await connectPlugin(plugin, g);
   const stop = new AbortController();
@@ -42,12 +48,21 @@ export async function statsCommand(
   try {
     const seconds = Math.floor(intervalMs / 1000);
     const stream = c.plugin.driver.taskStats(
-      { taskId, collectionInterval: { seconds: BigInt(seconds), nanos: Math.round((intervalMs - seconds * 1000) * 1e6) } },
+      {
+        taskId,
+        collectionInterval: {
+          seconds: BigInt(seconds),
+          nanos: Math.round((intervalMs - seconds * 1000) * 1e6),
+        },
+      },
       { signal: stop.signal },
     );
     for await (const res of stream) {
       n++;
-      if (opts.json) process.stdout.write(JSON.stringify(toJson(TaskStatsResponseSchema, res)) + "\n");
+      if (opts.json)
+        process.stdout.write(
+          JSON.stringify(toJson(TaskStatsResponseSchema, res)) + "\n",
+        );
       else if (live) process.stdout.write(`\r\x1b[K${formatStats(res)}`);
       else process.stdout.write(formatStats(res) + "\n");
       if (count !== undefined && n >= count) break;

@@ -303,7 +303,7 @@ function forwardStdio(
   options: PluginConnectOptions,
   signal: AbortSignal,
 ): void {
-  if (!options.onStdout && !options.onStderr) return;
+  // Opened even without callbacks, as go-plugin hosts do: the plugin then streams instead of buffering.
   void (async () => {
     try {
       for await (const chunk of stdio.streamStdio({}, { signal })) {
@@ -331,7 +331,10 @@ function forwardStdio(
 async function ping(client: PluginClient, timeoutMs: number): Promise<void> {
   try {
     // The raw transport: a failure here should not wait out the runtime's shutdown grace.
-    await new HealthClient(client.transport).check({ service: "plugin" }, { timeoutMs });
+    await new HealthClient(client.transport).check(
+      { service: "plugin" },
+      { timeoutMs },
+    );
   } catch (err) {
     if (
       err instanceof ConnectError &&

@@ -68,6 +68,12 @@ export interface ServePluginOptions {
    * stderr). Default true, as a plugin binary should. With false, start-up errors are thrown.
    */
   exitProcess?: boolean;
+  /**
+   * Largest request message accepted, in bytes; a bigger one is answered ResourceExhausted before
+   * it is buffered. Default 4 MiB, grpc-go's server default (what Go plugins enforce; Nomad never
+   * sends more).
+   */
+  readMaxBytes?: number;
 }
 
 /** A running plugin server. */
@@ -92,6 +98,7 @@ export interface ServedPlugin {
 }
 
 const DEFAULT_SHUTDOWN_TIMEOUT_MS = 1000;
+const DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024;
 // After onShutdown, how long open HTTP/2 streams get to finish before their sessions are destroyed.
 const SESSION_CLOSE_GRACE_MS = 250;
 
@@ -207,6 +214,7 @@ export async function servePlugin(
         });
       },
       {
+        readMaxBytes: options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES,
         fallback(req, res) {
           // A proper gRPC Unimplemented (trailers-only) rather than HTTP 404.
           const stream = (
@@ -288,10 +296,17 @@ export async function servePlugin(
   } catch (err) {
     stdio.uninstall();
     removeSocketDir();
+    if (
+      !(err instanceof PluginEnvironmentError) &&
+      err instanceof Error &&
+      err.stack
+    ) {
+      logger.debug("start-up failure", { stack: err.stack });
+    }
     fail(
       err instanceof PluginEnvironmentError
         ? err.message
-        : `plugin failed to start: ${String(err)}`,
+        : `plugin failed to start: ${err instanceof Error ? err.message : String(err)}`,
       exitProcess,
       logger,
     );
