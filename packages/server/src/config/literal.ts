@@ -3,7 +3,14 @@
  * `hclsyntax.ParseExpression` and evaluates it without variables).
  */
 
-/** Render `value` as an HCL expression. Throws `TypeError` for values HCL cannot express. */
+/**
+ * Render `value` as an HCL expression. Throws `TypeError` for values HCL cannot express.
+ *
+ * @example
+ * ```ts
+ * toHclLiteral({ greeting: "hi ${name}", ports: [80, 443] }); // {"greeting" = "hi $${name}", "ports" = [80, 443]}
+ * ```
+ */
 export function toHclLiteral(value: unknown): string {
   if (value === null || value === undefined) return "null";
   switch (typeof value) {

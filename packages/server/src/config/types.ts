@@ -60,6 +60,11 @@ const cache = new Map<string, HclType>();
 /**
  * Parse an HCL type expression. Throws a `TypeError` naming the problem; schemas are code, so a bad
  * type is a programming error caught when the schema is built.
+ *
+ * @example
+ * ```ts
+ * parseHclType("list(map(string))"); // { kind: "list", elem: { kind: "map", elem: { kind: "string" } } }
+ * ```
  */
 export function parseHclType(expr: string): HclType {
   const hit = cache.get(expr);
@@ -72,7 +77,14 @@ export function parseHclType(expr: string): HclType {
   return t;
 }
 
-/** Render a parsed type back to its canonical expression (used in error messages). */
+/**
+ * Render a parsed type back to its canonical expression (used in error messages).
+ *
+ * @example
+ * ```ts
+ * formatHclType(parseHclType("list( string )")); // "list(string)"
+ * ```
+ */
 export function formatHclType(t: HclType): string {
   switch (t.kind) {
     case "list":

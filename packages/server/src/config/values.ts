@@ -7,7 +7,15 @@ import { parseCtyJsonType, type HclType, formatHclType } from "./types.js";
 /** A path into a config value: object keys and list indexes. */
 export type FieldPath = readonly (string | number)[];
 
-/** A decoded value did not match the schema at `path`. */
+/**
+ * A decoded value did not match the schema at `path`. `decodeConfig` turns it into InvalidArgument;
+ * a custom `HclSpec` node throws it from `decode`.
+ *
+ * @example
+ * ```ts
+ * throw new ConfigFieldError(["mount", 0, "source"], "must be absolute"); // field "mount[0].source": must be absolute
+ * ```
+ */
 export class ConfigFieldError extends Error {
   constructor(
     readonly path: FieldPath,
@@ -20,7 +28,15 @@ export class ConfigFieldError extends Error {
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 
-/** `args[1]`, `mount[0].source`, `labels["a b"]`. */
+/**
+ * Format a field path the way error messages name fields.
+ *
+ * @example
+ * ```ts
+ * formatPath(["mount", 0, "source"]); // "mount[0].source"
+ * formatPath(["labels", "a b"]); // 'labels["a b"]'
+ * ```
+ */
 export function formatPath(path: FieldPath): string {
   let out = "";
   for (const seg of path) {

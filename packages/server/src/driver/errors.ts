@@ -44,7 +44,14 @@ export function taskNotFound(taskId: string): ConnectError {
   return new ConnectError(`task not found for given id: ${JSON.stringify(taskId)}`, Code.NotFound);
 }
 
-/** InvalidArgument naming a request field: `invalidArgument("signal", 'unknown signal "SIGFOO"')`. */
+/**
+ * InvalidArgument naming a request field.
+ *
+ * @example
+ * ```ts
+ * throw invalidArgument("task.user", `unknown user ${JSON.stringify(user)}`); // "task.user: unknown user ..."
+ * ```
+ */
 export function invalidArgument(field: string, problem: string): ConnectError {
   return new ConnectError(`${field}: ${problem}`, Code.InvalidArgument);
 }

@@ -23,7 +23,15 @@ const DESCRIPTION: Record<number, string> = {
   [FingerprintResponse_HealthState.UNDETECTED]: "Undetected",
 };
 
-/** Convert a node attribute value to Nomad's `structs.Attribute`. */
+/**
+ * Convert a node attribute value to Nomad's `structs.Attribute`: strings, booleans, safe integers
+ * (int) and other numbers (float), or an explicit `{ float | int | string | bool, unit }`.
+ *
+ * @example
+ * ```ts
+ * toAttribute({ float: 1.5, unit: "GHz" }); // { value: { case: "floatVal", value: 1.5 }, unit: "GHz" }
+ * ```
+ */
 export function toAttribute(v: AttributeValue): MessageInitShape<typeof AttributeSchema> {
   switch (typeof v) {
     case "string":
@@ -42,7 +50,14 @@ export function toAttribute(v: AttributeValue): MessageInitShape<typeof Attribut
   return { value: { case: "boolVal", value: v.bool }, unit };
 }
 
-/** Convert a driver's {@link Fingerprint} to the response message. */
+/**
+ * Convert a driver's {@link Fingerprint} to the response message.
+ *
+ * @example
+ * ```ts
+ * toFingerprintResponse({ health: "healthy", attributes: { "driver.hello.version": "1.0" } });
+ * ```
+ */
 export function toFingerprintResponse(fp: Fingerprint): FingerprintResponse {
   const health = typeof fp.health === "number" ? fp.health : HEALTH[fp.health];
   if (health === undefined) throw new TypeError(`fingerprint health must be healthy, unhealthy or undetected, got ${JSON.stringify(fp.health)}`);
@@ -58,6 +73,8 @@ export function toFingerprintResponse(fp: Fingerprint): FingerprintResponse {
 /** Source of fingerprints shared by all Fingerprint streams of one plugin. */
 export class FingerprintSource implements FingerprintControl {
   #pushed: FingerprintResponse | undefined;
+  /** Bumped by every update(), so a stream busy while one happens still notices it. */
+  #version = 0;
   readonly #waiters = new Set<() => void>();
 
   constructor(
@@ -69,6 +86,7 @@ export class FingerprintSource implements FingerprintControl {
   update(fingerprint?: Fingerprint): void {
     if (fingerprint !== undefined) this.#pushed = this.#safe(() => toFingerprintResponse(fingerprint));
     else this.#pushed = undefined;
+    this.#version++;
     for (const w of [...this.#waiters]) w();
   }
 
@@ -99,11 +117,17 @@ export class FingerprintSource implements FingerprintControl {
     let last: FingerprintResponse | undefined;
     let periodic = true;
     for (;;) {
+      const seen = this.#version;
       const fp = await this.current(periodic);
       if (signals.some((s) => s?.aborted)) return;
       if (periodic || last === undefined || !equals(FingerprintResponseSchema, last, fp)) {
         last = fp;
         yield fp;
+      }
+      if (this.#version !== seen) {
+        // An update arrived while we were computing or sending: act on it without waiting.
+        periodic = false;
+        continue;
       }
       let poked = false;
       const woke = await wake(

@@ -21,7 +21,14 @@ import type { ResourceUsageInput, TaskStatsInput } from "./types.js";
 export const DEFAULT_STATS_INTERVAL_MS = 1000;
 const MIN_STATS_INTERVAL_MS = 10;
 
-/** `collection_interval` in milliseconds (default 1 s when unset or zero). */
+/**
+ * `collection_interval` in milliseconds (default 1 s when unset or zero).
+ *
+ * @example
+ * ```ts
+ * statsIntervalMs({ seconds: 2n, nanos: 0 }); // 2000
+ * ```
+ */
 export function statsIntervalMs(d: Duration | undefined): number {
   if (d === undefined) return DEFAULT_STATS_INTERVAL_MS;
   const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
@@ -34,6 +41,11 @@ export function statsIntervalMs(d: Duration | undefined): number {
  * `override_total_compute` when set, else the sum of each core's base (or guessed, or max) speed;
  * the core count is the number of cores listed. Undefined when the topology says nothing usable.
  * The `total_ticks` formula itself is `totalTicks` in `@nomadkit/server/stats`.
+ *
+ * @example
+ * ```ts
+ * const host = computeFromTopology(setConfigRequest.nomadConfig?.driver?.Topology) ?? hostCompute();
+ * ```
  */
 export function computeFromTopology(topology: ClientTopology | undefined): HostCompute | undefined {
   if (topology === undefined || topology.cores.length === 0) return undefined;
@@ -56,7 +68,17 @@ function usage(input: ResourceUsageInput | MessageInitShape<typeof TaskResourceU
   return u;
 }
 
-/** Turn whatever `taskStats` returned into a complete `TaskStats` message for `taskId`. */
+/**
+ * Turn whatever `taskStats` returned into a complete `TaskStats` message for `taskId`: timestamp,
+ * cpu and memory always present, `total_ticks` derived from `percent` where missing. The SDK applies
+ * it to every sample; exported for drivers that build TaskStats themselves.
+ *
+ * @example
+ * ```ts
+ * const stats = normalizeTaskStats("t1", { cpu: { percent: 50 }, memory: { rss: 1024n } }, hostCompute());
+ * stats.aggResourceUsage.cpu.totalTicks; // 50% of one core, in MHz
+ * ```
+ */
 export function normalizeTaskStats(taskId: string, input: TaskStatsInput, host: HostCompute): TaskStats {
   let timestamp: TaskStats["timestamp"];
   let agg: TaskResourceUsage;

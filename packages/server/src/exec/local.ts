@@ -119,7 +119,13 @@ async function runPipes(file: string, args: string[], env: Record<string, string
     // 'close' comes after exit AND after both pipes hit EOF: no output is lost.
     child.once("close", (code, sig) => resolvePromise([code, sig]));
   });
-  const kill = () => killGroup(child.pid, () => child.kill("SIGKILL"));
+  const kill = () => {
+    killGroup(child.pid, () => child.kill("SIGKILL"));
+    // Nobody reads the output any more. Output held back by backpressure would keep the pipes from
+    // reaching EOF, so 'close' would never come: the exec would never return and leak its pipes.
+    child.stdout.destroy();
+    child.stderr.destroy();
+  };
   io.signal?.addEventListener("abort", kill, { once: true });
 
   child.stdin.on("error", () => {}); // EPIPE when the process exits without reading all input

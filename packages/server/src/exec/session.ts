@@ -209,7 +209,14 @@ async function finish(w: Writable): Promise<void> {
   await finished(w);
 }
 
-/** Nomad's exit result: a process killed by signal N reports exit code 128+N. */
+/**
+ * Nomad's exit result: a process killed by signal N reports exit code 128+N.
+ *
+ * @example
+ * ```ts
+ * toExitResult({ exitCode: 0, signal: "SIGKILL" }); // { exitCode: 137, signal: 9, oomKilled: false }
+ * ```
+ */
 export function toExitResult(result: ExecResult): MessageInitShape<typeof ExitResultSchema> {
   let sig = 0;
   if (result.signal !== undefined && result.signal !== null && result.signal !== 0 && result.signal !== "") {
