@@ -266,6 +266,8 @@ describe("executor: signals and shutdown", () => {
     const child = Number((await fileUntil(out, (s) => s.endsWith("\n"))).trim());
     expect((await processTree(p!.pid)).map((x) => x.pid)).toContain(child);
     await exe.shutdownTask("SIGTERM", 600_000);
+    // SIGKILL was sent before Shutdown answered; its delivery is asynchronous: wait for the death.
+    while (isProcessAlive(child)) await new Promise((r) => setTimeout(r, 20));
     expect(isProcessAlive(child)).toBe(false);
   });
 });
