@@ -1,0 +1,128 @@
+// createDriverHandlers served on a plain h2c connect-node server over a unix socket (no go-plugin):
+// periodic fingerprints, the events backlog, Init/SetConfig tolerance, optional methods answering
+// Unimplemented, and close() ending the long-lived streams.
+import { mkdtempSync, rmSync } from "node:fs";
+import * as http2 from "node:http2";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
+import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
+import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { createPluginHandler } from "../src/runtime/adapter.js";
+import { ServerRuntime } from "../src/runtime/server-runtime.js";
+
+let dir: string;
+let server: http2.Http2Server;
+let host: DriverHost;
+let driver: DriverClient;
+let base: BasePluginClient;
+let fingerprints = 0;
+let shutdowns = 0;
+const sessions = new Set<http2.ServerHttp2Session>();
+
+beforeAll(async () => {
+  host = createDriverHandlers(
+    defineDriver({
+      name: "inproc",
+      version: "0.0.1",
+      fingerprint: () => ({ health: "healthy", attributes: { "driver.inproc.calls": ++fingerprints } }),
+      startTask: () => {},
+      waitTask: async () => ({ exitCode: 0 }),
+      stopTask: () => {},
+      destroyTask: () => {},
+      shutdown: () => void shutdowns++,
+    }),
+    { fingerprintIntervalMs: 20 },
+  );
+  const runtime = new ServerRuntime();
+  server = http2.createServer(
+    createPluginHandler((router) => {
+      registerBasePlugin(router, host.base, runtime);
+      registerDriver(router, host.driver, runtime);
+    }),
+  );
+  server.on("session", (s) => sessions.add(s));
+  dir = mkdtempSync(join(tmpdir(), "nomadkit-driver-"));
+  const sock = join(dir, "plugin.sock");
+  await new Promise<void>((resolve) => server.listen(sock, resolve));
+  const transport = createUnixSocketTransport(sock);
+  driver = new DriverClient(transport);
+  base = new BasePluginClient(transport);
+});
+
+afterAll(async () => {
+  await host?.close();
+  const closed = new Promise<void>((resolve) => server?.close(() => resolve()));
+  // The client keeps its HTTP/2 session for reuse; end it so the server can close.
+  for (const s of sessions) s.destroy();
+  await closed;
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("createDriverHandlers on a plain h2c server", () => {
+  it("tolerates Init without SetConfig, and SetConfig with empty bytes", async () => {
+    await driver.init({});
+    await base.setConfig({});
+    await base.setConfig({});
+    await driver.init({});
+    expect(host.context.config).toBeUndefined();
+  });
+
+  it("re-sends the fingerprint periodically on an open stream", async () => {
+    const ac = new AbortController();
+    const seen: bigint[] = [];
+    for await (const fp of driver.fingerprint({}, { signal: ac.signal })) {
+      seen.push(fp.attributes["driver.inproc.calls"]!.value.value as bigint);
+      if (seen.length === 3) break;
+    }
+    ac.abort();
+    expect(seen[2]! > seen[0]!).toBe(true);
+  });
+
+  it("keeps events emitted while no stream is open and delivers them to the next one", async () => {
+    host.context.events.emit({ taskId: "t-early", message: "before anyone listened" });
+    const ac = new AbortController();
+    const it = driver.taskEvents({}, { signal: ac.signal })[Symbol.asyncIterator]();
+    expect((await it.next()).value).toMatchObject({ taskId: "t-early", message: "before anyone listened" });
+    host.context.events.emit({ taskId: "t-late", message: "live", annotations: { k: "v" } });
+    expect((await it.next()).value).toMatchObject({ taskId: "t-late", annotations: { k: "v" } });
+    ac.abort();
+  });
+
+  it("answers Unimplemented for what the driver does not implement", async () => {
+    for (const p of [
+      driver.signalTask({ taskId: "x", signal: "SIGHUP" }),
+      driver.createNetwork({ allocId: "a" }),
+      driver.recoverTask({ taskId: "x", handle: { config: { id: "x" } } }),
+      driver.taskStats({ taskId: "x" })[Symbol.asyncIterator]().next(),
+    ]) {
+      await expect(p).rejects.toMatchObject({ code: Code.Unimplemented });
+    }
+    const caps = await driver.capabilities({});
+    expect(caps.capabilities).toMatchObject({ sendSignals: false, exec: false, mustCreateNetwork: false });
+  });
+
+  it("ends the long-lived streams and calls shutdown once on close", async () => {
+    const fp = driver.fingerprint({})[Symbol.asyncIterator]();
+    await fp.next();
+    const ev = driver.taskEvents({})[Symbol.asyncIterator]();
+    const pending = ev.next();
+    await driver.shutdown({});
+    await host.close();
+    await host.close();
+    expect(shutdowns).toBe(1);
+    // Both streams finish cleanly (OK), so the server can close without waiting for Nomad.
+    let r = await fp.next();
+    while (!r.done) r = await fp.next();
+    expect((await pending).done).toBe(true);
+  });
+
+  it("maps a bad request to a status, never a crash", async () => {
+    const err = await driver.startTask({}).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).rawMessage).toBe("task: required");
+  });
+});
