@@ -117,7 +117,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         if (process.getuid?.() === 0) user = task.user;
         else ctx.events.emit({ taskId: task.id, message: `Running as the plugin's user: task user ${JSON.stringify(task.user)} needs the plugin to run as root` });
       }
-      const exe: ExecutorHandle = await launchExecutor({ config: { logFile: join(taskDir, "executor.out") } });
+      // The executor keeps serving after Shutdown (as Nomad's does) so Wait reports the exit of a
+      // stopped task; destroyTask ends it.
+      const exe: ExecutorHandle = await launchExecutor({ config: { logFile: join(taskDir, "executor.out"), exitAfterShutdown: false } });
       let pid: number;
       try {
         const res = await exe.client.launch(
@@ -149,7 +151,13 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     async recoverTask({ task, driverState }, ctx: Ctx) {
       if (tasks.has(task.id)) return;
       const { executor, driver } = decodeExecutorState<RawExecState>(driverState);
-      const exe = await reattachExecutor(executor);
+      let exe: ExecutorHandle;
+      try {
+        exe = await reattachExecutor(executor);
+      } catch (err) {
+        // Nomad restarts the task when recovery fails.
+        throw new Error(`recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}`);
+      }
       const state: RawExecState = driver ?? { startedAt: new Date().toISOString(), pid: 0 };
       tasks.set(task.id, new RawExecTask(task.id, exe, state));
       ctx.events.emit({ taskId: task.id, message: `Reattached to executor ${executor.pid} (task pid ${state.pid})` });
@@ -161,24 +169,20 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
 
     async stopTask(taskId, { signal, timeoutMs }) {
       const t = get(taskId);
-      if (t.exit) return;
-      // Signal first and wait here, so the exit status is read while the executor still runs.
-      try {
-        await t.exe.client.signal({ signal: signalNumber(signal) });
-      } catch {
-        // already exited; the Wait below settles it
-      }
-      if (!(await t.exitedWithin(timeoutMs))) await t.exe.shutdownTask("SIGKILL", 0);
+      // The executor sends the signal, waits up to the timeout, then SIGKILLs the process group;
+      // the pending Wait reports the exit.
+      if (!t.exit) await t.exe.shutdownTask(signal, timeoutMs);
       await t.exited;
     },
 
     async destroyTask(taskId, { force }) {
       const t = get(taskId);
       if (!t.exit && !force) throw new Error(`cannot destroy running task ${taskId}: stop it first or use force`);
-      // Shutdown kills the task (if still running) and what it left in its process group, then the executor exits.
-      if (isProcessAlive(t.exe.pid)) await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
-      if (!t.exit) await t.exitedWithin(5000);
-      if (isProcessAlive(t.exe.pid)) await t.exe.kill();
+      if (isProcessAlive(t.exe.pid)) {
+        // Kill the task (if still running) and anything it left in its process group, then the executor.
+        await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
+        await t.exe.kill();
+      }
       t.detach();
       tasks.delete(taskId);
     },

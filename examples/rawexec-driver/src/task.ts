@@ -123,15 +123,6 @@ export class RawExecTask {
     return new Date(this.state.startedAt);
   }
 
-  /** Waits for the exit, up to `ms`; true when it happened. */
-  async exitedWithin(ms: number): Promise<boolean> {
-    if (this.exit) return true;
-    let timer: NodeJS.Timeout | undefined;
-    const r = await Promise.race([this.exited.then(() => true), new Promise<boolean>((res) => (timer = setTimeout(() => res(false), ms)))]);
-    clearTimeout(timer);
-    return r;
-  }
-
   /** Drops the connection to the executor; the executor and the task keep running. */
   detach(): void {
     this.stats.close();

@@ -1,0 +1,257 @@
+// nomadkit-rawexec through the real wire: the plugin_dir executable launched by launchPlugin,
+// exactly as Nomad launches it, driven with the generated client.
+import { spawn, spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { encode } from "@msgpack/msgpack";
+import type { PluginClient } from "@nomadkit/client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PLUGIN_NAME, PLUGIN_VERSION } from "../src/driver.js";
+import { alive, cleanup, execStream, isRoot, newTask, read, sh, start, startPlugin, stdin, until, type TestTask } from "./helpers.js";
+
+let p: PluginClient;
+const started: TestTask[] = [];
+
+beforeAll(async () => {
+  p = await startPlugin();
+});
+afterAll(async () => {
+  for (const t of started) await p.driver.destroyTask({ taskId: t.id, force: true }).catch(() => undefined);
+  await cleanup();
+});
+
+async function run(driverConfig: Record<string, unknown>, extra: Parameters<typeof newTask>[1] = {}): Promise<TestTask> {
+  const t = newTask(driverConfig, extra);
+  await start(p, t);
+  started.push(t);
+  return t;
+}
+
+function code(err: unknown): number | undefined {
+  return (err as { code?: number }).code;
+}
+
+async function failure(fn: () => Promise<unknown>): Promise<Error & { code?: number }> {
+  try {
+    await fn();
+  } catch (err) {
+    return err as Error & { code?: number };
+  }
+  throw new Error("expected the call to fail");
+}
+
+describe("plugin identity and schemas", () => {
+  it("answers PluginInfo, ConfigSchema, TaskConfigSchema and Capabilities as a Nomad driver", async () => {
+    const info = await p.basePlugin.pluginInfo({});
+    expect(info).toMatchObject({ type: 2 /* DRIVER */, name: PLUGIN_NAME, pluginVersion: PLUGIN_VERSION, pluginApiVersions: ["v0.1.0"] });
+    const cfg = await p.basePlugin.configSchema({});
+    expect(cfg.spec?.block.case).toBe("object");
+    expect(Object.keys((cfg.spec?.block.value as { attributes: object }).attributes)).toEqual(["create_network"]);
+    const task = await p.driver.taskConfigSchema({});
+    expect(Object.keys((task.spec?.block.value as { attributes: object }).attributes)).toEqual(["command", "args"]);
+    const { capabilities } = await p.driver.capabilities({});
+    expect(capabilities).toMatchObject({ sendSignals: true, exec: true, mustCreateNetwork: false });
+    expect(capabilities?.networkIsolationModes).toEqual([0, 1]); // HOST, GROUP
+  });
+
+  it("reports a healthy fingerprint with its attributes at once", async () => {
+    const ac = new AbortController();
+    for await (const fp of p.driver.fingerprint({}, { signal: ac.signal })) {
+      expect(fp.health).toBe(2);
+      expect(Object.keys(fp.attributes)).toContain(`driver.${PLUGIN_NAME}`);
+      break;
+    }
+    ac.abort();
+  });
+
+  it("rejects bad plugin and task config with InvalidArgument naming the field", async () => {
+    const bad = await failure(() => p.basePlugin.setConfig({ msgpackConfig: encode({ create_network: "yes" }) }));
+    expect(code(bad)).toBe(3);
+    expect(bad.message).toContain("create_network");
+    await p.basePlugin.setConfig({ msgpackConfig: encode({ create_network: false }) });
+
+    const t = newTask({});
+    t.config.msgpackDriverConfig = encode({ command: null, args: [] });
+    const noCommand = await failure(() => p.driver.startTask({ task: t.config }));
+    expect(code(noCommand)).toBe(3);
+    expect(noCommand.message).toContain("command");
+
+    const missing = newTask({ command: "/no/such/binary" });
+    const notFound = await failure(() => p.driver.startTask({ task: missing.config }));
+    expect(notFound.message).toContain("/no/such/binary");
+    // The plugin survived all of it.
+    expect((await p.health.check({ service: "plugin" })).status).toBe(1);
+  });
+});
+
+describe("task lifecycle", () => {
+  it("runs a task in its task dir with its env, output into Nomad's FIFOs, and reports its exit code", async () => {
+    const t = newTask(sh('echo "cwd=$PWD"; echo "var=$MY_VAR"; echo oops >&2; exit 7'), { env: { PATH: process.env.PATH!, MY_VAR: "hello" } });
+    // Nomad's log collector reads FIFOs; `cat` plays that part.
+    for (const f of [t.stdoutPath, t.stderrPath]) expect(spawnSync("mkfifo", [f]).status).toBe(0);
+    const readers = [t.stdoutPath, t.stderrPath].map((f) => {
+      const c = spawn("cat", [f]);
+      let s = "";
+      c.stdout.on("data", (b: Buffer) => (s += b.toString()));
+      return new Promise<string>((resolve) => c.on("close", () => resolve(s)));
+    });
+    await start(p, t);
+    started.push(t);
+    const res = await p.driver.waitTask({ taskId: t.id });
+    expect(res.result).toMatchObject({ exitCode: 7, signal: 0 });
+    const [out, err] = await Promise.all(readers);
+    expect(out).toBe(`cwd=${t.taskDir}\nvar=hello\n`);
+    expect(err).toBe("oops\n");
+    const insp = await p.driver.inspectTask({ taskId: t.id });
+    expect(insp.task?.state).toBe(2); // EXITED
+    expect(insp.task?.result?.exitCode).toBe(7);
+  });
+
+  it("inspects, signals by name, stops with a signal and waits for the exit", async () => {
+    const t = await run(sh("trap 'echo got-hup' HUP; echo ready; while :; do sleep 0.1; done"));
+    const waiting = p.driver.waitTask({ taskId: t.id });
+    await until(() => read(t.stdoutPath).includes("ready"), "the task to start");
+    const insp = await p.driver.inspectTask({ taskId: t.id });
+    expect(insp.task).toMatchObject({ id: t.id, name: "web", state: 1 });
+    const pid = Number(insp.driver?.attributes.pid);
+    expect(alive(pid)).toBe(true);
+
+    await p.driver.signalTask({ taskId: t.id, signal: "SIGHUP" });
+    await until(() => read(t.stdoutPath).includes("got-hup"), "the task to receive SIGHUP");
+    const bad = await failure(() => p.driver.signalTask({ taskId: t.id, signal: "SIGNOPE" }));
+    expect(code(bad)).toBe(3);
+
+    await p.driver.stopTask({ taskId: t.id, signal: "SIGTERM", timeout: { seconds: 30n } });
+    const res = await waiting;
+    expect(res.result).toMatchObject({ exitCode: 143, signal: 15 });
+    expect(alive(pid)).toBe(false);
+    const after = await p.driver.inspectTask({ taskId: t.id });
+    expect(after.task?.state).toBe(2);
+    expect(after.task?.completedAt).toBeDefined();
+
+    await p.driver.destroyTask({ taskId: t.id, force: false });
+    expect(code(await failure(() => p.driver.inspectTask({ taskId: t.id })))).toBe(5); // NotFound
+  });
+
+  it("stop escalates to SIGKILL when the task ignores the signal past the timeout", async () => {
+    const t = await run(sh("trap '' TERM; echo ready; while :; do sleep 0.1; done"));
+    await until(() => read(t.stdoutPath).includes("ready"), "the task to ignore SIGTERM");
+    await p.driver.stopTask({ taskId: t.id, signal: "SIGTERM", timeout: { nanos: 300_000_000 } });
+    const res = await p.driver.waitTask({ taskId: t.id });
+    expect(res.result).toMatchObject({ exitCode: 137, signal: 9 });
+  });
+
+  it("destroy refuses a running task unless forced, and force kills it", async () => {
+    const t = await run(sh("echo ready; exec sleep 600"));
+    await until(() => read(t.stdoutPath).includes("ready"), "the task to start");
+    const pid = Number((await p.driver.inspectTask({ taskId: t.id })).driver?.attributes.pid);
+    const refused = await failure(() => p.driver.destroyTask({ taskId: t.id, force: false }));
+    expect(refused.message).toContain("running");
+    expect(alive(pid)).toBe(true);
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+    expect(alive(pid)).toBe(false);
+    expect(code(await failure(() => p.driver.inspectTask({ taskId: t.id })))).toBe(5);
+  });
+
+  it.skipIf(!isRoot)("runs the task as its user when the plugin runs as root", async () => {
+    const t = await run(sh("id -u; id -g"), { user: "nobody" });
+    const res = await p.driver.waitTask({ taskId: t.id });
+    expect(res.result?.exitCode).toBe(0);
+    const [uid] = read(t.stdoutPath).trim().split("\n");
+    expect(uid).toBe(String(spawnSync("id", ["-u", "nobody"]).stdout.toString().trim()));
+  });
+
+  it("emits task events on the TaskEvents stream", async () => {
+    const ac = new AbortController();
+    const events: { taskId: string; message: string }[] = [];
+    const reading = (async () => {
+      try {
+        for await (const e of p.driver.taskEvents({}, { signal: ac.signal })) events.push(e);
+      } catch {
+        // cancelled below
+      }
+    })();
+    const t = await run(sh("exec sleep 600"));
+    await until(() => events.find((e) => e.taskId === t.id), "a task event for the started task");
+    expect(events.find((e) => e.taskId === t.id)!.message).toMatch(/^Started \/bin\/sh \(pid \d+\) under executor \d+$/);
+    ac.abort();
+    await reading;
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+});
+
+describe("exec", () => {
+  let t: TestTask;
+  beforeAll(async () => {
+    t = await run(sh("exec sleep 600"));
+  });
+
+  it("buffered exec runs in the task's dir and env and returns the exit code", async () => {
+    const res = await p.driver.execTask({ taskId: t.id, command: ["/bin/sh", "-c", 'echo "$PWD $NOMAD_TASK_NAME"; echo err >&2; exit 3'], timeout: { seconds: 30n } });
+    expect(res.result?.exitCode).toBe(3);
+    const all = Buffer.concat([res.stdout, res.stderr]).toString();
+    expect(all).toContain(`${t.taskDir} web\n`);
+    expect(all).toContain("err\n");
+  });
+
+  it("streams Nomad's no-tty vector: stdout/stderr, one close each, one exited 43", async () => {
+    const o = await execStream(p, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "echo hello stdout; echo hello stderr >&2; exit 43"] } }]);
+    expect(o).toEqual({ stdout: "hello stdout\n", stderr: "hello stderr\n", exitCode: 43, exited: 1, stdoutCloses: 1, stderrCloses: 1 });
+  });
+
+  it("streams Nomad's tty vector: after resizes to 50x40 and 100x100, stty size prints 100 100", async () => {
+    const o = await execStream(p, [
+      { setup: { taskId: t.id, command: ["/bin/sh", "-c", "read go; stty size"], tty: true } },
+      { ttySize: { height: 50, width: 40 } },
+      { ttySize: { height: 100, width: 100 } },
+      stdin("go\n"),
+    ]);
+    expect(o.stdout.endsWith("100 100\r\n")).toBe(true);
+    expect(o.stderr).toBe("");
+    expect(o.exitCode).toBe(0);
+    expect(o.exited).toBe(1);
+  });
+
+  it("ignores heartbeats and delivers stdin then EOF", async () => {
+    const o = await execStream(p, [{ setup: { taskId: t.id, command: ["wc", "-c"] } }, {}, stdin("hello "), {}, stdin("world"), { stdin: { close: true } }, {}]);
+    expect(o.stdout.trim()).toBe("11");
+    expect(o.exitCode).toBe(0);
+  });
+
+  it("reports 128+N for a command killed by signal N, and exec into an unknown task is NotFound", async () => {
+    const o = await execStream(p, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "kill -9 $$"] } }]);
+    expect(o.exitCode).toBe(137);
+    const err = await failure(() => execStream(p, [{ setup: { taskId: "nope", command: ["true"] } }]));
+    expect(code(err)).toBe(5);
+  });
+});
+
+describe("stats", () => {
+  it("samples the task's whole process tree: timestamp, cpu with total_ticks, memory, per pid", async () => {
+    // A busy child under a shell: CPU shows up only if the tree, not just the root, is sampled.
+    const t = await run(sh('sh -c "while :; do :; done" & wait'));
+    const ac = new AbortController();
+    let seen = 0;
+    try {
+      for await (const r of p.driver.taskStats({ taskId: t.id, collectionInterval: { nanos: 200_000_000 } }, { signal: ac.signal })) {
+        const s = r.stats!;
+        expect(s.timestamp).toBeDefined();
+        expect(s.aggResourceUsage?.memory?.rss).toBeGreaterThan(0n);
+        seen++;
+        const cpu = s.aggResourceUsage!.cpu!;
+        if (cpu.percent > 0 && cpu.totalTicks > 0 && Object.keys(s.resourceUsageByPid).length >= 2) break;
+        if (seen > 50) throw new Error(`no CPU use seen in ${seen} samples: ${JSON.stringify(cpu)}`);
+      }
+    } finally {
+      ac.abort();
+    }
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+});
+
+describe("paths", () => {
+  it("keeps the executor's log next to the task", async () => {
+    const t = await run(sh("exit 0"));
+    await p.driver.waitTask({ taskId: t.id });
+    await until(() => read(join(t.taskDir, "executor.out")).includes("task launched"), "the executor log");
+  });
+});

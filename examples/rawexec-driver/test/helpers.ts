@@ -1,0 +1,173 @@
+// Test helpers: launch nomadkit-rawexec exactly as Nomad does (launchPlugin on the plugin_dir
+// executable), build TaskConfigs like Nomad's task runner, and wait on observable conditions.
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { encode } from "@msgpack/msgpack";
+import { launchPlugin, type PluginClient } from "@nomadkit/client";
+
+type Driver = PluginClient["driver"];
+/** TaskConfig in init form, as StartTask takes it. */
+export type TaskConfigInit = NonNullable<Parameters<Driver["startTask"]>[0]["task"]>;
+/** The handle Nomad persists. */
+export type TaskHandle = NonNullable<Awaited<ReturnType<Driver["startTask"]>>["handle"]>;
+/** An ExecTaskStreaming request in init form. */
+export type ExecRequest = Parameters<Driver["execTaskStreaming"]>[0] extends AsyncIterable<infer R> ? R : never;
+
+export const PLUGIN = fileURLToPath(new URL("../bin/nomadkit-rawexec", import.meta.url));
+export const isRoot = process.getuid?.() === 0;
+export const PATH = process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin";
+
+/** Every plugin a test launched, killed by {@link cleanup}. */
+const plugins: PluginClient[] = [];
+/** Directories to remove. */
+const dirs: string[] = [];
+
+/** Launches the plugin as Nomad's "run" dispense does: start, SetConfig (msgpack), Init. */
+export async function startPlugin(config: { create_network?: boolean } = {}): Promise<PluginClient> {
+  const p = await launchPlugin(PLUGIN, [], {
+    logger: process.env.NOMADKIT_TEST_LOGS ? (e) => process.stderr.write(`[plugin] ${e.level} ${e.message} ${JSON.stringify(e.fields)}\n`) : undefined,
+  });
+  plugins.push(p);
+  await p.basePlugin.setConfig({ msgpackConfig: encode({ create_network: false, ...config }), pluginApiVersion: "v0.1.0" });
+  await p.driver.init({});
+  return p;
+}
+
+/** An allocation directory laid out like Nomad's (alloc/logs, <task>/local, ...). */
+export function newAlloc(): { allocId: string; allocDir: string } {
+  const root = mkdtempSync(join(tmpdir(), "nk-rawexec-"));
+  dirs.push(root);
+  const allocId = randomUUID();
+  const allocDir = join(root, allocId);
+  for (const d of ["alloc/logs", "alloc/data", "alloc/tmp"]) mkdirSync(join(allocDir, d), { recursive: true });
+  return { allocId, allocDir };
+}
+
+export interface TestTask {
+  id: string;
+  name: string;
+  allocId: string;
+  allocDir: string;
+  taskDir: string;
+  stdoutPath: string;
+  stderrPath: string;
+  config: TaskConfigInit;
+}
+
+/** The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`. */
+export function newTask(
+  driverConfig: Record<string, unknown>,
+  extra: Partial<TaskConfigInit> & { alloc?: { allocId: string; allocDir: string } } = {},
+): TestTask {
+  const { alloc = newAlloc(), ...rest } = extra;
+  const name = rest.name ?? "web";
+  const taskDir = join(alloc.allocDir, name);
+  for (const d of ["local", "secrets", "tmp"]) mkdirSync(join(taskDir, d), { recursive: true });
+  const stdoutPath = join(alloc.allocDir, "alloc/logs", `${name}.stdout.0`);
+  const stderrPath = join(alloc.allocDir, "alloc/logs", `${name}.stderr.0`);
+  const id = `${alloc.allocId}/${name}/${randomUUID().slice(0, 8)}`;
+  const config: TaskConfigInit = {
+    id,
+    name,
+    // Nomad's HCL decoder fills every attribute of the schema before encoding.
+    msgpackDriverConfig: encode({ args: [], ...driverConfig }),
+    env: { PATH, NOMAD_TASK_NAME: name, NOMAD_ALLOC_ID: alloc.allocId, NOMAD_TASK_DIR: join(taskDir, "local") },
+    allocDir: alloc.allocDir,
+    allocId: alloc.allocId,
+    stdoutPath,
+    stderrPath,
+    resources: { allocatedResources: { cpu: { cpuShares: 100n }, memory: { memoryMb: 64n } } },
+    ...rest,
+  };
+  return { id, name, allocId: alloc.allocId, allocDir: alloc.allocDir, taskDir, stdoutPath, stderrPath, config };
+}
+
+/** `/bin/sh -c script` as a task config. */
+export function sh(script: string): Record<string, unknown> {
+  return { command: "/bin/sh", args: ["-c", script] };
+}
+
+/** StartTask; returns the handle Nomad would persist. */
+export async function start(p: PluginClient, t: TestTask): Promise<TaskHandle> {
+  const res = await p.driver.startTask({ task: t.config });
+  if (!res.handle) throw new Error("StartTask returned no handle");
+  return res.handle;
+}
+
+/** Reads a file, "" when missing. */
+export function read(path: string): string {
+  return existsSync(path) ? readFileSync(path, "utf8") : "";
+}
+
+/**
+ * Polls until `cond` holds (an observable effect, not a timed sleep), failing with `what` after a
+ * generous bound so a broken driver fails the test instead of hanging it.
+ */
+export async function until<T>(cond: () => T | undefined | false | Promise<T | undefined | false>, what: string, boundMs = 60_000): Promise<T> {
+  const deadline = Date.now() + boundMs;
+  for (;;) {
+    const v = await cond();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** True while the process exists and is not a zombie. */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** One ExecTaskStreaming call, host-style (request side kept open until the plugin ends the call). */
+export async function execStream(
+  p: PluginClient,
+  requests: ExecRequest[],
+): Promise<{ stdout: string; stderr: string; exitCode: number | undefined; exited: number; stdoutCloses: number; stderrCloses: number }> {
+  let release!: () => void;
+  const done = new Promise<void>((r) => (release = r));
+  async function* input() {
+    yield* requests;
+    await done;
+  }
+  const out = { stdout: "", stderr: "", exitCode: undefined as number | undefined, exited: 0, stdoutCloses: 0, stderrCloses: 0 };
+  const dec = new TextDecoder();
+  try {
+    for await (const m of p.driver.execTaskStreaming(input(), { timeoutMs: 60_000 })) {
+      if (m.stdout?.data.length) out.stdout += dec.decode(m.stdout.data);
+      if (m.stderr?.data.length) out.stderr += dec.decode(m.stderr.data);
+      if (m.stdout?.close) out.stdoutCloses++;
+      if (m.stderr?.close) out.stderrCloses++;
+      if (m.exited) {
+        out.exited++;
+        out.exitCode ??= m.result?.exitCode ?? 0;
+      }
+    }
+  } finally {
+    release();
+  }
+  return out;
+}
+
+/** Stdin bytes as a request. */
+export function stdin(text: string): ExecRequest {
+  return { stdin: { data: new TextEncoder().encode(text) } };
+}
+
+/** Kills every plugin the tests launched and removes their directories. */
+export async function cleanup(): Promise<void> {
+  for (const p of plugins.splice(0)) if (!p.exitSignal.aborted) await p.kill();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+}

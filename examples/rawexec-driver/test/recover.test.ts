@@ -1,0 +1,98 @@
+// Tasks outlive the plugin: SIGKILL the plugin, start a new one, RecoverTask with the persisted
+// handle, and the task is the same process, still counting, and fully controllable.
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { alive, cleanup, execStream, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
+
+afterAll(cleanup);
+
+/** The counter file's lines as numbers. */
+function counts(path: string): number[] {
+  return read(path)
+    .split("\n")
+    .filter(Boolean)
+    .map(Number);
+}
+
+function driverState(handle: { driverState: Uint8Array }): { executor: { pid: number }; driver: { pid: number; startedAt: string } } {
+  return JSON.parse(new TextDecoder().decode(handle.driverState)) as never;
+}
+
+describe("recover after a plugin crash", () => {
+  it("re-attaches to the running task: it never stopped, and Wait / exec / Stop work", async () => {
+    const first = await startPlugin();
+    // Appends 1, 2, 3, ... to ./counter: a restart would start again at 1.
+    const t = newTask(sh("i=0; while :; do i=$((i+1)); echo $i >> counter; sleep 0.1; done"));
+    const counter = join(t.taskDir, "counter");
+    const handle = await start(first, t);
+    const state = driverState(handle);
+    expect(alive(state.executor.pid)).toBe(true);
+    expect(alive(state.driver.pid)).toBe(true);
+    const startedAt = (await first.driver.inspectTask({ taskId: t.id })).task!.startedAt!;
+    await until(() => counts(counter).length >= 3, "the task to count");
+
+    // The agent's plugin dies hard; the executor and the task must not notice.
+    process.kill(first.pid, "SIGKILL");
+    await first.exited;
+    const atCrash = counts(counter).length;
+    expect(alive(state.executor.pid)).toBe(true);
+
+    const second = await startPlugin();
+    expect(second.pid).not.toBe(first.pid);
+    await second.driver.recoverTask({ taskId: t.id, handle });
+    await until(() => counts(counter).length >= atCrash + 3, "the task to keep counting after the restart");
+    const seq = counts(counter);
+    expect(seq).toEqual(seq.map((_, i) => i + 1)); // one unbroken sequence: the task never restarted
+
+    const insp = await second.driver.inspectTask({ taskId: t.id });
+    expect(insp.task?.state).toBe(1);
+    expect(insp.task?.startedAt).toEqual(startedAt);
+    expect(insp.driver?.attributes.pid).toBe(String(state.driver.pid));
+
+    // A second RecoverTask for a known task is a no-op, as Nomad expects.
+    await second.driver.recoverTask({ taskId: t.id, handle });
+
+    const buffered = await second.driver.execTask({ taskId: t.id, command: ["/bin/sh", "-c", "tail -n 1 counter"], timeout: { seconds: 30n } });
+    expect(buffered.result?.exitCode).toBe(0);
+    expect(Number(Buffer.from(buffered.stdout).toString().trim())).toBeGreaterThan(atCrash);
+    const streamed = await execStream(second, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "echo recovered; exit 5"] } }]);
+    expect(streamed).toMatchObject({ stdout: "recovered\n", exitCode: 5, exited: 1 });
+
+    const waiting = second.driver.waitTask({ taskId: t.id });
+    await second.driver.stopTask({ taskId: t.id, signal: "SIGTERM", timeout: { seconds: 30n } });
+    expect((await waiting).result).toMatchObject({ signal: 15, exitCode: 143 });
+    expect(alive(state.driver.pid)).toBe(false);
+    await second.driver.destroyTask({ taskId: t.id, force: false });
+    await until(() => !alive(state.executor.pid), "the executor to exit after destroy");
+  });
+
+  it("reports an error (and keeps serving) when the task's executor is gone", async () => {
+    const first = await startPlugin();
+    const t = newTask(sh("exec sleep 600"));
+    const handle = await start(first, t);
+    const state = driverState(handle);
+    process.kill(first.pid, "SIGKILL");
+    await first.exited;
+    // Both the executor and its task die while no plugin runs.
+    process.kill(state.executor.pid, "SIGKILL");
+    process.kill(state.driver.pid, "SIGKILL");
+    await until(() => !alive(state.executor.pid) && !alive(state.driver.pid), "the executor and task to die");
+
+    const second = await startPlugin();
+    let err: Error | undefined;
+    try {
+      await second.driver.recoverTask({ taskId: t.id, handle });
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err?.message).toContain(`cannot reattach to its executor (pid ${state.executor.pid})`);
+    expect((await second.health.check({ service: "plugin" })).status).toBe(1);
+    const bad = { ...handle, driverState: new TextEncoder().encode("{nope") };
+    const badErr = await second.driver.recoverTask({ taskId: t.id, handle: bad }).then(
+      () => undefined,
+      (e: Error & { code?: number }) => e,
+    );
+    expect(badErr?.code).toBe(3);
+    expect(badErr?.message).toContain("driver_state");
+  });
+});
