@@ -392,7 +392,7 @@ export const CHECKS: readonly Check[] = [
     async run(s) {
       needCap(s, "exec");
       const o = await runExecStream(running(s).driver, [stdin("x")], { timeoutMs: s.opts.callTimeoutMs, signal: s.signal });
-      expect(o.error !== undefined, "the call succeeded");
+      expect(o.error !== undefined, "the plugin accepted a stream whose first message was not setup");
       expect(codeOf(o.error) === Code.InvalidArgument, `status ${codeOf(o.error)} (${describe(o.error)}), want InvalidArgument (3)`);
       return describe(o.error);
     },

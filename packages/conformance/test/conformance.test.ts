@@ -1,0 +1,99 @@
+// The suite against the reference driver (must conform) and against a deliberately broken plugin
+// (must be caught). Both are launched as real child processes, exactly as Nomad launches drivers.
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { formatReport, listChecks, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
+
+const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
+const broken = fileURLToPath(new URL("./fixtures/broken-driver.mjs", import.meta.url));
+const isRoot = process.getuid?.() === 0;
+
+function byName(report: ConformanceReport): Record<string, CheckResult> {
+  return Object.fromEntries(report.results.map((r) => [r.name, r]));
+}
+
+/** Asserts every listed check passed, showing the whole table when one did not. */
+function expectPassed(report: ConformanceReport, names: readonly string[]): void {
+  const rows = byName(report);
+  const bad = names.filter((n) => rows[n]?.status !== "pass");
+  expect(bad, formatReport(report)).toEqual([]);
+}
+
+describe("conformance of the reference driver (nomadkit-rawexec)", () => {
+  it(
+    "passes every check; the network check is skipped without create_network",
+    async () => {
+      expect(existsSync(rawexec), `${rawexec} is missing`).toBe(true);
+      const report = await runConformance({ plugin: rawexec, name: "nomadkit-rawexec" });
+      const all = listChecks().map((c) => c.name);
+      expect(report.results.map((r) => r.name)).toEqual(all);
+      expectPassed(
+        report,
+        all.filter((n) => n !== "network"),
+      );
+      expect(byName(report).network!.status, formatReport(report)).toBe("skip");
+      expect(byName(report).network!.message).toContain("must_create_network");
+      expect(report.ok).toBe(true);
+      expect(report.failed).toBe(0);
+      expect(formatReport(report)).toMatch(/CONFORMS$/);
+    },
+    300_000,
+  );
+
+  it.skipIf(!isRoot)(
+    "with create_network = true creates the group namespace, runs a task in it and destroys it (root)",
+    async () => {
+      const report = await runConformance({ plugin: rawexec, pluginConfig: { create_network: true }, checks: ["network", "shutdown"] });
+      expectPassed(report, ["capabilities", "network", "shutdown"]);
+      expect(byName(report).capabilities!.message).toContain("must_create_network=true");
+      expect(byName(report).network!.message).toMatch(/\/var\/run\/netns\/.*task runs in net:\[\d+\]/);
+    },
+    180_000,
+  );
+});
+
+describe("conformance catches a broken plugin", () => {
+  it(
+    "reports two exited messages and a stats sample without timestamp as failures",
+    async () => {
+      const report = await runConformance({
+        plugin: process.execPath,
+        args: [broken],
+        checks: ["plugin-info", "task-stats", "exec-streaming", "exec-streaming-tty", "shutdown"],
+      });
+      const rows = byName(report);
+      expect(report.ok, formatReport(report)).toBe(false);
+      expect(report.failed).toBeGreaterThanOrEqual(2);
+      expect(rows["plugin-info"]!.status).toBe("pass");
+      expect(rows["start-task"]!.status).toBe("pass");
+      expect(rows["task-stats"]!.status).toBe("fail");
+      expect(rows["task-stats"]!.message).toContain("timestamp is missing");
+      expect(rows["exec-streaming"]!.status).toBe("fail");
+      expect(rows["exec-streaming"]!.message).toContain("2 exited messages");
+      expect(rows["exec-streaming-tty"]!.status).toBe("fail");
+      expect(rows.shutdown!.status).toBe("pass");
+      expect(formatReport(report)).toMatch(/DOES NOT CONFORM$/);
+    },
+    120_000,
+  );
+
+  it("names an unknown check and a missing plugin", async () => {
+    await expect(runConformance({ plugin: rawexec, checks: ["no-such-check"] })).rejects.toThrow(/checks: unknown check "no-such-check"/);
+    await expect(runConformance({ plugin: "" })).rejects.toThrow(/plugin: /);
+  });
+
+  it(
+    "a plugin that cannot start fails the handshake and skips what depends on it",
+    async () => {
+      const report = await runConformance({ plugin: "/bin/false", checks: ["handshake", "exec"] });
+      const rows = byName(report);
+      expect(rows.handshake!.status).toBe("fail");
+      expect(rows.handshake!.message).toMatch(/exited with status 1 before completing the go-plugin handshake/);
+      expect(rows.exec!.status).toBe("skip");
+      expect(rows.exec!.message).toMatch(/^needs /);
+      expect(report.ok).toBe(false);
+    },
+    60_000,
+  );
+});
