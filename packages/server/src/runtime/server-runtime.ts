@@ -167,6 +167,18 @@ export class ServerRuntime {
       let iter: AsyncIterator<O> | undefined;
       // True once the handler's iterator has finished on its own (returned or threw).
       let handlerDone = false;
+      let ended = false;
+      // Cancelled or abandoned: end the handler's stream (its finally blocks run), but do not wait
+      // for it, since a handler that ignores its signal may never get there.
+      const end = () => {
+        if (handlerDone || ended || iter?.return === undefined) return;
+        ended = true;
+        iter.return().then(undefined, () => {});
+      };
+      // On the abort itself: when the client cancels while a response write waits for HTTP/2 flow
+      // control, connect-node never resumes this generator, so the finally below would never run and
+      // the handler (an exec session, its process, a stream subscription) would leak.
+      context.signal.addEventListener("abort", end, { once: true });
       try {
         iter = start()[Symbol.asyncIterator]();
         for (;;) {
@@ -181,11 +193,8 @@ export class ServerRuntime {
         if (!(err instanceof Aborted)) handlerDone = true;
         throw rt.toConnectError(err instanceof Aborted ? err.reason : err, method, context);
       } finally {
-        if (!handlerDone && iter?.return !== undefined) {
-          // Cancelled or abandoned: end the handler's stream (its finally blocks run), but do not
-          // wait for it, since a handler that ignores its signal may never get there.
-          iter.return().then(undefined, () => {});
-        }
+        context.signal.removeEventListener("abort", end);
+        end();
       }
     })();
   }
