@@ -113,11 +113,20 @@ export function packAll(dest, packages = publicPackages()) {
   });
 }
 
-/** A fresh directory under the OS temp dir (never inside the repository). */
+/**
+ * A fresh directory under the OS temp dir, never inside the repository, and with no node_modules
+ * in any directory above it (Node would resolve packages from there, hiding missing dependencies).
+ */
 export function tempDir(prefix) {
   const dir = mkdtempSync(path.join(tmpdir(), prefix));
   const rel = path.relative(repoRoot, dir);
   if (!rel.startsWith("..") && !path.isAbsolute(rel)) throw new Error(`temp dir ${dir} is inside the repository`);
+  for (let up = path.dirname(dir); ; up = path.dirname(up)) {
+    if (existsSync(path.join(up, "node_modules"))) {
+      throw new Error(`${path.join(up, "node_modules")} exists above the temp dir ${dir}: packages would resolve from it; set TMPDIR elsewhere`);
+    }
+    if (path.dirname(up) === up) break;
+  }
   return dir;
 }
 

@@ -14,7 +14,9 @@ interface Packed {
   pkg: Record<string, any>;
 }
 
+// Installs and compiles are slow on a busy 2-core machine; generous bounds, no timing assertions.
 const INSTALL_TIMEOUT = 300_000;
+const STEP_TIMEOUT = 240_000;
 let work: string;
 let repo: string;
 
@@ -92,12 +94,12 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
     // Its own messages from the client output directory (rewrite_imports ./acme/**:../gen), relative to the file.
     expect(server).toMatch(/from "(\.\.\/)+gen\/acme\/ext\/v1\/ext_pb\.js"/);
     expect(server).toMatch(/export function registerExtService\b/);
-  });
+  }, STEP_TIMEOUT);
 
   it("the generated code type-checks (node16, strict, declarations of every package checked)", () => {
     node([tsc, "-p", "tsconfig.json"], { cwd: repo });
     expect(existsSync(path.join(repo, "dist/host.js"))).toBe(true);
-  });
+  }, STEP_TIMEOUT);
 
   it("a host launches the plugin and calls it through the generated client", () => {
     const out = JSON.parse(node(["dist/host.js"], { cwd: repo, timeout: 120_000 }).trim().split("\n").pop()!);
@@ -108,5 +110,5 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
       identify: { recoverable: true, message: "acme is not a real plugin" },
       exitCode: 0,
     });
-  });
+  }, STEP_TIMEOUT);
 });

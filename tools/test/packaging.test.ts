@@ -21,7 +21,10 @@ interface Surface {
   [spec: string]: { file: string; exports: Record<string, string> };
 }
 
+// Installs and compiles are slow on a busy 2-core machine; generous bounds, no timing assertions.
 const INSTALL_TIMEOUT = 300_000;
+const COMPILE_TIMEOUT = 240_000;
+const RUN_TIMEOUT = 120_000;
 const EXPECTED_PACKAGES = [
   "@nomadkit/protocol",
   "@nomadkit/protoc-gen-nomadkit",
@@ -147,7 +150,7 @@ describe("TypeScript consumer", () => {
     compile(tsconfig);
     expect(existsSync(path.join(project, out, "host.js"))).toBe(true);
     expect(existsSync(path.join(project, out, "driver.js"))).toBe(true);
-  });
+  }, COMPILE_TIMEOUT);
 
   // Hosts launch drivers built for the other module system too: a plugin is just a binary.
   it.each([
@@ -166,5 +169,25 @@ describe("TypeScript consumer", () => {
       exitCode: 0,
       shutdownErrorIsClass: true,
     });
+  }, RUN_TIMEOUT);
+});
+
+describe("installed bins", () => {
+  const bin = (name: string) => path.join(project, "node_modules/.bin", name);
+
+  it("every package bin is linked into node_modules/.bin", () => {
+    for (const p of packed) {
+      const bins = typeof p.pkg.bin === "string" ? { [p.name.split("/").pop()!]: p.pkg.bin } : (p.pkg.bin ?? {});
+      for (const name of Object.keys(bins)) expect(existsSync(bin(name)), `${p.name}: ${name}`).toBe(true);
+    }
   });
+
+  it("nomadkit (the CLI) runs from the tarball and inspects the consumer's driver", () => {
+    const cli = packed.find((p) => p.name === "@nomadkit/cli")!;
+    expect(node([bin("nomadkit"), "--version"], { cwd: project }).trim()).toBe(cli.version);
+    const driver = path.join(project, "out/node16/driver.js");
+    expect(existsSync(driver), "compiled by the TypeScript consumer tests").toBe(true);
+    const info = JSON.parse(node([bin("nomadkit"), "info", driver, "--json"], { cwd: project, timeout: RUN_TIMEOUT }));
+    expect(info).toMatchObject({ type: "DRIVER", name: "consumer-demo", pluginVersion: "1.2.3", pluginApiVersions: ["v0.1.0"] });
+  }, RUN_TIMEOUT);
 });
