@@ -166,7 +166,11 @@ export async function connectPlugin(
   return {
     plugin: client,
     name: plugin,
+    // Nomad's stop sequence: Driver.Shutdown (2 s, errors such as Unimplemented ignored), then kill.
     release: async () => {
+      if (!client.exitSignal.aborted) {
+        await client.driver.shutdown({}, { timeoutMs: 2000 }).catch(() => {});
+      }
       await client.kill();
     },
   };

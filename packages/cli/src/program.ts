@@ -183,6 +183,12 @@ export function createProgram(info: { version?: string } = {}): Command {
 /**
  * Runs the CLI with `argv` (as `process.argv`) and returns the exit status; prints errors as
  * `nomadkit: <message>` on stderr.
+ *
+ * @example
+ * ```ts
+ * import { main } from "@nomadkit/cli";
+ * process.exitCode = await main(["node", "nomadkit", "capabilities", "./my-driver", "--json"]);
+ * ```
  */
 export async function main(
   argv: readonly string[] = process.argv,

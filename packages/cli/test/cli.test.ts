@@ -49,16 +49,34 @@ function start(args: string[], input?: string) {
     poke();
   });
   if (input !== undefined) child.stdin.end(input);
+  let closed = false;
   const done = new Promise<Result>((resolve) =>
-    child.once("close", (code) => resolve({ code, stdout, stderr })),
+    child.once("close", (code) => {
+      closed = true;
+      resolve({ code, stdout, stderr });
+      poke();
+    }),
   );
   return {
     child,
     done,
+    // Rejects if nomadkit exits first, so a failing start does not hang the test.
     stderrMatch: (re: RegExp) =>
-      new Promise<RegExpMatchArray>((resolve) => {
-        const test = () => re.test(stderr);
-        const w = { test, resolve: () => resolve(re.exec(stderr)!) };
+      new Promise<RegExpMatchArray>((resolve, reject) => {
+        const test = () => re.test(stderr) || closed;
+        const w = {
+          test,
+          resolve: () => {
+            const m = re.exec(stderr);
+            if (m) resolve(m);
+            else
+              reject(
+                new Error(
+                  `nomadkit exited before printing ${re}; stderr:\n${stderr}`,
+                ),
+              );
+          },
+        };
         if (test()) w.resolve();
         else waiters.push(w);
       }),
@@ -246,20 +264,27 @@ describe("nomadkit", () => {
         },
       );
       let out = "";
-      const seen = (s: string) =>
-        new Promise<void>((resolve) => {
-          if (out.includes(s)) return resolve();
-          const d = term.onData(() => {
-            if (out.includes(s)) {
-              d.dispose();
-              resolve();
-            }
-          });
-        });
       term.onData((d) => (out += d));
       const exit = new Promise<number>((resolve) =>
         term.onExit((e) => resolve(e.exitCode)),
       );
+      // Resolves once `s` was printed; fails if nomadkit exits without printing it.
+      const seen = (s: string) =>
+        Promise.race([
+          new Promise<void>((resolve) => {
+            if (out.includes(s)) return resolve();
+            const d = term.onData(() => {
+              if (out.includes(s)) {
+                d.dispose();
+                resolve();
+              }
+            });
+          }),
+          exit.then(() => {
+            if (!out.includes(s))
+              throw new Error(`exec exited before printing ${s}:\n${out}`);
+          }),
+        ]);
       await seen("[tty 40x100]");
       term.resize(120, 50);
       await seen("[tty 50x120]");

@@ -33,6 +33,12 @@ export class PluginLaunchError extends Error {
  * Parses and validates a handshake line. Throws {@link PluginLaunchError} naming what is wrong:
  * not a handshake at all, core version other than 1, an app version the host did not offer, an
  * unknown network, or a protocol other than grpc.
+ *
+ * @example
+ * ```ts
+ * const hs = parseHandshake("1|2|unix|/tmp/plugin-x/plugin.sock|grpc|", [2]);
+ * hs.network; // "unix"
+ * ```
  */
 export function parseHandshake(
   line: string,

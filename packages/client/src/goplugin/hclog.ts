@@ -32,6 +32,12 @@ const LEVELS: Record<string, PluginLogLevel> = {
 /**
  * Parses one stderr line: hclog JSON (`@level`, `@message`, `@timestamp`, `@module`, fields), a
  * `[LEVEL] text` line, or plain text (debug), mirroring go-plugin's host.
+ *
+ * @example
+ * ```ts
+ * parseLogLine('{"@level":"info","@message":"started","@module":"drv","task_id":"t1"}');
+ * // { level: "info", message: "started", module: "drv", fields: { task_id: "t1" }, structured: true, ... }
+ * ```
  */
 export function parseLogLine(raw: string): PluginLogEntry {
   const line = raw.replace(/\r$/, "");

@@ -6,7 +6,14 @@ export interface HandshakeConfig {
   cookieValue: string;
 }
 
-/** Nomad's handshake, the default of {@link servePlugin}. */
+/**
+ * Nomad's handshake, the default of `servePlugin`. Other go-plugin hosts use their own cookie.
+ *
+ * @example
+ * ```ts
+ * await servePlugin({ handshake: { cookieKey: "MY_HOST_PLUGIN", cookieValue: "s3cr3t" }, register });
+ * ```
+ */
 export const NOMAD_HANDSHAKE: Readonly<HandshakeConfig> = Object.freeze({
   cookieKey: "NOMAD_PLUGIN_MAGIC_COOKIE",
   cookieValue:
@@ -16,7 +23,17 @@ export const NOMAD_HANDSHAKE: Readonly<HandshakeConfig> = Object.freeze({
 /** go-plugin's core protocol version; the first handshake field. */
 export const CORE_PROTOCOL_VERSION = 1;
 
-/** Thrown for a start-up environment the plugin cannot work with; servePlugin prints it and exits 1. */
+/**
+ * A start-up environment the plugin cannot work with (cookie, protocol versions, ports, socket
+ * directory/group, `PLUGIN_CLIENT_CERT`). `servePlugin` prints it and exits 1, or throws it with
+ * `exitProcess: false`.
+ *
+ * @example
+ * ```ts
+ * try { await servePlugin({ register, exitProcess: false }); }
+ * catch (err) { if (err instanceof PluginEnvironmentError) console.error(err.message); }
+ * ```
+ */
 export class PluginEnvironmentError extends Error {
   override readonly name = "PluginEnvironmentError";
 }
