@@ -9,7 +9,9 @@
 // and are validated. Shared options live in the root typedoc.json. Any warning fails the run
 // (exit 1). Run `npx turbo run build` first: packages import each other's declarations from dist.
 //
-//   node tools/packaging/docs.mjs [--out <dir>] [--json]   (--json: also write <dir>/api.json)
+//   node tools/packaging/docs.mjs [--out <dir>] [--json] [--only <name,...>]
+//     --json  also write <dir>/api.json
+//     --only  document just these packages (tools/test/docs.test.ts keeps the clean ones clean)
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { Application, Comment, OptionDefaults, ReflectionKind } from "typedoc";
@@ -51,16 +53,21 @@ const shared = {
   options: path.join(repoRoot, "typedoc.json"),
   // protobuf-es and protoc-gen-nomadkit mark generated declarations with @generated.
   blockTags: [...OptionDefaults.blockTags, "@generated"],
+  // READMEs show .proto, shell and TOML snippets too.
+  highlightLanguages: [...new Set([...OptionDefaults.highlightLanguages, "proto", "sh", "shell", "toml", "hcl"])],
 };
 
 async function main(argv) {
   const outArg = argv.includes("--out") ? argv[argv.indexOf("--out") + 1] : undefined;
   const out = path.resolve(repoRoot, outArg ?? "docs/api");
+  const only = argv.includes("--only") ? argv[argv.indexOf("--only") + 1].split(",") : undefined;
+  const packages = publicPackages().filter((p) => !only || only.includes(p.name));
+  for (const name of only ?? []) if (!packages.some((p) => p.name === name)) throw new Error(`docs: --only ${name}: not a public package`);
   const tmp = tempDir("nomadkit-docs-");
   const failures = [];
   try {
     const jsons = [];
-    for (const p of publicPackages()) {
+    for (const p of packages) {
       const readme = path.join(p.dir, "README.md");
       const app = await Application.bootstrapWithPlugins({
         ...shared,
@@ -92,7 +99,7 @@ async function main(argv) {
       entryPointStrategy: "merge",
       entryPoints: jsons,
       out,
-      readme: path.join(repoRoot, "README.md"),
+      readme: path.join(repoRoot, "tools/packaging/docs-index.md"),
     });
     const project = await app.convert();
     if (!project) throw new Error("docs: merging the packages failed (see above)");
