@@ -49,7 +49,15 @@ function literal(spec: Spec | undefined): unknown {
   }
 }
 
-/** Encodes a shaped config as msgpack, the bytes Nomad puts in `msgpack_config` / `msgpack_driver_config`. */
+/**
+ * Encodes a shaped config as msgpack, the bytes Nomad puts in `msgpack_config` / `msgpack_driver_config`.
+ *
+ * @example
+ * ```ts
+ * const { spec } = await plugin.driver.taskConfigSchema({});
+ * const bytes = encodeConfig(spec, { command: "/bin/sleep", args: ["60"] });
+ * ```
+ */
 export function encodeConfig(spec: Spec | undefined, value: Record<string, unknown>): Uint8Array {
   return encode(shapeConfig(spec, value));
 }

@@ -7,13 +7,17 @@ export type ExecRequest = MessageInitShape<typeof ExecTaskStreamingRequestSchema
 
 /** What one ExecTaskStreaming call produced, and every rule of PROTOCOL.md §6 it broke. */
 export interface ExecOutcome {
+  /** Everything received on stdout, in order. */
   stdout: Buffer;
+  /** Everything received on stderr, in order. */
   stderr: Buffer;
   /** Exit code of the (first) exited message. */
   exitCode: number | undefined;
   /** Number of `exited: true` messages (must be 1). */
   exitedCount: number;
+  /** Number of `stdout {close: true}` markers (must be 1). */
   stdoutCloses: number;
+  /** Number of `stderr {close: true}` markers (1 without a tty). */
   stderrCloses: number;
   /** Protocol violations seen in the response stream. */
   violations: string[];
@@ -26,6 +30,12 @@ export interface ExecOutcome {
  * keeps its request side open (the host never half-closes) until the plugin ends the call.
  * Checks the response rules on the way: close markers at most once and no data after them,
  * exactly one exited message carrying a result, nothing after it.
+ *
+ * @example
+ * ```ts
+ * const o = await runExecStream(plugin.driver, [{ setup: { taskId, command: ["echo", "hi"] } }], { timeoutMs: 30_000 });
+ * // o.stdout.toString() === "hi\n", o.exitCode === 0, o.violations.length === 0
+ * ```
  */
 export async function runExecStream(
   driver: DriverClient,

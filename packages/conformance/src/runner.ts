@@ -4,7 +4,14 @@ import { Suite, type ResolvedOptions } from "./suite.js";
 import type { CheckInfo, CheckResult, ConformanceOptions, ConformanceReport } from "./types.js";
 import { SkipCheck, describe } from "./util.js";
 
-/** The checks of the suite in run order: name, title and prerequisites. */
+/**
+ * The checks of the suite in run order: name, title and prerequisites.
+ *
+ * @example
+ * ```ts
+ * for (const c of listChecks()) console.log(c.name, "-", c.title);
+ * ```
+ */
 export function listChecks(): CheckInfo[] {
   return CHECKS.map(({ name, title, needs }) => ({ name, title, needs }));
 }

@@ -42,6 +42,11 @@ export const SIGNAL_MARKER = "conformance-signal";
 /**
  * The default task: a shell loop that prints its pid once, a tick ten times a second, and a line
  * when it receives `signal` (trapped, so the task survives it).
+ *
+ * @example
+ * ```ts
+ * defaultTaskConfig("/bin/sh", "SIGHUP"); // { command: "/bin/sh", args: ["-c", "trap 'echo conformance-signal' HUP; ..."] }
+ * ```
  */
 export function defaultTaskConfig(shell: string, signal: string): Record<string, unknown> {
   const trap = signal.toUpperCase().replace(/^SIG/, "");

@@ -9,6 +9,7 @@ export interface CheckResult {
   name: string;
   /** One-line description of what the check proves. */
   title: string;
+  /** PASS, FAIL, or SKIP (not applicable, or a check it needs did not pass). */
   status: CheckStatus;
   /** Wall time of the check in milliseconds (informational only; no check asserts on it). */
   durationMs: number;
@@ -20,12 +21,17 @@ export interface CheckResult {
 export interface ConformanceReport {
   /** The plugin command line that was tested. */
   plugin: string;
+  /** One row per check that ran or was skipped, in run order. */
   results: CheckResult[];
+  /** Number of passed checks. */
   passed: number;
+  /** Number of failed checks. */
   failed: number;
+  /** Number of skipped checks. */
   skipped: number;
   /** True when no check failed. */
   ok: boolean;
+  /** Wall time of the whole run in milliseconds. */
   durationMs: number;
 }
 
@@ -81,7 +87,9 @@ export interface ConformanceOptions {
 
 /** Every check the suite knows, in run order, with its one-line title. */
 export interface CheckInfo {
+  /** Identifier, as used in {@link ConformanceOptions.checks}. */
   name: string;
+  /** What the check proves. */
   title: string;
   /** Checks that must pass first. */
   needs: readonly string[];

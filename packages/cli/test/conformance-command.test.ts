@@ -1,0 +1,77 @@
+// `nomadkit conformance`: the suite from a shell, against the reference driver (exit 0) and a
+// deliberately broken plugin (exit 1), plus flag errors that name the flag.
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+
+const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
+const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
+const broken = fileURLToPath(new URL("../../conformance/test/fixtures/broken-driver.mjs", import.meta.url));
+
+function nomadkit(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [bin, "--log-level", "off", ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+describe("nomadkit conformance", () => {
+  it("--list names every check", async () => {
+    const r = await nomadkit(["conformance", "--list"]);
+    expect(r.code).toBe(0);
+    for (const name of ["handshake", "exec-streaming-tty", "recover", "network", "shutdown"]) expect(r.stdout).toMatch(new RegExp(`^${name} `, "m"));
+  });
+
+  it(
+    "prints a PASS table and exits 0 for the reference driver",
+    async () => {
+      const r = await nomadkit(["conformance", rawexec, "--checks", "exec-streaming,stop-task"]);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^CHECK +STATUS +TIME +MESSAGE$/m);
+      expect(r.stdout).toMatch(/^exec-streaming +PASS /m);
+      expect(r.stdout).toMatch(/^stop-task +PASS /m);
+      expect(r.stdout).toMatch(/0 failed, 0 skipped in .* — CONFORMS\n$/);
+    },
+    180_000,
+  );
+
+  it(
+    "exits 1 and shows the failure for a broken plugin (.mjs files run with this node)",
+    async () => {
+      const r = await nomadkit(["conformance", broken, "--checks", "exec-streaming"]);
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(/^exec-streaming +FAIL .*2 exited messages/m);
+      expect(r.stdout).toMatch(/DOES NOT CONFORM\n$/);
+    },
+    180_000,
+  );
+
+  it(
+    "--json prints the report",
+    async () => {
+      const r = await nomadkit(["conformance", broken, "--checks", "plugin-info", "--json"]);
+      expect(r.code).toBe(0);
+      const report = JSON.parse(r.stdout) as { ok: boolean; results: { name: string; status: string }[] };
+      expect(report.ok).toBe(true);
+      expect(report.results.map((x) => `${x.name}:${x.status}`)).toEqual(["handshake:pass", "plugin-info:pass"]);
+    },
+    120_000,
+  );
+
+  it("names the flag or file at fault", async () => {
+    const badJson = await nomadkit(["conformance", rawexec, "--plugin-config", "{nope"]);
+    expect(badJson.code).toBe(1);
+    expect(badJson.stderr).toMatch(/^nomadkit: --plugin-config: not valid JSON/);
+    const noFile = await nomadkit(["conformance", rawexec, "--task-config", "/no/such/task.json"]);
+    expect(noFile.stderr).toContain("--task-config /no/such/task.json: no such file");
+    const noPlugin = await nomadkit(["conformance", "./no-such-plugin"]);
+    expect(noPlugin.code).toBe(1);
+    expect(noPlugin.stderr).toContain("plugin ./no-such-plugin: no such file");
+    const badCheck = await nomadkit(["conformance", rawexec, "--checks", "bogus"]);
+    expect(badCheck.stderr).toContain('checks: unknown check "bogus"');
+    const badTimeout = await nomadkit(["conformance", rawexec, "--call-timeout", "soon"]);
+    expect(badTimeout.stderr).toContain('--call-timeout "soon"');
+  });
+});
