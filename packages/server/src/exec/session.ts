@@ -92,8 +92,8 @@ export interface ExecTaskStream extends AsyncIterable<ExecTaskStreamingRequest> 
    * it applies the client's flow control); rejects if the call has ended.
    */
   send(response: ExecTaskStreamingResponse | MessageInitShape<typeof ExecTaskStreamingResponseSchema>): Promise<void>;
-  /** The whole request stream: the original setup message, then the rest (for forwarding). */
-  withSetup(): AsyncIterable<ExecTaskStreamingRequest>;
+  /** The whole request stream, the original setup message first, as a generator a gRPC client can send as is (for forwarding). */
+  withSetup(): AsyncGenerator<ExecTaskStreamingRequest, void, undefined>;
 }
 
 /** What serves an exec session: either form; `raw` wins when both are given. */
@@ -395,22 +395,12 @@ async function* runRaw(
     },
     [Symbol.asyncIterator]: rest,
     withSetup() {
-      return {
-        [Symbol.asyncIterator]: () => {
-          const tail = rest();
-          let sentFirst = false;
-          return {
-            next: async () => {
-              if (!sentFirst) {
-                sentFirst = true;
-                return { done: false, value: firstMessage };
-              }
-              return tail.next();
-            },
-            return: async () => tail.return!(),
-          };
-        },
-      };
+      // A generator object, because connect's client consumes request streams as one: it calls
+      // `throw`, and `[Symbol.asyncIterator]()` again on abort.
+      return (async function* () {
+        yield firstMessage;
+        yield* { [Symbol.asyncIterator]: rest };
+      })();
     },
   };
   let sessionDone = false;

@@ -18,16 +18,7 @@ import type { ExecutorHandle } from "./launch.js";
  */
 export async function forwardExecStream(stream: ExecTaskStream, executor: ExecutorClient | ExecutorHandle): Promise<void> {
   const client = "client" in executor ? executor.client : executor;
-  for await (const response of client.execStreaming(requestsOf(stream), { signal: stream.signal })) {
+  for await (const response of client.execStreaming(stream.withSetup(), { signal: stream.signal })) {
     await stream.send(response);
   }
-}
-
-/**
- * The request side as a generator object: connect's client needs an iterator with `throw` and may
- * call `[Symbol.asyncIterator]()` again on abort, which a generator object supports (it returns
- * itself) and `withSetup()`'s one-shot iterable does not.
- */
-async function* requestsOf(stream: ExecTaskStream) {
-  yield* stream.withSetup();
 }
