@@ -73,7 +73,7 @@ class StatsFeed {
         this.error = undefined;
         throw err;
       }
-      if (this.stop.signal.aborted) throw new Error("task stats: the task is being destroyed");
+      if (this.stop.signal.aborted) throw new Error("task stats: the task is not running");
       this.start();
       await new Promise<void>((resolve, reject) => {
         const onAbort = () => reject(signal.reason);
