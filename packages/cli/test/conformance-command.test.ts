@@ -27,7 +27,7 @@ describe("nomadkit conformance", () => {
   it(
     "prints a PASS table and exits 0 for the reference driver",
     async () => {
-      const r = await nomadkit(["conformance", rawexec, "--checks", "exec-streaming,stop-task"]);
+      const r = await nomadkit(["conformance", rawexec, "--checks", "exec-streaming,stop-task", "--shutdown-timeout", "15000"]);
       expect(r.code, r.stdout + r.stderr).toBe(0);
       expect(r.stdout).toMatch(/^CHECK +STATUS +TIME +MESSAGE$/m);
       expect(r.stdout).toMatch(/^exec-streaming +PASS /m);
@@ -40,7 +40,7 @@ describe("nomadkit conformance", () => {
   it(
     "exits 1 and shows the failure for a broken plugin (.mjs files run with this node)",
     async () => {
-      const r = await nomadkit(["conformance", broken, "--checks", "exec-streaming"]);
+      const r = await nomadkit(["conformance", broken, "--checks", "exec-streaming", "--shutdown-timeout", "15000"]);
       expect(r.code).toBe(1);
       expect(r.stdout).toMatch(/^exec-streaming +FAIL .*2 exited messages/m);
       expect(r.stdout).toMatch(/DOES NOT CONFORM\n$/);

@@ -38,6 +38,8 @@ describe("the README's minimal driver", () => {
       const report = await runConformance({
         plugin: file,
         name: "hello",
+        shutdownTimeoutMs: 15_000, // Nomad's 2 s, generously: tests run on busy machines
+        fingerprintTimeoutMs: 30_000,
         checks: [
           "no-cookie",
           "health",
