@@ -172,9 +172,16 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   } as Parameters<typeof pty.spawn>[2]) as unknown as Pty;
 
   const exited = new Promise<{ exitCode: number; signal?: number }>((r) => term.onExit(r));
-  const kill = () => killGroup(term.pid, () => term.kill("SIGKILL"));
-  io.signal?.addEventListener("abort", kill, { once: true });
   const drain = new PtyDrain(term, io.stdout);
+  const kill = () => {
+    killGroup(term.pid, () => term.kill("SIGKILL"));
+    // Nobody reads the output any more. A drain paused for backpressure would hold the terminal
+    // open, and node-pty reports the exit only once it is closed: the exec would never return.
+    drain.abandon();
+  };
+  io.signal?.addEventListener("abort", kill, { once: true });
+  // Aborted while node-pty was loading: the listener would never fire.
+  if (io.signal?.aborted) kill();
   const onStdin = (d: Buffer) => term.write(d);
   // End of input at a terminal is ^D.
   const onStdinEnd = () => term.write("\x04");
@@ -309,6 +316,11 @@ class PtyDrain {
     } catch {
       // already closed
     }
+  }
+
+  /** Stop reading for `out` now and let node-pty close the terminal (the reader is gone). */
+  abandon(): void {
+    this.#finish();
   }
 
   dispose(): void {
