@@ -1,3 +1,5 @@
+import { StringDecoder } from "node:string_decoder";
+
 /** hclog levels as a host sees them. */
 export type PluginLogLevel = "trace" | "debug" | "info" | "warn" | "error";
 
@@ -84,6 +86,9 @@ export function parseLogLine(raw: string): PluginLogEntry {
   };
 }
 
+/** Longer lines are passed on in pieces of this size, like go-plugin's 64 KiB stderr buffer. */
+const MAX_LINE = 64 * 1024;
+
 /**
  * Splits a byte stream into lines and keeps the last few for error messages.
  * @internal
@@ -91,6 +96,7 @@ export function parseLogLine(raw: string): PluginLogEntry {
 export class LineReader {
   private partial = "";
   private readonly tail: string[] = [];
+  private readonly decoder = new StringDecoder("utf8");
 
   constructor(
     private readonly onLine: (line: string) => void,
@@ -98,13 +104,25 @@ export class LineReader {
   ) {}
 
   push(chunk: Buffer | string): void {
-    const text = this.partial + chunk.toString();
-    const lines = text.split("\n");
-    this.partial = lines.pop() ?? "";
-    for (const l of lines) this.emit(l);
+    // Only the new text is searched, and a pending line never grows past MAX_LINE: linear in
+    // what the plugin writes, however long its lines (re-splitting the whole pending line on
+    // every chunk was quadratic: 16 MiB without a newline blocked the host for half a minute).
+    const text = typeof chunk === "string" ? chunk : this.decoder.write(chunk);
+    let start = 0;
+    for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n", start)) {
+      this.emit(this.partial + text.slice(start, nl));
+      this.partial = "";
+      start = nl + 1;
+    }
+    this.partial += text.slice(start);
+    while (this.partial.length > MAX_LINE) {
+      this.emit(this.partial.slice(0, MAX_LINE));
+      this.partial = this.partial.slice(MAX_LINE);
+    }
   }
 
   end(): void {
+    this.partial += this.decoder.end();
     if (this.partial) this.emit(this.partial);
     this.partial = "";
   }
