@@ -24,6 +24,8 @@ export const PATH = process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin";
 const plugins: PluginClient[] = [];
 /** Directories to remove. */
 const dirs: string[] = [];
+/** Executor and task pids from every handle, killed by {@link cleanup} if a test left them running. */
+const pids: number[] = [];
 
 /** Launches the plugin as Nomad's "run" dispense does: start, SetConfig (msgpack), Init. */
 export async function startPlugin(config: { create_network?: boolean } = {}): Promise<PluginClient> {
@@ -94,6 +96,8 @@ export function sh(script: string): Record<string, unknown> {
 export async function start(p: PluginClient, t: TestTask): Promise<TaskHandle> {
   const res = await p.driver.startTask({ task: t.config });
   if (!res.handle) throw new Error("StartTask returned no handle");
+  const state = JSON.parse(new TextDecoder().decode(res.handle.driverState)) as { executor: { pid: number }; driver: { pid: number } };
+  pids.push(state.driver.pid, state.executor.pid);
   return res.handle;
 }
 
@@ -166,8 +170,15 @@ export function stdin(text: string): ExecRequest {
   return { stdin: { data: new TextEncoder().encode(text) } };
 }
 
-/** Kills every plugin the tests launched and removes their directories. */
+/** Kills every plugin the tests launched (and whatever a failed test left running) and removes their directories. */
 export async function cleanup(): Promise<void> {
   for (const p of plugins.splice(0)) if (!p.exitSignal.aborted) await p.kill();
+  for (const pid of pids.splice(0)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone, as it should be
+    }
+  }
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 }

@@ -320,15 +320,31 @@ export class Suite {
     }
   }
 
-  /** Best-effort cleanup: destroy leftover tasks and networks, stop plugins, remove the temp dir. */
+  /**
+   * Best-effort cleanup: destroy leftover tasks and networks, stop plugins, remove the temp dir.
+   * When the run plugin is gone, a fresh one recovers the leftover tasks first and destroys them,
+   * as Nomad would, so a failed run leaves no task (or driver helper process) behind.
+   */
   async cleanup(): Promise<void> {
-    const p = this.run && !this.run.exitSignal.aborted ? this.run : undefined;
     const quick: CallOptions = { timeoutMs: 10_000 };
+    let p = this.run && !this.run.exitSignal.aborted ? this.run : undefined;
+    const leftovers = this.tasks.filter((t) => !t.destroyed && t.handle);
+    if (!p && leftovers.length > 0) {
+      try {
+        p = await this.launch();
+        this.expectExit(p);
+        await p.basePlugin.setConfig({ msgpackConfig: this.pluginConfigBytes(), pluginApiVersion: "v0.1.0" }, quick);
+        await p.driver.init({}, quick).catch(() => undefined);
+        for (const t of leftovers) await p.driver.recoverTask({ taskId: t.id, handle: t.handle }, quick).catch(() => undefined);
+      } catch {
+        // the plugin cannot even start: fall back to killing what we know
+      }
+    }
     for (const t of this.tasks) {
       if (t.destroyed || !t.handle) continue;
       let pids: number[] = [];
       if (this.defaultTask) pids = this.startPids(t);
-      if (p) await p.driver.destroyTask({ taskId: t.id, force: true }, quick).catch(() => undefined);
+      if (p && !p.exitSignal.aborted) await p.driver.destroyTask({ taskId: t.id, force: true }, quick).catch(() => undefined);
       // A task whose plugin died keeps running under its executor: end it so nothing leaks.
       for (const pid of pids) {
         if (!processGone(pid)) {
@@ -344,7 +360,7 @@ export class Suite {
         }
       }
     }
-    if (p) {
+    if (p && !p.exitSignal.aborted) {
       for (const [allocId, spec] of this.networks) {
         await p.driver.destroyNetwork({ allocId, isolationSpec: spec }, quick).catch(() => undefined);
       }
