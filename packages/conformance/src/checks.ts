@@ -200,7 +200,7 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "capabilities",
-    title: "Capabilities",
+    title: "Capabilities answers (send_signals, exec, network isolation modes)",
     needs: ["init"],
     async run(s) {
       const r = await running(s).driver.capabilities({}, s.co());
