@@ -49,6 +49,20 @@ function documentGeneratedMembers(project) {
   }
 }
 
+/**
+ * The package's main entry (`.`) must open with a module comment that has an @example: it is the
+ * first thing a user reads. Returns the problem, or undefined.
+ */
+function mainEntryProblem(p, project) {
+  const main = entryPoints(p)[0];
+  if (!main || !/\/index\.ts$/.test(main)) return undefined;
+  const modules = project.children?.filter((c) => c.kindOf(ReflectionKind.Module)) ?? [];
+  const mod = modules.length ? modules.find((m) => m.name === "index") : project;
+  if (!mod?.comment) return `${p.name}: src/index.ts has no module comment (/** ... @module */ at the top)`;
+  if (!mod.comment.blockTags.some((t) => t.tag === "@example")) return `${p.name}: the module comment of src/index.ts has no @example`;
+  return undefined;
+}
+
 const shared = {
   options: path.join(repoRoot, "typedoc.json"),
   // protobuf-es and protoc-gen-nomadkit mark generated declarations with @generated.
@@ -82,6 +96,8 @@ async function main(argv) {
       if (project) {
         documentGeneratedMembers(project);
         app.validate(project);
+        const problem = mainEntryProblem(p, project);
+        if (problem) app.logger.warn(problem);
       }
       if (!existsSync(readme)) app.logger.warn(`${p.name} has no README.md`);
       if (!project || app.logger.hasErrors() || app.logger.hasWarnings()) {

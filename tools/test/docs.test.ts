@@ -6,7 +6,7 @@ import path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { node, repoRoot, tempDir } from "../packaging/lib.mjs";
 
-const CLEAN = ["@nomadkit/protocol", "@nomadkit/protoc-gen-nomadkit"];
+const CLEAN = ["@nomadkit/protocol", "@nomadkit/protoc-gen-nomadkit", "@nomadkit/conformance"];
 
 const out = tempDir("nomadkit-docs-test-");
 afterAll(() => rmSync(out, { recursive: true, force: true }));
