@@ -76,7 +76,6 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
  */
 export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<PluginConfig, TaskConfig> {
   const tasks = new Map<string, RawExecTask>();
-  let createNetwork = false;
   let nets: NetworkManager | undefined = options.network;
   const networks = (): NetworkManager => (nets ??= new LinuxNetnsManager({ labels: { "nomadkit.driver": PLUGIN_NAME } }));
 
@@ -91,14 +90,8 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     version: PLUGIN_VERSION,
     configSchema: pluginConfigSchema,
     taskConfigSchema,
-    // Read on every Capabilities call: must_create_network follows the agent's plugin config.
-    get capabilities() {
-      return { sendSignals: true, exec: true, mustCreateNetwork: createNetwork };
-    },
-
-    setConfig(config) {
-      createNetwork = config.create_network;
-    },
+    // must_create_network follows the agent's plugin config (the SDK asks on every call).
+    capabilities: (config) => ({ sendSignals: true, exec: true, mustCreateNetwork: config?.create_network ?? false }),
 
     fingerprint() {
       return {

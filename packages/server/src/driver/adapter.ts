@@ -247,7 +247,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   };
 
   const hasExec = driver.execTaskStreamingRaw !== undefined || driver.execTaskStreaming !== undefined;
-  const caps = {
+  const defaultCaps = {
     sendSignals: driver.signalTask !== undefined,
     exec: hasExec || driver.execTask !== undefined,
     fsIsolation: DriverCapabilities_FSIsolation.NONE,
@@ -256,7 +256,12 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
         ? [NetworkIsolationSpec_NetworkIsolationMode.HOST, NetworkIsolationSpec_NetworkIsolationMode.GROUP]
         : [NetworkIsolationSpec_NetworkIsolationMode.HOST],
     mustCreateNetwork: driver.createNetwork !== undefined,
-    ...driver.capabilities,
+  };
+  // Asked on every call, not once: capabilities may follow the plugin config, which only arrives
+  // with SetConfig (e.g. must_create_network from an agent option).
+  const capabilitiesNow = () => {
+    const own = typeof driver.capabilities === "function" ? driver.capabilities(config) : driver.capabilities;
+    return { ...defaultCaps, ...own };
   };
 
   const handlers: Partial<DriverHandlers> = {
@@ -265,7 +270,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       return {};
     },
     taskConfigSchema: () => ({ spec: taskSpec }),
-    capabilities: () => ({ capabilities: caps }),
+    capabilities: () => ({ capabilities: capabilitiesNow() }),
     fingerprint: (_req, hc) => fingerprint.stream(hc.signal, lifetime.signal),
     taskEvents: (_req, hc) => events.stream(hc.signal, lifetime.signal),
     async shutdown() {

@@ -290,9 +290,15 @@ export interface Driver<PC = unknown, TC = unknown> {
   /**
    * Capabilities, merged over the SDK's defaults: `sendSignals` when `signalTask` exists, `exec`
    * when an exec method exists, `mustCreateNetwork` when `createNetwork` exists, filesystem
-   * isolation NONE, network modes HOST (plus GROUP with `createNetwork`).
+   * isolation NONE, network modes HOST (plus GROUP with `createNetwork`). Read on every
+   * Capabilities call; give a function of the plugin config when they depend on it.
+   *
+   * @example
+   * ```ts
+   * capabilities: (config) => ({ mustCreateNetwork: config?.create_network ?? false }),
+   * ```
    */
-  readonly capabilities?: Capabilities | undefined;
+  readonly capabilities?: Capabilities | ((config: PC | undefined) => Capabilities) | undefined;
 
   /** SetConfig: Nomad may call it several times, or not at all after reattaching to a running plugin. */
   setConfig?(config: PC, ctx: CallContext<PC, TC>): void | Promise<void>;
