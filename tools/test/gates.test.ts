@@ -4,7 +4,10 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+
+// Each gate run spawns buf and its plugins; on a loaded 2-core machine that can take a minute.
+vi.setConfig({ testTimeout: 300_000, hookTimeout: 300_000 });
 
 const repo = path.resolve(__dirname, "../..");
 let copy: string;
