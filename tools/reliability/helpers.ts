@@ -1,9 +1,12 @@
 // Shared helpers of the reliability suite (tools/test/reliability-*.test.ts): the fixture plugins,
 // /proc inspection (children, zombies, CPU time), a seeded RNG, bounded polling, a concurrency pool
 // and log collection. Synchronisation is by log lines, messages and /proc state, never by sleeping.
-import { readdirSync, readFileSync } from "node:fs";
+import { randomUUID } from "node:crypto";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { encode } from "@msgpack/msgpack";
 import { launchPlugin, type LaunchPluginOptions, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -230,4 +233,40 @@ export function recordUnhandledRejections(): { readonly seen: unknown[]; uninsta
   const onRejection = (reason: unknown) => seen.push(reason);
   process.on("unhandledRejection", onRejection);
   return { seen, uninstall: () => process.off("unhandledRejection", onRejection) };
+}
+
+/** A Nomad-like allocation/task layout for the reference driver; `cleanup` removes it. */
+export function rawexecTask(
+  driverConfig: { command: string; args?: string[] },
+  extra: { user?: string; name?: string } = {},
+): { config: Record<string, unknown>; id: string; allocDir: string; cleanup(): void } {
+  const root = mkdtempSync(join(tmpdir(), "nk-rel-alloc-"));
+  // A task user must be able to reach its task directory.
+  chmodSync(root, 0o755);
+  const allocId = randomUUID();
+  const allocDir = join(root, allocId);
+  const name = extra.name ?? "task";
+  for (const d of ["alloc/logs", "alloc/data", "alloc/tmp", `${name}/local`, `${name}/tmp`]) mkdirSync(join(allocDir, d), { recursive: true, mode: 0o777 });
+  const id = `${allocId}/${name}/${randomUUID().slice(0, 8)}`;
+  const config = {
+    id,
+    name,
+    allocId,
+    allocDir,
+    msgpackDriverConfig: encode({ args: [], ...driverConfig }),
+    env: { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin" },
+    stdoutPath: join(allocDir, "alloc/logs", `${name}.stdout.0`),
+    stderrPath: join(allocDir, "alloc/logs", `${name}.stderr.0`),
+    user: extra.user ?? "",
+  };
+  return { config, id, allocDir, cleanup: () => rmSync(root, { recursive: true, force: true }) };
+}
+
+/** Launch the reference driver binary as Nomad does (launchPlugin, SetConfig, Init). */
+export async function launchRawexec(): Promise<{ plugin: PluginClient; logs: LogSink }> {
+  const logs = new LogSink();
+  const plugin = await launchPlugin(rawexecBin, [], { logger: logs.logger, startTimeoutMs: 120_000 });
+  await plugin.basePlugin.setConfig({ msgpackConfig: encode({ create_network: false }) });
+  await plugin.driver.init({});
+  return { plugin, logs };
 }

@@ -171,7 +171,7 @@ describe(`${STREAMS} streams cancelled by the caller at random moments (seed ${S
     expect(notCancelled).toEqual([]);
     const byKind = Object.fromEntries(KINDS.map((k) => [k, all.filter((p) => p.kind === k).length]));
     const messages = results.reduce((n, r) => n + r.received, 0);
-    console.log(`cancel: ${STREAMS} streams ${JSON.stringify(byKind)}, ${messages} messages, ${(wall / 1000).toFixed(1)} s`);
+    console.log(`cancel: ${STREAMS} streams ${JSON.stringify(byKind)}, ${messages} messages, ${(wall / 1000).toFixed(1)} s; plugin logged ${logs.entries.filter((e) => e.message === "call cancelled").length} "call cancelled" (debug), ${logs.entries.filter((e) => e.level === "error").length} errors`);
 
     const procs = () => descendantsOf(plugin.pid).map((p) => `${p.pid} ${p.state} ${readCmdline(p.pid)}`);
     await until(
