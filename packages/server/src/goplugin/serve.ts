@@ -131,6 +131,9 @@ function withTimeout(
  *
  * SIGINT is ignored (the host's terminal sends it to the whole process group); SIGTERM and
  * GRPCController.Shutdown shut down gracefully and exit 0; the socket directory is removed on exit.
+ * A host that closes its connection, or dies, without Shutdown does not stop the plugin (as with
+ * go-plugin: hosts may reattach, and Nomad does after an agent restart); the calls of that
+ * connection are cancelled.
  *
  * @example
  * ```ts
