@@ -293,18 +293,26 @@ describe("the host goes away without Shutdown", () => {
     } finally {
       if (!plugin.exitSignal.aborted) process.kill(plugin.pid, "SIGKILL");
     }
-  });
+  }, 300_000);
 
   it("host process SIGKILLed: the plugin survives logging into the dead pipe, cleans up, stays reattachable and exits 0 on Shutdown", async () => {
     const logFile = join(tmp, "host-killed.log");
     const exitFile = join(tmp, "host-killed.exit");
     const host = spawn(process.execPath, [fixture("host.mjs")], {
-      stdio: ["pipe", "pipe", "inherit"],
+      stdio: ["pipe", "pipe", "pipe"],
       env: { ...process.env, REL_LOG_FILE: logFile, REL_EXIT_FILE: exitFile, NOMADKIT_LOG_LEVEL: "debug" },
     });
+    let hostStderr = "";
+    host.stderr!.on("data", (d: Buffer) => (hostStderr += d.toString()));
     const hostLines = createInterface({ input: host.stdout! });
-    const nextLine = () => new Promise<Record<string, unknown>>((r) => hostLines.once("line", (l) => r(JSON.parse(l) as Record<string, unknown>)));
     const hostExited = new Promise((r) => host.once("exit", r));
+    let killedHost = false;
+    // The host's next line, or a failure quoting its stderr if it exits first.
+    const nextLine = () =>
+      new Promise<Record<string, unknown>>((resolve, reject) => {
+        hostLines.once("line", (l) => resolve(JSON.parse(l) as Record<string, unknown>));
+        void hostExited.then(() => !killedHost && reject(new Error(`the host exited early:\n${hostStderr}`)));
+      });
     let config: ReattachConfig | undefined;
     let plugin: PluginClient | undefined;
     try {
@@ -318,6 +326,7 @@ describe("the host goes away without Shutdown", () => {
       expect(procStat(execPid)).toBeDefined();
       const mark = logLines(logFile).length;
 
+      killedHost = true;
       host.kill("SIGKILL");
       await hostExited;
 
@@ -350,5 +359,5 @@ describe("the host goes away without Shutdown", () => {
       }
       plugin?.close();
     }
-  });
+  }, 300_000);
 });
