@@ -10,7 +10,8 @@ import { ServerRuntime, RecoverableError } from "../src/runtime.js";
 import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { PluginType } from "@nomadkit/protocol/base";
-import { decodeRpcStatus } from "./rpc-status.js";
+// One hand-written google.rpc.Status codec for both packages' tests.
+import { decodeRpcStatus } from "../../client/test/status.js";
 import { captureLogger, loadGrpcJs, lookup, startServer, type TestServer } from "./runtime-helpers.js";
 
 type Any = any; // grpc-js is the untyped independent peer
