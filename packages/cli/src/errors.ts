@@ -7,9 +7,11 @@
  * ```
  */
 export class CliError extends Error {
+  /** Always `"CliError"`. */
   override readonly name = "CliError";
   constructor(
     message: string,
+    /** Process exit status {@link main} returns for it; default 1. */
     readonly exitCode = 1,
   ) {
     super(message);

@@ -1,5 +1,14 @@
 /**
- * The `nomadkit` command line as a library: {@link main} and {@link createProgram}.
+ * The `nomadkit` command line as a library: {@link main} and {@link createProgram}. Most users run
+ * the `nomadkit` binary instead (`nomadkit --help`).
+ *
+ * @example
+ * ```ts
+ * import { main } from "@nomadkit/cli";
+ *
+ * // Same as `nomadkit capabilities ./my-driver --json`; resolves with the exit status.
+ * process.exitCode = await main(["node", "nomadkit", "capabilities", "./my-driver", "--json"]);
+ * ```
  * @module
  */
 export { createProgram, main } from "./program.js";

@@ -15,16 +15,23 @@ import { CliError } from "./errors.js";
 
 /** Options every command shares (set on the root program). */
 export interface GlobalOptions {
+  /** `--log-level`: lowest plugin log level shown on stderr; default `warn`. */
   logLevel: PluginLogLevel | "off";
+  /** `--start-timeout <ms>` as typed (validated when used); default 60000 ms. */
   startTimeout?: string;
+  /** `--automtls`: launch the plugin with go-plugin AutoMTLS. */
   automtls?: boolean;
 }
 
 /** What `nomadkit run --state <file>` writes so `exec` and `stats` can reach the running plugin. */
 export interface RunState {
+  /** Marks the file as a run state, so `<plugin>` arguments can be told apart from plugin binaries. */
   kind: "nomadkit-run-state";
+  /** The plugin as named on the `run` command line (for messages). */
   plugin: string;
+  /** Id of the task `run` started. */
   taskId: string;
+  /** How to reach the running plugin (`reattachPlugin` of `@nomadkit/client`). */
   reattach: ReattachConfig;
 }
 

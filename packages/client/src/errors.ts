@@ -39,6 +39,7 @@ export class RecoverableError extends Error {
     Object.defineProperty(this, recoverableBrand, { value: true });
   }
 
+  /** True for instances from either build (ESM or CommonJS) of this package; subclasses check the prototype. */
   static override [Symbol.hasInstance](v: unknown): boolean {
     // Subclasses keep ordinary prototype checks; the base class also accepts the other build's copy.
     if (this !== RecoverableError) return Function.prototype[Symbol.hasInstance].call(this, v);
@@ -64,6 +65,7 @@ export class PluginShutdownError extends Error {
     Object.defineProperty(this, shutdownBrand, { value: true });
   }
 
+  /** True for instances from either build (ESM or CommonJS) of this package; subclasses check the prototype. */
   static override [Symbol.hasInstance](v: unknown): boolean {
     if (this !== PluginShutdownError) return Function.prototype[Symbol.hasInstance].call(this, v);
     return branded(v, shutdownBrand);

@@ -1,3 +1,27 @@
+/**
+ * Launch and talk to Nomad plugins: {@link launchPlugin} starts a plugin binary the way Nomad does
+ * (magic cookie, go-plugin handshake, unix socket or TCP, optional AutoMTLS) and returns typed
+ * clients for its services; {@link reattachPlugin} connects to one that is already running. Every
+ * generated client goes through one call layer ({@link ClientRuntime}), so errors mean the same
+ * everywhere: {@link RecoverableError}, {@link PluginShutdownError}, {@link isCancellation}.
+ *
+ * @example
+ * ```ts
+ * import { launchPlugin, PluginShutdownError } from "@nomadkit/client";
+ *
+ * const plugin = await launchPlugin("/opt/nomad/plugins/nomad-driver-foo");
+ * try {
+ *   const caps = await plugin.driver.capabilities({}, { timeoutMs: 5_000 });
+ *   console.log(caps.capabilities?.sendSignals);
+ * } catch (err) {
+ *   if (err instanceof PluginShutdownError) console.error("plugin exited:", await plugin.exited);
+ *   else throw err;
+ * } finally {
+ *   await plugin.kill();
+ * }
+ * ```
+ * @module
+ */
 export {
   RecoverableError,
   PluginShutdownError,

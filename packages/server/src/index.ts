@@ -1,3 +1,30 @@
+/**
+ * Write Nomad task-driver plugins: describe the driver with {@link defineDriver} (config schemas
+ * built with {@link spec}), and {@link serveDriver} serves it as an ordinary go-plugin plugin that
+ * Nomad launches from its `plugin_dir`. {@link servePlugin} is the layer below, for any set of
+ * go-plugin services registered with the generated `registerX` helpers. Executor, network
+ * namespaces and stats readers are in the `/executor`, `/network` and `/stats` entry points.
+ *
+ * @example
+ * ```ts
+ * #!/usr/bin/env node
+ * import { defineDriver, serveDriver, spec, type TaskExit } from "@nomadkit/server";
+ *
+ * const waiting = new Map<string, (exit: TaskExit) => void>();
+ * await serveDriver(
+ *   defineDriver({
+ *     name: "hello",
+ *     version: "0.1.0",
+ *     taskConfigSchema: spec.object({ message: spec.attr("string", { required: true }) }),
+ *     startTask(task, ctx) { ctx.logger.info("starting", { message: task.driverConfig.message }); },
+ *     waitTask: (taskId) => new Promise<TaskExit>((resolve) => waiting.set(taskId, resolve)),
+ *     stopTask(taskId) { waiting.get(taskId)?.({ exitCode: 0 }); },
+ *     destroyTask(taskId) { waiting.delete(taskId); },
+ *   }),
+ * );
+ * ```
+ * @module
+ */
 export * from "./goplugin/index.js";
 export { createLogger } from "./log/index.js";
 export type { Logger, LoggerOptions, LogLevel, LogFields, LogMethod } from "./log/index.js";

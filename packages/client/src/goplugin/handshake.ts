@@ -4,6 +4,7 @@ export interface Handshake {
   coreVersion: number;
   /** Negotiated app protocol version (Nomad: 2). */
   protocolVersion: number;
+  /** Transport the plugin listens on. */
   network: "unix" | "tcp";
   /** Socket path, or `host:port`. */
   address: string;
@@ -15,6 +16,7 @@ export interface Handshake {
 
 /** Why a plugin could not be launched or reattached; `stderr` holds the plugin's recent stderr. */
 export class PluginLaunchError extends Error {
+  /** Always `"PluginLaunchError"`. */
   override readonly name = "PluginLaunchError";
   constructor(
     message: string,

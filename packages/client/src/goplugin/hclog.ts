@@ -5,7 +5,9 @@ export type PluginLogLevel = "trace" | "debug" | "info" | "warn" | "error";
 
 /** One line of a plugin's stderr, parsed the way go-plugin does. */
 export interface PluginLogEntry {
+  /** `@level` of a JSON line (`warning` → `warn`, unknown → `info`), the `[LEVEL]` prefix of a text line, else `debug`. */
   level: PluginLogLevel;
+  /** `@message`, or the text after the `[LEVEL]` prefix, or the whole line. */
   message: string;
   /** `@timestamp` as sent (hclog format), when the line was JSON. */
   timestamp?: string;

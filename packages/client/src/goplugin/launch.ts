@@ -30,7 +30,9 @@ import {
 
 /** Nomad's magic cookie, the default of {@link launchPlugin}. */
 export const NOMAD_PLUGIN_COOKIE = Object.freeze({
+  /** Environment variable the plugin checks, so it refuses to run when started by hand. */
   key: "NOMAD_PLUGIN_MAGIC_COOKIE",
+  /** Value it must have. */
   value: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
 });
 
@@ -57,13 +59,20 @@ export interface PluginConnectOptions {
 export interface LaunchPluginOptions extends PluginConnectOptions {
   /** Extra environment, merged over `process.env` (the go-plugin variables win). */
   env?: NodeJS.ProcessEnv;
+  /** Working directory of the plugin process; default the current one. */
   cwd?: string;
   /** Magic cookie; default Nomad's ({@link NOMAD_PLUGIN_COOKIE}). */
-  cookie?: { key: string; value: string };
+  cookie?: {
+    /** Environment variable name. */
+    key: string;
+    /** Its value. */
+    value: string;
+  };
   /** App protocol versions offered (`PLUGIN_PROTOCOL_VERSIONS`); default `[2]`. */
   protocolVersions?: readonly number[];
-  /** `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT` for plugins that listen on TCP; default 0/0 (any port). */
+  /** `PLUGIN_MIN_PORT` for plugins that listen on TCP; default 0 (with `maxPort` 0: any port). */
   minPort?: number;
+  /** `PLUGIN_MAX_PORT`, the top of the TCP port range; default 0. */
   maxPort?: number;
   /** `PLUGIN_UNIX_SOCKET_DIR`. */
   unixSocketDir?: string;
@@ -80,25 +89,40 @@ export interface LaunchPluginOptions extends PluginConnectOptions {
 
 /** How a plugin process ended. */
 export interface PluginExit {
+  /** Exit status; null when killed by a signal, or when reattached (the status is not observable). */
   code: number | null;
+  /** Signal that ended the process; null when it exited normally, or when reattached. */
   signal: NodeJS.Signals | null;
 }
 
 /** Everything needed to connect to a running plugin again (go-plugin's ReattachConfig). */
 export interface ReattachConfig {
+  /** Process id of the running plugin; used to detect its exit and for the final SIGKILL. */
   pid: number;
+  /** Transport from the handshake. */
   network: "unix" | "tcp";
+  /** Socket path (`unix`) or `host:port` (`tcp`) from the handshake. */
   address: string;
   /** App protocol version from the handshake; informational. */
   protocolVersion?: number;
   /** AutoMTLS material, when the plugin was launched with it. */
-  tls?: { serverCertPem: string; clientCertPem: string; clientKeyPem: string };
+  tls?: {
+    /** The plugin's certificate (from handshake field 6), the only one trusted. */
+    serverCertPem: string;
+    /** The client certificate passed in `PLUGIN_CLIENT_CERT` at launch. */
+    clientCertPem: string;
+    /** Private key of the client certificate. */
+    clientKeyPem: string;
+  };
 }
 
 /** A connected plugin: typed clients plus process control. */
 export interface PluginClient {
+  /** Process id of the plugin. */
   readonly pid: number;
+  /** Transport the plugin listens on (from the handshake). */
   readonly network: "unix" | "tcp";
+  /** Socket path (`unix`) or `host:port` (`tcp`). */
   readonly address: string;
   /** The parsed handshake (launch) or a synthesized one (reattach). */
   readonly handshake: Handshake;
@@ -106,10 +130,15 @@ export interface PluginClient {
   readonly transport: Transport;
   /** The call layer all typed clients share (wired to `exitSignal`). */
   readonly runtime: ClientRuntime;
+  /** grpc.health.v1 client; go-plugin plugins report service `plugin` as SERVING. */
   readonly health: HealthClient;
+  /** go-plugin's GRPCController (Shutdown); prefer {@link PluginClient.kill}. */
   readonly controller: GRPCControllerClient;
+  /** go-plugin's GRPCStdio; already streamed into `onStdout`/`onStderr`, no need to call it. */
   readonly stdio: GRPCStdioClient;
+  /** Nomad's BasePlugin service: PluginInfo, ConfigSchema, SetConfig. */
   readonly basePlugin: BasePluginClient;
+  /** Nomad's Driver service (task lifecycle, fingerprint, events, exec). */
   readonly driver: DriverClient;
   /** Resolves when the process has exited (never rejects). */
   readonly exited: Promise<PluginExit>;

@@ -69,6 +69,7 @@ export interface ClientOptions {
  * ```
  */
 export class ClientRuntime {
+  /** The Connect transport every call goes over (calls through it directly skip this error handling). */
   readonly transport: Transport;
   readonly #exit: ExitWatch | undefined;
   readonly #graceMs: number;

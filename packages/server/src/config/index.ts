@@ -23,8 +23,19 @@ export {
   type NameOption,
   type AttrOptions,
   type BlockListOptions,
+  type Simplify,
+  type OptionalKeys,
+  type TupleValue,
 } from "./spec.js";
 export { decodeConfig } from "./decode.js";
-export { parseHclType, formatHclType, type HclType, type HclTypeExpr, type HclValue } from "./types.js";
+export {
+  parseHclType,
+  formatHclType,
+  type HclType,
+  type HclTypeExpr,
+  type HclValue,
+  type StripSpaces,
+  type ValueOfStripped,
+} from "./types.js";
 export { ConfigFieldError, formatPath, type FieldPath } from "./values.js";
 export { toHclLiteral } from "./literal.js";

@@ -41,8 +41,10 @@ export type SpecValue<S> = S extends HclSpec<infer T, boolean> ? T : never;
 /** The fields of an `object` (or of a block body given as a plain record). */
 export type SpecFields = { readonly [key: string]: HclSpec<unknown, boolean> };
 
-type Simplify<T> = { [K in keyof T]: T[K] } & {};
-type OptionalKeys<F extends SpecFields> = {
+/** Flattens an intersection into one object type, so editors show decoded config types readably. */
+export type Simplify<T> = { [K in keyof T]: T[K] } & {};
+/** The keys of `F` whose nodes may be absent (optional attributes and blocks). */
+export type OptionalKeys<F extends SpecFields> = {
   [K in keyof F]: F[K] extends HclSpec<unknown, true> ? K : never;
 }[keyof F];
 
@@ -86,10 +88,14 @@ function toBody(b: BlockBody): HclSpec {
 
 /** `spec.attr(...)`: an attribute `name = value`. */
 export class AttrSpec<T, O extends boolean> extends HclSpec<T, O> {
+  /** `type`, parsed; decoded values are checked and converted against it. */
   readonly hclType: HclType;
   constructor(
+    /** HCL type expression, as given (sent to Nomad verbatim). */
     readonly type: string,
+    /** Whether a missing attribute is an error (Nomad rejects the config; decoding throws). */
     readonly required: boolean,
+    /** HCL name; undefined: the key in the enclosing `object`. */
     readonly name?: string,
   ) {
     super();
@@ -113,7 +119,10 @@ export class AttrSpec<T, O extends boolean> extends HclSpec<T, O> {
 
 /** `spec.object(...)`: several attributes/blocks decoded into one object. */
 export class ObjectSpec<T> extends HclSpec<T, false> {
-  constructor(readonly fields: SpecFields) {
+  constructor(
+    /** The fields, by decoded property name (also the HCL name unless a field sets `name`). */
+    readonly fields: SpecFields,
+  ) {
     super();
     for (const [k, f] of Object.entries(fields)) {
       if (!(f instanceof HclSpec)) throw new TypeError(`object field ${JSON.stringify(k)} is not a spec node`);
@@ -140,7 +149,10 @@ export class ObjectSpec<T> extends HclSpec<T, false> {
 
 /** `spec.array(...)`: a tuple of specs. */
 export class ArraySpec<T> extends HclSpec<T, false> {
-  constructor(readonly items: readonly HclSpec[]) {
+  constructor(
+    /** One spec per tuple element, in order. */
+    readonly items: readonly HclSpec[],
+  ) {
     super();
   }
   toProto(): Spec {
@@ -161,8 +173,11 @@ export class ArraySpec<T> extends HclSpec<T, false> {
 /** `spec.block(...)`: one nested block `name { ... }`. */
 export class BlockSpec<T, O extends boolean> extends HclSpec<T, O> {
   constructor(
+    /** Spec of the block body. */
     readonly nested: HclSpec,
+    /** Whether a missing block is an error. */
     readonly required: boolean,
+    /** HCL block type name; undefined: the key in the enclosing `object`. */
     readonly name?: string,
   ) {
     super();
@@ -187,10 +202,14 @@ export class BlockSpec<T, O extends boolean> extends HclSpec<T, O> {
 
 /** `spec.blockAttrs(...)`: a block whose body is free-form `key = value` pairs of one type. */
 export class BlockAttrsSpec<T, O extends boolean> extends HclSpec<T, O> {
+  /** `map(<type>)`, parsed: what the block body decodes as. */
   readonly mapType: HclType;
   constructor(
+    /** HCL type expression of every value in the block. */
     readonly type: string,
+    /** Whether a missing block is an error. */
     readonly required: boolean,
+    /** HCL block type name; undefined: the key in the enclosing `object`. */
     readonly name?: string,
   ) {
     super();
@@ -215,10 +234,15 @@ export class BlockAttrsSpec<T, O extends boolean> extends HclSpec<T, O> {
 /** `spec.blockList(...)` / `spec.blockSet(...)`: a repeatable block decoded to an array. */
 export class BlockListSpec<T> extends HclSpec<T, false> {
   constructor(
+    /** `blockSet` when the order of the blocks carries no meaning; both decode to arrays. */
     readonly kind: "blockList" | "blockSet",
+    /** Spec of each block's body. */
     readonly nested: HclSpec,
+    /** Fewest blocks accepted (0: none required). */
     readonly minItems: number,
+    /** Most blocks accepted (0: unlimited). */
     readonly maxItems: number,
+    /** HCL block type name; undefined: the key in the enclosing `object`. */
     readonly name?: string,
   ) {
     super();
@@ -253,8 +277,11 @@ export class BlockListSpec<T> extends HclSpec<T, false> {
 /** `spec.blockMap(...)`: labelled blocks `name "label" { ... }` decoded to nested records. */
 export class BlockMapSpec<T> extends HclSpec<T, false> {
   constructor(
+    /** Names of the block labels, outermost first; one level of nesting per label. */
     readonly labels: readonly string[],
+    /** Spec of each block's body. */
     readonly nested: HclSpec,
+    /** HCL block type name; undefined: the key in the enclosing `object`. */
     readonly name?: string,
   ) {
     super();
@@ -288,7 +315,9 @@ export class BlockMapSpec<T> extends HclSpec<T, false> {
 /** `spec.default(...)`: `primary`, or `fallback` when primary is absent. */
 export class DefaultSpec<T> extends HclSpec<T, false> {
   constructor(
+    /** The spec whose value is used when present. */
     readonly primary: HclSpec,
+    /** Used when `primary` is absent; usually a {@link LiteralSpec}. */
     readonly fallback: HclSpec,
   ) {
     super();
@@ -306,8 +335,12 @@ export class DefaultSpec<T> extends HclSpec<T, false> {
 
 /** `spec.literal(...)`: a constant. */
 export class LiteralSpec<T> extends HclSpec<T, false> {
+  /** `value` as an HCL expression, what Nomad receives. */
   readonly hcl: string;
-  constructor(readonly value: T) {
+  constructor(
+    /** The constant; each decode returns a copy of it. */
+    readonly value: T,
+  ) {
     super();
     this.hcl = toHclLiteral(value);
   }
@@ -339,7 +372,8 @@ export interface BlockListOptions extends NameOption {
   max?: number;
 }
 
-type TupleValue<A extends readonly HclSpec<unknown, boolean>[]> = {
+/** The decoded value of `spec.array(items)`: one element per item, `| undefined` where an item may be absent. */
+export type TupleValue<A extends readonly HclSpec<unknown, boolean>[]> = {
   -readonly [K in keyof A]: A[K] extends HclSpec<infer T, infer O> ? (O extends true ? T | undefined : T) : never;
 };
 

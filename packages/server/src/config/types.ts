@@ -6,10 +6,28 @@
 
 /** A parsed HCL type expression. */
 export type HclType =
-  | { readonly kind: "string" | "number" | "bool" | "any" }
-  | { readonly kind: "list" | "set" | "map"; readonly elem: HclType }
-  | { readonly kind: "object"; readonly attrs: ReadonlyMap<string, HclType> }
-  | { readonly kind: "tuple"; readonly elems: readonly HclType[] };
+  | {
+      /** A primitive type. */
+      readonly kind: "string" | "number" | "bool" | "any";
+    }
+  | {
+      /** A collection type. */
+      readonly kind: "list" | "set" | "map";
+      /** Type of every element (every value, for a map). */
+      readonly elem: HclType;
+    }
+  | {
+      /** `object({name=type,...})`. */
+      readonly kind: "object";
+      /** Attribute types by name. */
+      readonly attrs: ReadonlyMap<string, HclType>;
+    }
+  | {
+      /** `tuple([type,...])`. */
+      readonly kind: "tuple";
+      /** Element types, in order. */
+      readonly elems: readonly HclType[];
+    };
 
 /**
  * The HCL type expressions an attribute may declare. Collections nest: `list(map(string))`.
@@ -27,9 +45,11 @@ export type HclTypeExpr =
   | `object(${string})`
   | `tuple(${string})`;
 
-type StripSpaces<S extends string> = S extends `${infer A} ${infer B}` ? StripSpaces<`${A}${B}`> : S;
+/** `S` without spaces, so `"map( string )"` maps like `"map(string)"`. */
+export type StripSpaces<S extends string> = S extends `${infer A} ${infer B}` ? StripSpaces<`${A}${B}`> : S;
 
-type ValueOfStripped<S extends string> = S extends "string"
+/** {@link HclValue} of a type expression that has no spaces. */
+export type ValueOfStripped<S extends string> = S extends "string"
   ? string
   : S extends "number"
     ? number

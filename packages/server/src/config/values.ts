@@ -18,7 +18,9 @@ export type FieldPath = readonly (string | number)[];
  */
 export class ConfigFieldError extends Error {
   constructor(
+    /** Where the problem is: keys and list indexes from the root of the config ([] for the root). */
     readonly path: FieldPath,
+    /** What is wrong, without the field name (the message adds it). */
     readonly problem: string,
   ) {
     super(path.length === 0 ? problem : `field "${formatPath(path)}": ${problem}`);

@@ -13,6 +13,11 @@ export interface ServeDriverOptions extends Omit<ServePluginOptions, "register" 
   logger?: ServePluginOptions["logger"];
   /** Register additional services next to BasePlugin and Driver. */
   register?(router: ConnectRouter, ctx: PluginContext): void;
+  /**
+   * Called once when shutdown starts, after the driver's streams ended and `driver.shutdown` ran,
+   * while the server still answers. Bounded by `shutdownTimeoutMs` together with `driver.shutdown`.
+   */
+  onShutdown?(): void | Promise<void>;
 }
 
 /** A running driver plugin. */

@@ -108,12 +108,17 @@ export interface ResourceUsageInput {
  */
 export type TaskStatsInput =
   | (ResourceUsageInput & {
+      /** When the sample was taken; default now. */
       timestamp?: Date | undefined;
+      /** Usage per process, keyed by pid (as a string). */
       byPid?: Record<string, ResourceUsageInput | MessageInitShape<typeof TaskResourceUsageSchema>> | undefined;
     })
   | {
+      /** When the sample was taken; default now. */
       timestamp?: Date | undefined;
+      /** Usage of the whole task (`agg_resource_usage`). */
       agg: ResourceUsageInput | MessageInitShape<typeof TaskResourceUsageSchema>;
+      /** Usage per process, keyed by pid (as a string). */
       byPid?: Record<string, ResourceUsageInput | MessageInitShape<typeof TaskResourceUsageSchema>> | undefined;
     }
   | TaskStats
@@ -125,10 +130,30 @@ export type AttributeValue =
   | boolean
   | number
   | bigint
-  | { float: number; unit?: string }
-  | { int: number | bigint; unit?: string }
-  | { string: string; unit?: string }
-  | { bool: boolean; unit?: string };
+  | {
+      /** A float attribute, even for a whole number. */
+      float: number;
+      /** Unit Nomad shows and compares with, e.g. "MHz", "MiB"; default none. */
+      unit?: string;
+    }
+  | {
+      /** An int64 attribute. */
+      int: number | bigint;
+      /** Unit Nomad shows and compares with, e.g. "MHz", "MiB"; default none. */
+      unit?: string;
+    }
+  | {
+      /** A string attribute. */
+      string: string;
+      /** Unit Nomad shows and compares with; default none. */
+      unit?: string;
+    }
+  | {
+      /** A bool attribute. */
+      bool: boolean;
+      /** Unit Nomad shows and compares with; default none. */
+      unit?: string;
+    };
 
 /** Driver health on this node. */
 export type HealthName = "healthy" | "unhealthy" | "undetected";
@@ -184,7 +209,14 @@ export interface TaskInfo<TC = unknown> {
   /** When StartTask (or RecoverTask) was served. */
   readonly startedAt: Date;
   /** Set once the SDK has answered a WaitTask for it. */
-  readonly exit?: { readonly result: TaskExit; readonly at: Date } | undefined;
+  readonly exit?:
+    | {
+        /** The exit the driver's `waitTask` returned. */
+        readonly result: TaskExit;
+        /** When the SDK answered the WaitTask. */
+        readonly at: Date;
+      }
+    | undefined;
 }
 
 /** Long-lived services the SDK gives a driver. */
@@ -237,7 +269,9 @@ export interface ExecTaskOptions {
 
 /** Result of `execTask`. */
 export interface ExecTaskResult {
+  /** Everything the command wrote to stdout. */
   stdout: Uint8Array;
+  /** Everything the command wrote to stderr. */
   stderr: Uint8Array;
   /** Exit status; a process killed by signal N reports 128+N. */
   exitCode: number;

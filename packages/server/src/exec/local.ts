@@ -33,10 +33,15 @@ export interface ExecCommandOptions {
 
 /** The streams {@link runExecCommand} connects the process to (an {@link ExecSession} fits). */
 export interface ExecIO {
+  /** Piped to the process (written to the terminal with `tty`). */
   stdin: Readable;
+  /** Receives the process's stdout (all terminal output with `tty`); ended when it exits. */
   stdout: Writable;
+  /** Receives the process's stderr (unused with `tty`); ended when it exits. */
   stderr: Writable;
+  /** Terminal size changes, applied to the pty (with `tty`). */
   resize?: TerminalResizes | undefined;
+  /** Aborting it kills the process group. */
   signal?: AbortSignal | undefined;
 }
 

@@ -138,7 +138,16 @@ export function commandInContext(
   ctx: TaskContext,
   file: string,
   args: readonly string[],
-): { file: string; args: string[]; uid?: number; gid?: number } {
+): {
+  /** Executable to spawn (`nsenter` when the task has a network namespace). */
+  file: string;
+  /** Its arguments. */
+  args: string[];
+  /** uid to spawn with; unset with a namespace (nsenter switches user itself, after setns). */
+  uid?: number;
+  /** gid to spawn with; unset with a namespace. */
+  gid?: number;
+} {
   if (ctx.network) {
     // Entering the namespace needs root, so nsenter switches user after setns.
     return netnsCommand(ctx.network, file, args, ctx.user ? { uid: ctx.user.uid, gid: ctx.user.gid } : {});

@@ -130,7 +130,14 @@ export function encodeExecutorState(reattach: ExecutorReattach, driver?: unknown
  * const handle = await reattachExecutor(executor);
  * ```
  */
-export function decodeExecutorState<D = unknown>(bytes: Uint8Array): { executor: ExecutorReattach; driver: D | undefined } {
+export function decodeExecutorState<D = unknown>(
+  bytes: Uint8Array,
+): {
+  /** Where to reattach to the executor ({@link reattachExecutor}). */
+  executor: ExecutorReattach;
+  /** The driver's own state passed to {@link encodeExecutorState}, if any. */
+  driver: D | undefined;
+} {
   let parsed: { executor?: Partial<ExecutorReattach>; driver?: D };
   try {
     parsed = JSON.parse(new TextDecoder().decode(bytes)) as typeof parsed;
@@ -170,7 +177,7 @@ export function isProcessAlive(pid: number): boolean {
 }
 
 /**
- * A connection to one executor process: the typed {@link ExecutorClient}, the reattach config
+ * A connection to one executor process: the typed {@link @nomadkit/client!index.ExecutorClient}, the reattach config
  * for `driver_state`, and lifecycle helpers, over `@nomadkit/client`'s go-plugin host runtime
  * (`reattachPlugin`). Closing the handle never stops the executor; only Shutdown (the RPC) or
  * {@link ExecutorHandle.kill} do.

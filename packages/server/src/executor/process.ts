@@ -8,6 +8,7 @@ import { signalName, signalNumber } from "./signals.js";
 
 /** How a task process ended (or, before that, how it was started). */
 export interface TaskExit {
+  /** Process id of the task. */
   pid: number;
   /** Exit status; 128+N when killed by signal N (Nomad's convention). */
   exitCode: number;

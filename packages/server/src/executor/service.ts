@@ -27,9 +27,13 @@ export const EXECUTOR_VERSION = "1.0.0";
 
 /** Minimal logger the executor uses (compatible with `@nomadkit/server`'s Logger). */
 export interface ExecutorLogger {
+  /** Log at debug (ignored UpdateResources calls). */
   debug(message: string, fields?: Record<string, unknown>): void;
+  /** Log at info (task launched, exited, shut down). */
   info(message: string, fields?: Record<string, unknown>): void;
+  /** Log at warn. */
   warn(message: string, fields?: Record<string, unknown>): void;
+  /** Log at error. */
   error(message: string, fields?: Record<string, unknown>): void;
 }
 
@@ -44,6 +48,7 @@ export type ExecStreamingHandler = (
 export interface ExecutorServiceOptions {
   /** Host capacity for `total_ticks`; default detected. */
   host?: HostCompute;
+  /** Where task lifecycle events are logged; default nowhere. */
   logger?: ExecutorLogger;
   /** Called after Shutdown has stopped the task and its reply is on its way (the executor exits there). */
   afterShutdown?: () => void;
@@ -133,7 +138,10 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     if (req.cgroupV2Override) await this.joinCgroup(task, req.cgroupV2Override);
     this.log.info("task launched", { pid: task.pid, cmd: req.cmd });
     void task.wait().then((s) => this.log.info("task exited", { pid: s.pid, exit_code: s.exitCode, signal: s.signal }));
-    return { process: processState({ pid: task.pid, time: task.startedAt }) };
+    return {
+      /** The started task: pid and start time. */
+      process: processState({ pid: task.pid, time: task.startedAt }),
+    };
   }
 
   private async joinCgroup(task: TaskProcess, override: string) {
@@ -150,7 +158,10 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   async wait(_req: unknown, ctx: HandlerContext) {
     const task = this.requireTask("wait");
     const state = await abortable(task.wait(), ctx.signal);
-    return { process: processState(state) };
+    return {
+      /** How the task ended: exit code, signal, time, OOM kill. */
+      process: processState(state),
+    };
   }
 
   async shutdown(req: ShutdownRequest) {
@@ -171,7 +182,10 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   }
 
   version() {
-    return { version: EXECUTOR_VERSION };
+    return {
+      /** {@link EXECUTOR_VERSION}. */
+      version: EXECUTOR_VERSION,
+    };
   }
 
   signal(req: SignalRequest) {
@@ -185,7 +199,12 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     if (req.deadline) opts.deadline = timestampDate(req.deadline);
     if (this.options.execOutputLimit !== undefined) opts.outputLimit = this.options.execOutputLimit;
     const r = await execInContext(task.context, req.cmd, req.args, opts);
-    return { output: r.output, exitCode: r.exitCode };
+    return {
+      /** stdout and stderr of the command, interleaved, up to the output limit. */
+      output: r.output,
+      /** Exit status; 128+N when killed by signal N. */
+      exitCode: r.exitCode,
+    };
   }
 
   async *stats(req: StatsRequest, ctx: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {

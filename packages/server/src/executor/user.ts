@@ -3,9 +3,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 
 /** A resolved task user. */
 export interface ResolvedUser {
+  /** Login name from passwd; the `user` string as given when it was numeric. */
   name: string;
+  /** User id the task runs as. */
   uid: number;
+  /** Primary group id (for a numeric uid without a passwd entry: the uid). */
   gid: number;
+  /** Home directory from passwd; `/` when unknown. */
   home: string;
 }
 

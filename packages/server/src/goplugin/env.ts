@@ -35,6 +35,7 @@ export const CORE_PROTOCOL_VERSION = 1;
  * ```
  */
 export class PluginEnvironmentError extends Error {
+  /** Always `"PluginEnvironmentError"`. */
   override readonly name = "PluginEnvironmentError";
 }
 

@@ -88,6 +88,7 @@ export interface ServedPlugin {
   readonly tls: boolean;
   /** The exact handshake line written to stdout (without the newline). */
   readonly handshake: string;
+  /** The plugin's logger (`options.logger` or the default hclog JSON logger on stderr). */
   readonly logger: Logger;
   /** Same as {@link PluginContext.signal}. */
   readonly signal: AbortSignal;

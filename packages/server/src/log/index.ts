@@ -19,10 +19,15 @@ export type LogFields = Record<string, unknown>;
  * when the process exits right after logging.
  */
 export interface Logger {
+  /** Log at `trace`: per-message detail, off in most hosts. */
   trace: LogMethod;
+  /** Log at `debug`. */
   debug: LogMethod;
+  /** Log at `info`. */
   info: LogMethod;
+  /** Log at `warn`. */
   warn: LogMethod;
+  /** Log at `error`. */
   error: LogMethod;
   /** A sub-logger whose `@module` is `<this module>.<name>` (hclog `Named`). */
   named(name: string): Logger;
@@ -54,7 +59,12 @@ export interface LoggerOptions {
    */
   level?: LogLevel;
   /** Where lines go. Defaults to a synchronous writer on file descriptor 2 (stderr). */
-  destination?: pino.DestinationStream | { write(line: string): unknown };
+  destination?:
+    | pino.DestinationStream
+    | {
+        /** Receives one complete JSON line (with its newline) per log call; should write synchronously. */
+        write(line: string): unknown;
+      };
 }
 
 const LEVELS: readonly LogLevel[] = ["trace", "debug", "info", "warn", "error"];

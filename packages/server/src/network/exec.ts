@@ -6,7 +6,9 @@ import type { NetworkIsolation } from "./types.js";
 
 /** A command line: the file to execute and its arguments. */
 export interface CommandLine {
+  /** Executable path or name (looked up in PATH by the spawner). */
   file: string;
+  /** Arguments, without the executable. */
   args: string[];
 }
 
@@ -30,7 +32,12 @@ export interface NetnsCommandOptions {
  * needsNetns(task.networkIsolationSpec); // false for HOST networking
  * ```
  */
-export function needsNetns(spec: Partial<NetworkIsolation> | undefined): spec is Partial<NetworkIsolation> & { path: string } {
+export function needsNetns(
+  spec: Partial<NetworkIsolation> | undefined,
+): spec is Partial<NetworkIsolation> & {
+  /** The namespace to enter, e.g. `/var/run/netns/<alloc id>`. */
+  path: string;
+} {
   return !!spec && typeof spec.path === "string" && spec.path !== "";
 }
 

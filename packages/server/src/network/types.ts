@@ -13,7 +13,14 @@ export interface NetworkIsolation {
   /** Driver-defined details. */
   labels: { [key: string]: string };
   /** Entry for the allocation's /etc/hosts, when a hostname was asked for. */
-  hostsConfig?: { hostname: string; address: string } | undefined;
+  hostsConfig?:
+    | {
+        /** The allocation's hostname. */
+        hostname: string;
+        /** The address it resolves to inside the namespace. */
+        address: string;
+      }
+    | undefined;
 }
 
 /** What {@link NetworkManager.create} returns: Nomad's `CreateNetworkResponse` fields. */

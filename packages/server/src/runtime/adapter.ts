@@ -12,9 +12,13 @@ import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/
  * ```
  */
 export const pluginAdapterDefaults = {
+  /** No response compression. */
   acceptCompression: [],
+  /** Serve the gRPC protocol. */
   grpc: true,
+  /** No gRPC-web. */
   grpcWeb: false,
+  /** No Connect protocol. */
   connect: false,
 } satisfies Partial<ConnectNodeAdapterOptions>;
 

@@ -14,10 +14,15 @@ export type LogFn = (fields: Record<string, unknown>, message?: string) => void;
  */
 export interface Logger {
   // Method syntax on purpose: loggers with richer overloads (pino, nomadkit's hclog logger) fit.
+  /** Log `message` with `fields` at trace. */
   trace(fields: Record<string, unknown>, message?: string): void;
+  /** Log at debug: cancelled calls and expected failures (RecoverableError, ConnectError). */
   debug(fields: Record<string, unknown>, message?: string): void;
+  /** Log at info. */
   info(fields: Record<string, unknown>, message?: string): void;
+  /** Log at warn. */
   warn(fields: Record<string, unknown>, message?: string): void;
+  /** Log at error: unexpected handler failures (answered Unknown), once per error. */
   error(fields: Record<string, unknown>, message?: string): void;
 }
 

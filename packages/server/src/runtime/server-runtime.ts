@@ -29,19 +29,22 @@ export type { HandlerContext };
 /** A value or a promise of it; handlers may answer synchronously. */
 export type MaybePromise<T> = T | Promise<T>;
 
-/** Handler shapes, by method kind (what generated `XHandlers` interfaces are made of). */
+/** Handler shapes, by method kind (what generated `XHandlers` interfaces are made of): one request, one response. */
 export type UnaryHandler<I extends DescMessage, O extends DescMessage> = (
   request: MessageShape<I>,
   context: HandlerContext,
 ) => MaybePromise<MessageInitShape<O>>;
+/** A server-streaming handler: one request, yields the responses (an async generator, typically). */
 export type ServerStreamingHandler<I extends DescMessage, O extends DescMessage> = (
   request: MessageShape<I>,
   context: HandlerContext,
 ) => AsyncIterable<MessageInitShape<O>>;
+/** A client-streaming handler: iterates the requests, returns one response. */
 export type ClientStreamingHandler<I extends DescMessage, O extends DescMessage> = (
   requests: AsyncIterable<MessageShape<I>>,
   context: HandlerContext,
 ) => MaybePromise<MessageInitShape<O>>;
+/** A bidirectional-streaming handler: iterates the requests while yielding responses. */
 export type BidiStreamingHandler<I extends DescMessage, O extends DescMessage> = (
   requests: AsyncIterable<MessageShape<I>>,
   context: HandlerContext,
@@ -70,6 +73,7 @@ const logged = new WeakSet<object>();
  * ```
  */
 export class ServerRuntime {
+  /** Where failures are logged: unexpected errors at error, expected ones (cancellation, RecoverableError, ConnectError) at debug. */
   readonly logger: Logger;
 
   constructor(options: ServerRuntimeOptions = {}) {

@@ -3,12 +3,15 @@ import { existsSync } from "node:fs";
 
 /** One reading of a cgroup v2 directory. Absent fields were not readable (controller not enabled). */
 export interface CgroupV2Reading {
-  /** cpu.stat usage_usec, user_usec, system_usec. */
+  /** cpu.stat usage_usec: total CPU time, microseconds. */
   usageUsec?: bigint;
+  /** cpu.stat user_usec: CPU time in user mode, microseconds. */
   userUsec?: bigint;
+  /** cpu.stat system_usec: CPU time in kernel mode, microseconds. */
   systemUsec?: bigint;
-  /** cpu.stat nr_throttled and throttled_usec (only with the cpu controller). */
+  /** cpu.stat nr_throttled: periods throttled (only with the cpu controller). */
   nrThrottled?: bigint;
+  /** cpu.stat throttled_usec: time throttled, microseconds (only with the cpu controller). */
   throttledUsec?: bigint;
   /** memory.current, bytes. */
   memoryCurrent?: bigint;
@@ -16,9 +19,11 @@ export interface CgroupV2Reading {
   memoryPeak?: bigint;
   /** memory.swap.current, bytes. */
   swapCurrent?: bigint;
-  /** memory.stat anon / file / kernel (or kernel_stack + slab), bytes. */
+  /** memory.stat anon: anonymous memory, bytes. */
   anon?: bigint;
+  /** memory.stat file: page cache, bytes. */
   file?: bigint;
+  /** memory.stat kernel (or kernel_stack + slab on older kernels), bytes. */
   kernel?: bigint;
 }
 

@@ -2,6 +2,7 @@ import { readFile, readdir } from "node:fs/promises";
 
 /** The fields of /proc/<pid>/stat the SDK uses. Times are in clock ticks (see `clockTicksPerSecond`). */
 export interface ProcStat {
+  /** Process id. */
   pid: number;
   /** Parent pid. */
   ppid: number;
@@ -19,6 +20,7 @@ export interface ProcStat {
 
 /** Resident and swapped memory of one process, in bytes. */
 export interface ProcMemory {
+  /** Resident set size (VmRSS), bytes. */
   rss: bigint;
   /** Undefined when the kernel does not report VmSwap (no swap support). */
   swap: bigint | undefined;

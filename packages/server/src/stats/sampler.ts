@@ -66,7 +66,9 @@ const PROC_CPU_FIELDS = [CPUUsage_Fields.SYSTEM_MODE, CPUUsage_Fields.USER_MODE,
  * ```
  */
 export class ProcessTreeSampler {
+  /** The process whose tree (it and all its descendants) is sampled. */
   readonly rootPid: number;
+  /** Host capacity used to turn CPU percent into `total_ticks` (MHz). */
   readonly host: HostCompute;
   private readonly options: ProcessTreeSamplerOptions;
   private readonly clk: number;
