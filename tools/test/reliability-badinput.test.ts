@@ -511,7 +511,7 @@ describe("launcher side", () => {
           fc.integer({ min: 0, max: 255 }).map((code) => ({ BAD_MODE: "exit", BAD_CODE: String(code) })),
           fc.constantFrom("SIGTERM", "SIGKILL", "SIGSEGV", "SIGABRT").map((sig) => ({ BAD_MODE: "signal", BAD_SIGNAL: sig })),
         ),
-        async (env) => {
+        async (env: Record<string, string>) => {
           const err = await launchError(env);
           const how = env.BAD_MODE === "exit" ? `exited with status ${env.BAD_CODE} ` : `exited on signal ${env.BAD_SIGNAL} `;
           return err.message.includes(how) && err.message.includes("before completing the go-plugin handshake") && err.stderr.includes("starting");
