@@ -493,12 +493,18 @@ describe("launcher side", () => {
     for (const stream of ["stdout", "stderr"]) {
       const lag = monitorEventLoopDelay({ resolution: 20 });
       lag.enable();
+      const cpu = process.cpuUsage();
       const err = await launchError({ BAD_MODE: "flood", BAD_STREAM: stream, BAD_SIZE: size });
+      const used = process.cpuUsage(cpu);
       lag.disable();
+      // stdout: the first 64 KiB already fail the handshake (it used to wait for a newline until the
+      // start timeout).
       if (stream === "stdout") expect(err.message).toContain("not a go-plugin handshake");
       else expect(err.message).toContain("exited with status 3 before completing the go-plugin handshake");
-      // Lines are read in bounded pieces; re-splitting the whole pending line on every chunk used to
-      // block the host's event loop for minutes here.
+      // Lines are read in bounded pieces, in linear time. Re-splitting the whole pending line on
+      // every chunk cost over a minute of CPU for this much stderr. (Generous bounds: CPU seconds
+      // of this process, and its worst event-loop stall.)
+      expect((used.user + used.system) / 1e6, `CPU seconds spent reading ${stream}`).toBeLessThan(15);
       expect(lag.max / 1e6, `worst event-loop stall (ms) with ${stream} flooded`).toBeLessThan(5000);
     }
     await until("the bad plugins to be gone", () => leftovers().length === 0, () => leftovers());
