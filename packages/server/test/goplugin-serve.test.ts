@@ -186,6 +186,15 @@ describe("servePlugin", () => {
     expect(existsSync(dirname(plugin.address))).toBe(false);
   });
 
+  it("with exitOnHostDisconnect, exits 0 when the host closes its connection without Shutdown", async () => {
+    const { plugin, logs } = await launch("exit-on-disconnect");
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
+    plugin.close();
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+    expect(logs.entries.some((e) => e.message === "plugin shutting down" && e.fields.reason === "host disconnected")).toBe(true);
+    expect(existsSync(dirname(plugin.address))).toBe(false);
+  });
+
   it("reports NOT_SERVING while shutting down", async () => {
     const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
     const { tmpdir } = await import("node:os");

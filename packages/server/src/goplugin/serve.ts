@@ -74,6 +74,13 @@ export interface ServePluginOptions {
    * sends more).
    */
   readMaxBytes?: number;
+  /**
+   * Shut down (gracefully, exit 0) once the host's last connection has been closed without a
+   * Shutdown call and none arrives within this many ms (`true` = 1000). Default off: a go-plugin
+   * plugin outlives its host's connection, because Nomad reattaches to running plugins after an
+   * agent restart; turn it on for hosts that never reattach.
+   */
+  exitOnHostDisconnect?: boolean | number;
 }
 
 /** A running plugin server. */
@@ -274,9 +281,19 @@ export async function servePlugin(
     } else {
       server = http2mod.createServer({}, handler);
     }
+    const disconnectGraceMs =
+      options.exitOnHostDisconnect === true ? 1000 : options.exitOnHostDisconnect || undefined;
+    let disconnectTimer: NodeJS.Timeout | undefined;
     server.on("session", (s: http2.ServerHttp2Session) => {
       sessions.add(s);
-      s.once("close", () => sessions.delete(s));
+      clearTimeout(disconnectTimer);
+      s.once("close", () => {
+        sessions.delete(s);
+        if (disconnectGraceMs !== undefined && sessions.size === 0 && shutdownPromise === undefined) {
+          disconnectTimer = setTimeout(() => void shutdown("host disconnected"), disconnectGraceMs);
+          disconnectTimer.unref();
+        }
+      });
       s.on("error", (err) =>
         logger.debug("HTTP/2 session error", { error: err.message }),
       );
