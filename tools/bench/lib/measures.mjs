@@ -1,0 +1,320 @@
+// The six measures. Each returns plain numbers for the JSON report.
+import { spawn } from "node:child_process";
+import { setMaxListeners } from "node:events";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { launchPlugin } from "@nomadkit/client";
+import {
+  ExecTaskStreamingRequestSchema,
+  ExecTaskStreamingResponseSchema,
+  InspectTaskRequestSchema,
+  InspectTaskResponseSchema,
+  TaskStatsRequestSchema,
+  TaskStatsResponseSchema,
+} from "@nomadkit/protocol/driver";
+import { EnvelopeReader, GrpcH2Client } from "./h2client.mjs";
+import { cpuOf, median, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
+
+const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
+
+/**
+ * One ExecTaskStreaming of `head -c <bytes> /dev/zero`, checking the protocol on the way: all
+ * stdout bytes, no stderr, each close marker once after its data, exactly one exited (code 0) last,
+ * grpc-status 0. With `rate` (bytes/s) the client reads no faster than that (pausing the stream).
+ * Returns seconds, MB/s and the CPU seconds the target's processes used.
+ */
+export async function execOnce(target, bytes, { rate, onTick } = {}) {
+  const setup = toBinary(
+    ExecTaskStreamingRequestSchema,
+    create(ExecTaskStreamingRequestSchema, {
+      setup: { taskId: target.taskId, command: ["head", "-c", String(bytes), "/dev/zero"], tty: false },
+    }),
+  );
+  let stdout = 0;
+  let stderr = 0;
+  let stdoutClosed = false;
+  let stderrClosed = false;
+  let exited = 0;
+  let exitCode;
+  const fail = (msg) => {
+    throw new Error(`${target.name}: exec: ${msg}`);
+  };
+  const data = (field, n) => {
+    if (exited) fail("output after exited");
+    if (field === 1) {
+      if (stdoutClosed) fail("stdout data after its close marker");
+      stdout += n;
+    } else {
+      if (stderrClosed) fail("stderr data after its close marker");
+      stderr += n;
+    }
+  };
+  const reader = new EnvelopeReader((m) => {
+    const r = fromBinary(ExecTaskStreamingResponseSchema, m);
+    if (r.stdout) {
+      if (r.stdout.data.length) data(1, r.stdout.data.length);
+      if (r.stdout.close) {
+        if (stdoutClosed) fail("second stdout close marker");
+        stdoutClosed = true;
+      }
+    }
+    if (r.stderr) {
+      if (r.stderr.data.length) data(2, r.stderr.data.length);
+      if (r.stderr.close) {
+        if (stderrClosed) fail("second stderr close marker");
+        stderrClosed = true;
+      }
+    }
+    if (r.exited) {
+      if (!stdoutClosed || !stderrClosed) fail("exited before both close markers");
+      if (exited++) fail("second exited message");
+      exitCode = r.result?.exitCode;
+    }
+  }, data);
+
+  let onChunk;
+  let t0 = performance.now();
+  if (rate) {
+    let read = 0;
+    onChunk = (chunk, req) => {
+      read += chunk.length;
+      onTick?.();
+      const wait = t0 + (read / rate) * 1000 - performance.now();
+      if (wait > 1) {
+        req.pause();
+        setTimeout(() => req.resume(), wait);
+      }
+    };
+  }
+  const client = await GrpcH2Client.connect(target.socket);
+  t0 = performance.now();
+  const cpu0 = cpuOf(target.pids);
+  let result;
+  try {
+    result = await client.call(`${DRIVER}/ExecTaskStreaming`, [setup], reader, {
+      halfClose: false, // Nomad never half-closes the exec request side
+      onChunk,
+    });
+  } finally {
+    client.close();
+  }
+  const { status, message } = result;
+  const seconds = (performance.now() - t0) / 1000;
+  const cpu = cpuOf(target.pids) - cpu0;
+  if (status !== 0) fail(`grpc-status ${status}: ${message}`);
+  if (exited !== 1) fail(`expected one exited message, got ${exited}`);
+  if (exitCode !== 0) fail(`exit code ${exitCode}`);
+  if (stdout !== bytes) fail(`got ${stdout} stdout bytes, expected ${bytes}`);
+  if (stderr !== 0) fail(`got ${stderr} stderr bytes`);
+  return { seconds, mbPerSec: bytes / 1e6 / seconds, serverCpuSeconds: cpu, messages: reader.messages };
+}
+
+/** Exec throughput: best of `runs`. */
+export async function execThroughput(target, bytes, runs) {
+  let best;
+  for (let i = 0; i < runs; i++) {
+    const r = await execOnce(target, bytes);
+    if (!best || r.mbPerSec > best.mbPerSec) best = r;
+  }
+  return {
+    mbPerSec: best.mbPerSec,
+    seconds: best.seconds,
+    serverCpuSecondsPerGiB: (best.serverCpuSeconds / bytes) * 1024 ** 3,
+    messages: best.messages,
+  };
+}
+
+/** Unary InspectTask calls per second: `concurrency` calls in flight on one connection. */
+export async function unaryRate(target, { seconds, concurrency, warmupSeconds = 3 }) {
+  const req = toBinary(InspectTaskRequestSchema, create(InspectTaskRequestSchema, { taskId: target.taskId }));
+  const path = `${DRIVER}/InspectTask`;
+  const client = await GrpcH2Client.connect(target.socket);
+  try {
+    // Sanity: the reply decodes and names the task.
+    const first = fromBinary(InspectTaskResponseSchema, await client.unary(path, req));
+    if (first.task?.id !== target.taskId) throw new Error(`${target.name}: InspectTask answered for ${first.task?.id}`);
+    let counting = false;
+    let calls = 0;
+    let stop = false;
+    let failure;
+    const worker = async () => {
+      while (!stop) {
+        try {
+          await client.unary(path, req);
+        } catch (err) {
+          failure ??= err;
+          stop = true;
+          return;
+        }
+        if (counting) calls++;
+      }
+    };
+    const workers = Array.from({ length: concurrency }, worker);
+    await sleep(warmupSeconds * 1000);
+    const cpu0 = cpuOf(target.pids);
+    counting = true;
+    const t0 = performance.now();
+    await sleep(seconds * 1000);
+    counting = false;
+    const elapsed = (performance.now() - t0) / 1000;
+    const cpu = cpuOf(target.pids) - cpu0;
+    stop = true;
+    await Promise.all(workers);
+    if (failure) throw new Error(`${target.name}: InspectTask failed: ${failure.message}`);
+    return { callsPerSec: calls / elapsed, serverCpuMicrosPerCall: (cpu / calls) * 1e6, concurrency };
+  } finally {
+    client.close();
+  }
+}
+
+/** Opens `n` TaskStats streams on one connection; returns their message counters and a close function. */
+async function openStatsStreams(target, n, intervalMs) {
+  const client = await GrpcH2Client.connect(target.socket);
+  const req = toBinary(
+    TaskStatsRequestSchema,
+    create(TaskStatsRequestSchema, {
+      taskId: target.taskId,
+      collectionInterval: { seconds: BigInt(Math.floor(intervalMs / 1000)), nanos: (intervalMs % 1000) * 1e6 },
+    }),
+  );
+  const ac = new AbortController();
+  setMaxListeners(0, ac.signal); // one listener per stream
+  const counts = new Array(n).fill(0);
+  let checked = false;
+  const done = [];
+  for (let i = 0; i < n; i++) {
+    const reader = new EnvelopeReader(
+      (m) => {
+        if (!checked) {
+          checked = true;
+          const s = fromBinary(TaskStatsResponseSchema, m).stats;
+          if (!s?.timestamp || !s.aggResourceUsage?.cpu || !s.aggResourceUsage.memory) {
+            throw new Error(`${target.name}: TaskStats sample without timestamp/cpu/memory`);
+          }
+        }
+        counts[i]++;
+      },
+      () => {
+        throw new Error("unexpected large TaskStats message");
+      },
+    );
+    done.push(client.call(`${DRIVER}/TaskStats`, [req], reader, { signal: ac.signal }).catch(() => {}));
+  }
+  return {
+    counts,
+    total: () => counts.reduce((a, b) => a + b, 0),
+    async close() {
+      ac.abort();
+      await Promise.race([Promise.all(done), sleep(2000)]);
+      client.close();
+    },
+  };
+}
+
+/** TaskStats messages per second over `streams` streams at the smallest interval (10 ms). */
+export async function statsRate(target, { streams, seconds, intervalMs = 1 }) {
+  const s = await openStatsStreams(target, streams, intervalMs);
+  await sleep(500);
+  const c0 = s.total();
+  const cpu0 = cpuOf(target.pids);
+  const t0 = performance.now();
+  await sleep(seconds * 1000);
+  const msgs = s.total() - c0;
+  const elapsed = (performance.now() - t0) / 1000;
+  const cpu = cpuOf(target.pids) - cpu0;
+  await s.close();
+  return { msgsPerSec: msgs / elapsed, streams, serverCpuMicrosPerMsg: (cpu / Math.max(1, msgs)) * 1e6 };
+}
+
+/** Median VmRSS of `pid` over `n` samples 100 ms apart (smooths allocator and GC noise). */
+async function steadyRss(pid, n = 5) {
+  const v = [];
+  for (let i = 0; i < n; i++) {
+    v.push(procMemory(pid).rss);
+    if (i < n - 1) await sleep(100);
+  }
+  return median(v);
+}
+
+/**
+ * RSS growth of the serving process per open TaskStats stream (1 s interval): median RSS before,
+ * then `streams` streams opened on one connection, median RSS after they settled.
+ */
+export async function statsMemory(target, { streams, settleMs = 1500 }) {
+  const before = await steadyRss(target.pid);
+  const s = await openStatsStreams(target, streams, 1000);
+  await sleep(settleMs);
+  const after = await steadyRss(target.pid);
+  const received = s.total();
+  await s.close();
+  return { bytesPerStream: (after - before) / streams, streams, rssBefore: before, rssAfter: after, messagesSeen: received };
+}
+
+function spawnTimed(cmd, args) {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const child = spawn(cmd, args, { stdio: "ignore" });
+    child.once("error", reject);
+    child.once("exit", () => resolve(performance.now() - t0));
+  });
+}
+
+/**
+ * Start-up cycle: launchPlugin (spawn + go-plugin handshake) → PluginInfo answered → kill()
+ * complete (GRPCController.Shutdown, process exit), versus spawning `node -e 0` until it exits.
+ * Median of `runs`, alternating the two.
+ */
+export async function startup(bin, { runs }) {
+  const bare = [];
+  const plugin = [];
+  const phases = { handshake: [], pluginInfo: [], shutdown: [] };
+  for (let i = 0; i < runs; i++) {
+    bare.push(await spawnTimed(process.execPath, ["-e", "0"]));
+    const t0 = performance.now();
+    const p = await launchPlugin(bin, [], {});
+    const t1 = performance.now();
+    const info = await p.basePlugin.pluginInfo({});
+    const t2 = performance.now();
+    await p.kill();
+    const t3 = performance.now();
+    if (info.type === undefined || !info.name) throw new Error("PluginInfo without name");
+    plugin.push(t3 - t0);
+    phases.handshake.push(t1 - t0);
+    phases.pluginInfo.push(t2 - t1);
+    phases.shutdown.push(t3 - t2);
+  }
+  return {
+    pluginMs: median(plugin),
+    bareNodeMs: median(bare),
+    ratio: median(plugin) / median(bare),
+    runs,
+    phasesMs: { handshake: median(phases.handshake), pluginInfo: median(phases.pluginInfo), shutdown: median(phases.shutdown) },
+  };
+}
+
+/** Idle RSS of a freshly started plugin (after PluginInfo and a settle) versus an idle bare node. */
+export async function idleRss(bin, { runs = 3, settleMs = 1000 }) {
+  const plugin = [];
+  const bare = [];
+  for (let i = 0; i < runs; i++) {
+    const p = await launchPlugin(bin, [], {});
+    await p.basePlugin.pluginInfo({});
+    await sleep(settleMs);
+    plugin.push(procMemory(p.pid).rss);
+    await p.kill();
+    const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
+    await sleep(settleMs);
+    bare.push(procMemory(child.pid).rss);
+    child.kill("SIGKILL");
+  }
+  return { pluginBytes: median(plugin), bareNodeBytes: median(bare), ratio: median(plugin) / median(bare), runs };
+}
+
+/** Peak RSS growth (summed over the target's processes) during one slowly-read exec. */
+export async function slowReader(target, bytes, rate) {
+  await sleep(300);
+  const base = rssOf(target.pids);
+  const sampler = rssSampler(() => target.pids, 10);
+  const r = await execOnce(target, bytes, { rate });
+  const { peak, samples } = sampler.stop();
+  return { growthBytes: Math.max(0, peak - base), baseBytes: base, peakBytes: peak, seconds: r.seconds, mbPerSec: r.mbPerSec, samples };
+}

@@ -1,0 +1,110 @@
+// Starting and stopping what is measured: the reference driver (launchPlugin, as Nomad launches
+// it, with one running task), the one-hop nomadkit bench driver, the grpc-js peer and the raw
+// HTTP/2 limit server.
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { encode } from "@msgpack/msgpack";
+import { launchPlugin } from "@nomadkit/client";
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const repoRoot = resolve(here, "../../..");
+export const referenceDriverBin = join(repoRoot, "examples/rawexec-driver/bin/nomadkit-rawexec");
+export const benchDriverFile = join(here, "../servers/nomadkit-driver.mjs");
+
+/** Launches a driver plugin (go-plugin handshake), configures it and starts one long-running task. */
+export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDir } = {}) {
+  const plugin = await launchPlugin(cmd, args, profileDir ? { env: profileEnv(profileDir) } : {});
+  const allocDir = mkdtempSync(join(tmpdir(), "nk-bench-alloc-"));
+  const taskName = "bench";
+  mkdirSync(join(allocDir, taskName));
+  const allocId = randomUUID();
+  const taskId = `${allocId}/${taskName}/bench`;
+  try {
+    await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
+    await plugin.driver.init({}).catch(() => {});
+    await plugin.driver.startTask({
+      task: {
+        id: taskId,
+        name: taskName,
+        jobName: "bench",
+        jobId: "bench",
+        taskGroupName: taskName,
+        namespace: "default",
+        allocId,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+        msgpackDriverConfig: encode(taskConfig),
+        allocDir,
+        stdoutPath: join(allocDir, `${taskName}.stdout`),
+        stderrPath: join(allocDir, `${taskName}.stderr`),
+      },
+    });
+    const inspect = await plugin.driver.inspectTask({ taskId });
+    const executorPid = Number(inspect.driver?.attributes.executor_pid ?? 0);
+    return {
+      name,
+      plugin,
+      socket: plugin.address,
+      taskId,
+      pid: plugin.pid,
+      /** The plugin and, for the reference driver, its task's executor. */
+      pids: executorPid && executorPid !== plugin.pid ? [plugin.pid, executorPid] : [plugin.pid],
+      async stop() {
+        await plugin.driver.stopTask({ taskId, timeout: { seconds: 2n, nanos: 0 }, signal: "SIGKILL" }).catch(() => {});
+        await plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+        await plugin.kill();
+        rmSync(allocDir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    await plugin.kill().catch(() => {});
+    rmSync(allocDir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/**
+ * Environment that makes a process (and the executors it starts) write a V8 CPU profile on exit
+ * (`--cpu-prof` is not allowed in NODE_OPTIONS, so a preloaded hook uses the inspector).
+ */
+export function profileEnv(dir) {
+  return {
+    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --require ${join(here, "cpu-prof-hook.cjs")}`.trim(),
+    NOMADKIT_BENCH_PROFILE_DIR: dir,
+  };
+}
+
+/**
+ * Starts one of tools/bench/servers/*.mjs; it prints its socket path on the first line. Targets
+ * expose `socket`; every measure opens its own client connection to it.
+ */
+export async function startServer(name, file, options = {}, { profileDir } = {}) {
+  const child = spawn(process.execPath, [join(here, "../servers", file), JSON.stringify(options)], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: profileDir ? { ...process.env, ...profileEnv(profileDir) } : process.env,
+  });
+  const socket = await new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const nl = out.indexOf("\n");
+      if (nl >= 0) resolve(out.slice(0, nl));
+    });
+    child.once("exit", (code) => reject(new Error(`${file} exited (${code}) before listening`)));
+  });
+  return {
+    name,
+    socket,
+    taskId: "bench-task",
+    pid: child.pid,
+    pids: [child.pid],
+    async stop() {
+      const gone = new Promise((r) => child.once("exit", r));
+      child.kill("SIGTERM");
+      await gone;
+    },
+  };
+}

@@ -1,0 +1,333 @@
+#!/usr/bin/env node
+// nomadkit benchmark (`npm run bench`, issue 7): exec throughput, unary rate, TaskStats streams,
+// start-up, idle RSS and slow-reader memory, each next to its peers (@grpc/grpc-js serving the same
+// handlers, a raw node:http2 limit, bare node), printed as a table and written as JSON.
+// Not a test: numbers depend on the machine; targets are reported as PASS/MISS, never asserted.
+//
+//   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 1] [--slow-bytes <exec-bytes>]
+//     [--slow-rate 128MiB] [--startup-runs 11] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
+//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow]
+//     [--quick] [--json tools/bench/results/latest.json] [--snapshot <name>]
+import { execFileSync } from "node:child_process";
+import { cpus, freemem, loadavg, totalmem } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
+import { execThroughput, idleRss, slowReader, startup, statsMemory, statsRate, unaryRate } from "./lib/measures.mjs";
+import { benchDriverFile, launchDriver, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
+import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const ALL = ["exec", "unary", "stats", "startup", "idle", "slow"];
+
+function parseArgs(argv) {
+  const o = {
+    execBytes: 1024 ** 3,
+    execRuns: 1,
+    slowBytes: undefined,
+    slowRate: 128 * MiB,
+    startupRuns: 11,
+    unarySeconds: 3,
+    unaryWarmup: 3,
+    unaryConcurrency: 16,
+    statsStreams: 100,
+    statsSeconds: 3,
+    heapStreams: 500,
+    idleRuns: 3,
+    only: ALL,
+    quick: false,
+    json: join(here, "results/latest.json"),
+    snapshot: undefined,
+    profile: undefined,
+  };
+  const num = (flag, v) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`${flag} ${JSON.stringify(v)}: expected a positive number`);
+    return n;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const [flag, inline] = a.includes("=") ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)] : [a, undefined];
+    const val = () => {
+      const v = inline ?? argv[++i];
+      if (v === undefined) throw new Error(`${flag}: missing value`);
+      return v;
+    };
+    switch (flag) {
+      case "--exec-bytes": o.execBytes = parseSize(val(), flag); break;
+      case "--exec-runs": o.execRuns = num(flag, val()); break;
+      case "--slow-bytes": o.slowBytes = parseSize(val(), flag); break;
+      case "--slow-rate": o.slowRate = parseSize(val(), flag); break;
+      case "--startup-runs": o.startupRuns = num(flag, val()); break;
+      case "--unary-seconds": o.unarySeconds = num(flag, val()); break;
+      case "--unary-concurrency": o.unaryConcurrency = num(flag, val()); break;
+      case "--unary-warmup": o.unaryWarmup = num(flag, val()); break;
+      case "--stats-streams": o.statsStreams = num(flag, val()); break;
+      case "--heap-streams": o.heapStreams = num(flag, val()); break;
+      case "--only": {
+        o.only = val().split(",").map((s) => s.trim()).filter(Boolean);
+        for (const m of o.only) if (!ALL.includes(m)) throw new Error(`--only: unknown measure ${JSON.stringify(m)} (one of ${ALL.join(", ")})`);
+        break;
+      }
+      case "--quick":
+        o.quick = true;
+        break;
+      case "--json": o.json = resolve(val()); break;
+      case "--snapshot": o.snapshot = val(); break;
+      case "--profile": o.profile = resolve(val()); break;
+      case "-h":
+      case "--help":
+        process.stdout.write(readHelp());
+        process.exit(0);
+      default:
+        throw new Error(`unknown option ${a} (try --help)`);
+    }
+  }
+  if (o.quick) {
+    o.startupRuns = Math.min(o.startupRuns, 3);
+    o.idleRuns = 1;
+    o.unarySeconds = Math.min(o.unarySeconds, 0.5);
+    o.unaryWarmup = Math.min(o.unaryWarmup, 0.5);
+    o.statsSeconds = 0.5;
+    o.statsStreams = Math.min(o.statsStreams, 10);
+    o.heapStreams = Math.min(o.heapStreams, 20);
+  }
+  o.slowBytes ??= o.execBytes;
+  return o;
+}
+
+function readHelp() {
+  return `usage: node tools/bench/run.mjs [options]\n
+  --exec-bytes SIZE       output of the exec measures (head -c SIZE /dev/zero); default 1GiB
+  --exec-runs N           exec runs per target, best kept; default 1
+  --slow-bytes SIZE       output of the slow-reader exec; default --exec-bytes
+  --slow-rate SIZE        slow reader's rate per second; default 128MiB
+  --startup-runs N        start-up cycles (median); default 11
+  --unary-seconds S       measuring time of the unary rate; default 3
+  --unary-concurrency N   unary calls in flight; default 16
+  --unary-warmup S        warm-up before measuring the unary rate; default 3
+  --stats-streams N       TaskStats streams for the message rate; default 100
+  --heap-streams N        TaskStats streams for memory per stream; default 500
+  --only LIST             some of ${ALL.join(",")}
+  --quick                 few runs and short windows (smoke test)
+  --json FILE             where to write the JSON; default tools/bench/results/latest.json
+  --snapshot NAME         also write tools/bench/results/NAME.json
+  --profile DIR           run the served processes with --cpu-prof into DIR (summarise with
+                          node tools/bench/profile-summary.mjs DIR/*.cpuprofile)\n`;
+}
+
+function machine() {
+  let cpuModel = cpus()[0]?.model ?? "unknown";
+  let gitHead;
+  try {
+    gitHead = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: repoRoot, encoding: "utf8" }).trim();
+  } catch {
+    gitHead = undefined;
+  }
+  return {
+    nproc: cpus().length,
+    cpuModel,
+    memTotalBytes: totalmem(),
+    memFreeBytes: freemem(),
+    node: process.version,
+    platform: `${process.platform} ${process.arch}`,
+    loadAverage: loadavg().map((l) => Math.round(l * 100) / 100),
+    gitHead,
+  };
+}
+
+const fmt = {
+  mbs: (v) => (v === undefined ? "-" : `${v.toFixed(0)} MB/s`),
+  rate: (v, unit) => (v === undefined ? "-" : `${v.toFixed(0)} ${unit}`),
+  ms: (v) => (v === undefined ? "-" : `${v.toFixed(0)} ms`),
+  bytes: (v) => (v === undefined ? "-" : fmtBytes(v)),
+  kib: (v) => (v === undefined ? "-" : `${(v / 1024).toFixed(1)} KiB`),
+  x: (v) => (v === undefined || !Number.isFinite(v) ? "-" : `${v.toFixed(2)}x`),
+};
+
+function table(rows, headers) {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i] ?? "").length)));
+  const line = (cells) => "| " + cells.map((c, i) => String(c ?? "").padEnd(widths[i])).join(" | ") + " |";
+  return [line(headers), "|" + widths.map((w) => "-".repeat(w + 2)).join("|") + "|", ...rows.map(line)].join("\n");
+}
+
+async function main() {
+  const o = parseArgs(process.argv.slice(2));
+  const want = new Set(o.only);
+  const started = Date.now();
+  const report = {
+    date: new Date().toISOString(),
+    command: `node tools/bench/run.mjs ${process.argv.slice(2).join(" ")}`.trim(),
+    machine: machine(),
+    client: CLIENT_DESCRIPTION,
+    options: { ...o, json: undefined },
+    measures: {},
+    targets: [],
+  };
+  const log = (s) => process.stderr.write(`bench: ${s}\n`);
+  const M = report.measures;
+
+  const needTargets = ["exec", "unary", "stats", "slow"].some((m) => want.has(m));
+  const targets = {};
+  const cleanup = async () => {
+    for (const t of Object.values(targets)) await t.stop().catch((e) => log(`stopping ${t.name}: ${e.message}`));
+  };
+  const onSignal = () => void cleanup().finally(() => process.exit(130));
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  try {
+    if (needTargets) {
+      log("starting the reference driver (launchPlugin + StartTask), the one-hop bench driver, grpc-js and the raw HTTP/2 server");
+      const profileDir = o.profile;
+      if (profileDir) mkdirSync(profileDir, { recursive: true });
+      targets.ref = await launchDriver("reference driver", referenceDriverBin, [], { taskConfig: { command: "/bin/sleep", args: ["3600"] }, profileDir });
+      targets.onehop = await launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir });
+      targets.grpcjs = await startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir });
+      targets.raw = await startServer("raw http2", "raw-h2-server.mjs", {}, { profileDir });
+    }
+
+    if (want.has("stats")) {
+      M.statsMemory = {
+        what: `VmRSS growth of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection; VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart) before, and again 1.5 s after`,
+      };
+      for (const k of ["ref", "onehop", "grpcjs"]) {
+        log(`TaskStats memory via ${targets[k].name}`);
+        M.statsMemory[k] = await statsMemory(targets[k], { streams: o.heapStreams });
+      }
+      M.statsRate = {
+        what: `TaskStats messages per second over ${o.statsStreams} streams asking collection_interval 1 ms (both servers clamp to 10 ms, so at most ${o.statsStreams * 100}/s); synthetic samples (the reference driver samples its executor once a second)`,
+      };
+      for (const k of ["onehop", "grpcjs"]) {
+        log(`TaskStats rate via ${targets[k].name}`);
+        M.statsRate[k] = await statsRate(targets[k], { streams: o.statsStreams, seconds: o.statsSeconds });
+      }
+    }
+    if (want.has("exec")) {
+      M.exec = { bytes: o.execBytes, runs: o.execRuns, what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB` };
+      for (const k of ["raw", "ref", "onehop", "grpcjs"]) {
+        log(`exec ${fmtBytes(o.execBytes)} via ${targets[k].name}`);
+        M.exec[k] = await execThroughput(targets[k], o.execBytes, o.execRuns);
+      }
+    }
+    if (want.has("unary")) {
+      M.unary = { what: `InspectTask round trips per second, ${o.unaryConcurrency} in flight on one connection, ${o.unarySeconds} s after ${o.unaryWarmup} s of warm-up (JIT)`, concurrency: o.unaryConcurrency };
+      for (const k of ["ref", "onehop", "grpcjs"]) {
+        log(`unary InspectTask via ${targets[k].name}`);
+        M.unary[k] = await unaryRate(targets[k], { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup });
+      }
+    }
+    if (want.has("slow")) {
+      M.slowReader = {
+        bytes: o.slowBytes,
+        rateBytesPerSec: o.slowRate,
+        what: `peak VmRSS growth (sum over plugin + executor; the server process for grpc-js) while the client reads "head -c ${o.slowBytes} /dev/zero" at ${fmtBytes(o.slowRate)}/s, sampled every 10 ms`,
+      };
+      for (const k of ["ref", "grpcjs"]) {
+        log(`slow reader via ${targets[k].name}`);
+        M.slowReader[k] = await slowReader(targets[k], o.slowBytes, o.slowRate);
+      }
+    }
+  } finally {
+    await cleanup();
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
+  if (want.has("startup")) {
+    log(`start-up cycle x${o.startupRuns}`);
+    M.startup = {
+      what: "spawn → go-plugin handshake → PluginInfo answered → kill() done (GRPCController.Shutdown + exit), via launchPlugin, versus spawn of `node -e 0` until exit; medians",
+      ...(await startup(referenceDriverBin, { runs: o.startupRuns })),
+    };
+  }
+  if (want.has("idle")) {
+    log("idle RSS");
+    M.idleRss = {
+      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn; medians',
+      ...(await idleRss(referenceDriverBin, { runs: o.idleRuns })),
+    };
+  }
+
+  // Targets.
+  const T = report.targets;
+  const target = (name, value, limit, pass, shown) => T.push({ name, value, limit, pass, shown });
+  if (M.exec) {
+    const r = M.exec.ref.mbPerSec / M.exec.raw.mbPerSec;
+    const g = M.exec.ref.mbPerSec / M.exec.grpcjs.mbPerSec;
+    M.exec.ratios = { refVsRaw: r, refVsGrpcjs: g, onehopVsRaw: M.exec.onehop.mbPerSec / M.exec.raw.mbPerSec, onehopVsGrpcjs: M.exec.onehop.mbPerSec / M.exec.grpcjs.mbPerSec };
+    target("exec throughput vs raw HTTP/2 limit", r, ">= 0.6x", r >= 0.6, fmt.x(r));
+    target("exec throughput vs grpc-js", g, ">= 3x", g >= 3, fmt.x(g));
+  }
+  if (M.unary) {
+    const u = M.unary.ref.callsPerSec / M.unary.grpcjs.callsPerSec;
+    M.unary.ratios = { refVsGrpcjs: u };
+    target("unary rate vs grpc-js", u, ">= 1x", u >= 1, fmt.x(u));
+  }
+  if (M.startup) target("start-up vs bare node", M.startup.ratio, "<= 1.5x", M.startup.ratio <= 1.5, fmt.x(M.startup.ratio));
+  if (M.idleRss) target("idle RSS vs bare node", M.idleRss.ratio, "<= 1.3x", M.idleRss.ratio <= 1.3, fmt.x(M.idleRss.ratio));
+  if (M.slowReader) {
+    const g = M.slowReader.ref.growthBytes;
+    target("slow-reader RSS growth", g, "<= 32 MiB", g <= 32 * MiB, fmtBytes(g));
+  }
+  report.seconds = (Date.now() - started) / 1000;
+
+  // Output.
+  const rows = [];
+  const X = fmt.x;
+  if (M.exec) {
+    const e = M.exec;
+    rows.push([`exec stdout ${fmtBytes(e.bytes)} (MB/s)`, fmt.mbs(e.ref.mbPerSec), fmt.mbs(e.onehop.mbPerSec), fmt.mbs(e.grpcjs.mbPerSec), `${fmt.mbs(e.raw.mbPerSec)} (raw h2)`, `ref/raw ${X(e.ratios.refVsRaw)}, ref/grpc-js ${X(e.ratios.refVsGrpcjs)}`]);
+    rows.push(["exec server CPU s per GiB", e.ref.serverCpuSecondsPerGiB.toFixed(2), e.onehop.serverCpuSecondsPerGiB.toFixed(2), e.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${e.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, ""]);
+  }
+  if (M.unary) {
+    const u = M.unary;
+    rows.push([`unary InspectTask (calls/s, ${u.concurrency} in flight)`, fmt.rate(u.ref.callsPerSec, "/s"), fmt.rate(u.onehop.callsPerSec, "/s"), fmt.rate(u.grpcjs.callsPerSec, "/s"), "", `ref/grpc-js ${X(u.ratios.refVsGrpcjs)}`]);
+  }
+  if (M.statsRate) {
+    const s = M.statsRate;
+    rows.push([`TaskStats msgs/s (${s.onehop.streams} streams, 10 ms)`, "-", fmt.rate(s.onehop.msgsPerSec, "/s"), fmt.rate(s.grpcjs.msgsPerSec, "/s"), `${s.onehop.streams * 100}/s (ideal)`, `nomadkit/grpc-js ${X(s.onehop.msgsPerSec / s.grpcjs.msgsPerSec)}`]);
+  }
+  if (M.statsMemory) {
+    const s = M.statsMemory;
+    rows.push([`TaskStats RSS per open stream (${s.ref.streams})`, fmt.kib(s.ref.bytesPerStream), fmt.kib(s.onehop.bytesPerStream), fmt.kib(s.grpcjs.bytesPerStream), "", ""]);
+  }
+  if (M.startup) {
+    const s = M.startup;
+    rows.push([`start-up cycle (median of ${s.runs})`, fmt.ms(s.pluginMs), "-", "-", `${fmt.ms(s.bareNodeMs)} (node -e 0)`, `${X(s.ratio)} (handshake ${fmt.ms(s.phasesMs.handshake)}, PluginInfo ${fmt.ms(s.phasesMs.pluginInfo)}, shutdown ${fmt.ms(s.phasesMs.shutdown)})`]);
+  }
+  if (M.idleRss) {
+    const s = M.idleRss;
+    rows.push(["idle RSS", fmt.bytes(s.pluginBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, X(s.ratio)]);
+  }
+  if (M.slowReader) {
+    const s = M.slowReader;
+    rows.push([`slow reader ${fmtBytes(s.bytes)} at ${fmtBytes(s.rateBytesPerSec)}/s: peak RSS growth`, fmt.bytes(s.ref.growthBytes), "-", fmt.bytes(s.grpcjs.growthBytes), "", "plugin + executor"]);
+  }
+  const out = [
+    "",
+    `nomadkit bench — ${report.date} — node ${report.machine.node}, ${report.machine.nproc} CPUs (${report.machine.cpuModel}), load ${report.machine.loadAverage.join(" ")}`,
+    `client (all measures): ${CLIENT_DESCRIPTION}`,
+    "",
+    table(rows, ["measure", "nomadkit reference driver", "nomadkit one hop", "grpc-js", "limit / bare", "ratio"]),
+    "",
+    table(T.map((t) => [t.name, t.shown, t.limit, t.pass ? "PASS" : "MISS"]), ["target", "value", "target", "result"]),
+    "",
+    "what was measured:",
+    ...Object.entries(M).map(([k, v]) => `  ${k}: ${v.what}`),
+    `  reference driver = examples/rawexec-driver (launchPlugin; ExecTaskStreaming forwarded driver → executor → child, two gRPC hops)`,
+    `  nomadkit one hop = tools/bench/servers/nomadkit-driver.mjs (serveDriver; runExecCommand in the plugin)`,
+    `  grpc-js = tools/bench/servers/grpcjs-server.mjs (@grpc/grpc-js + @grpc/proto-loader, same handlers)`,
+    `  raw h2 = tools/bench/servers/raw-h2-server.mjs (node:http2, pre-framed 1 MiB messages)`,
+    `done in ${report.seconds.toFixed(0)} s; JSON: ${o.json}${o.snapshot ? ` and results/${o.snapshot}.json` : ""}`,
+    "",
+  ];
+  process.stdout.write(out.join("\n"));
+  mkdirSync(dirname(o.json), { recursive: true });
+  writeFileSync(o.json, JSON.stringify(report, null, 2) + "\n");
+  if (o.snapshot) writeFileSync(join(here, "results", `${o.snapshot}.json`), JSON.stringify(report, null, 2) + "\n");
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench: ${err && err.stack ? err.stack : err}\n`);
+  process.exit(1);
+});

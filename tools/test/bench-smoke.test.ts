@@ -1,0 +1,60 @@
+// `npm run bench` smoke test: the benchmark runs end to end with tiny sizes and writes a JSON
+// report with every measure, its peers and the targets. No performance assertions: numbers depend
+// on the machine; the bench itself reports PASS/MISS.
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+
+describe("npm run bench", () => {
+  it("runs every measure with minimal sizes and writes the JSON report", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-bench-smoke-"));
+    const json = join(dir, "bench.json");
+    try {
+      const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((done, fail) => {
+        const child = spawn(process.execPath, [join(repo, "tools/bench/run.mjs"), "--exec-bytes", "4MiB", "--slow-rate", "64MiB", "--quick", "--json", json], {
+          cwd: repo,
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+        let out = "";
+        let err = "";
+        child.stdout.on("data", (d) => (out += d));
+        child.stderr.on("data", (d) => (err += d));
+        child.once("error", fail);
+        child.once("exit", (c) => done({ code: c, stdout: out, stderr: err }));
+      });
+      expect(code, `bench failed:\n${stderr}\n${stdout}`).toBe(0);
+      const report = JSON.parse(readFileSync(json, "utf8"));
+      expect(report.client).toMatch(/http2/);
+      expect(report.machine.nproc).toBeGreaterThan(0);
+      const m = report.measures;
+      for (const k of ["raw", "ref", "onehop", "grpcjs"]) expect(m.exec[k].mbPerSec).toBeGreaterThan(0);
+      expect(m.exec.bytes).toBe(4 * 1024 * 1024);
+      for (const k of ["ref", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
+      for (const k of ["onehop", "grpcjs"]) expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
+      for (const k of ["ref", "onehop", "grpcjs"]) expect(typeof m.statsMemory[k].bytesPerStream).toBe("number");
+      expect(m.startup.pluginMs).toBeGreaterThan(0);
+      expect(m.startup.bareNodeMs).toBeGreaterThan(0);
+      expect(m.idleRss.pluginBytes).toBeGreaterThan(0);
+      expect(m.idleRss.bareNodeBytes).toBeGreaterThan(0);
+      for (const k of ["ref", "grpcjs"]) expect(typeof m.slowReader[k].growthBytes).toBe("number");
+      for (const measure of Object.values(m) as { what: string }[]) expect(measure.what).toBeTruthy();
+      expect(report.targets.map((t: { name: string }) => t.name)).toEqual([
+        "exec throughput vs raw HTTP/2 limit",
+        "exec throughput vs grpc-js",
+        "unary rate vs grpc-js",
+        "start-up vs bare node",
+        "idle RSS vs bare node",
+        "slow-reader RSS growth",
+      ]);
+      for (const t of report.targets) expect(typeof t.pass).toBe("boolean");
+      expect(stdout).toMatch(/PASS|MISS/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+});
