@@ -203,7 +203,8 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   };
   const call = (hc: HandlerContext): CallContext<PC, TC> => {
     const c = Object.create(context) as CallContext<PC, TC>;
-    Object.defineProperty(c, "signal", { value: hc.signal, enumerable: true });
+    // A getter: the call's signal is only created if the driver uses it (cheaper unary calls).
+    Object.defineProperty(c, "signal", { get: () => hc.signal, enumerable: true });
     return c;
   };
 

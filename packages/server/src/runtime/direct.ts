@@ -1,0 +1,511 @@
+/**
+ * The direct gRPC path of the plugin server: the common request (HTTP/2, `application/grpc` or
+ * `application/grpc+proto`, no request compression) is served straight on the HTTP/2 stream instead
+ * of through connect's generic pipeline of async iterables, with the same observable behaviour:
+ * the same handler functions (so the server runtime's error mapping, logging and cancellation), the
+ * same HandlerContext (connect's `createHandlerContext`, deadlines from `grpc-timeout`), the same
+ * headers and trailers (connect's `setTrailerStatus`), the same protocol errors, and one message
+ * written per handler output with the next one pulled only after the previous was written (flow
+ * control permitting). Messages carrying a {@link WireFrame} are written as their parts, without
+ * encoding or copying. Anything else (gRPC-Web, JSON, compressed requests, interceptors) goes to
+ * connect.
+ */
+import type * as http2 from "node:http2";
+import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, type ConnectRouter, type ContextValues, type HandlerContext } from "@connectrpc/connect";
+import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
+
+type AnyImpl = (input: unknown, context: unknown) => unknown;
+
+interface Route {
+  method: DescMethod;
+  impl: AnyImpl;
+}
+
+/** Options of the direct path (a subset of connect-node's adapter options). */
+export interface DirectPathOptions {
+  shutdownSignal?: AbortSignal | undefined;
+  contextValues?: ((req: http2.Http2ServerRequest) => ContextValues) | undefined;
+  maxTimeoutMs?: number | undefined;
+  /** Largest request message accepted (connect's `readMaxBytes`); default unlimited. */
+  readMaxBytes?: number | undefined;
+}
+
+const PROTO_CONTENT_TYPE = "application/grpc+proto";
+/** Request messages buffered before the HTTP/2 stream is paused (flow control then reaches the client). */
+const MAX_QUEUED_REQUESTS = 32;
+/** Output messages up to this size are copied behind their prefix (one write); bigger ones are not. */
+const COPY_LIMIT = 16 * 1024;
+
+function h2ResetError(rstCode: number): ConnectError | undefined {
+  const names: Record<number, [string, Code]> = {
+    1: ["PROTOCOL_ERROR", Code.Internal],
+    2: ["INTERNAL_ERROR", Code.Internal],
+    3: ["FLOW_CONTROL_ERROR", Code.Internal],
+    4: ["SETTINGS_TIMEOUT", Code.Internal],
+    6: ["FRAME_SIZE_ERROR", Code.Internal],
+    7: ["REFUSED_STREAM", Code.Unavailable],
+    8: ["CANCEL", Code.Canceled],
+    9: ["COMPRESSION_ERROR", Code.Internal],
+    10: ["CONNECT_ERROR", Code.Internal],
+    11: ["ENHANCE_YOUR_CALM", Code.ResourceExhausted],
+    12: ["INADEQUATE_SECURITY", Code.PermissionDenied],
+    13: ["HTTP_1_1_REQUIRED", Code.PermissionDenied],
+  };
+  const n = names[rstCode];
+  return n && new ConnectError(`http/2 stream closed with error code ${n[0]} (0x${rstCode.toString(16)})`, n[1]);
+}
+
+function webHeaders(node: http2.IncomingHttpHeaders): Headers {
+  const h = new Headers();
+  for (const k in node) {
+    if (k.charCodeAt(0) === 58 /* ":" */) continue;
+    const v = node[k];
+    if (v === undefined) continue;
+    if (typeof v === "string") h.append(k, v);
+    else for (const e of v) h.append(k, e);
+  }
+  return h;
+}
+
+function nodeHeaders(h: Headers): http2.OutgoingHttpHeaders {
+  const o: http2.OutgoingHttpHeaders = {};
+  h.forEach((value, key) => {
+    const prev = o[key];
+    if (prev === undefined) o[key] = value;
+    else o[key] = Array.isArray(prev) ? [...prev, value] : [String(prev), value];
+  });
+  return o;
+}
+
+/**
+ * The request messages of one call, parsed from the HTTP/2 stream as the handler asks for them.
+ * The stream is paused while too many are waiting.
+ */
+class RequestMessages<T> implements AsyncIterableIterator<T> {
+  readonly #stream: http2.ServerHttp2Stream;
+  readonly #schema: DescMessage;
+  readonly #queue: Uint8Array[] = [];
+  #pending: Buffer | undefined;
+  #ended = false;
+  #error: unknown;
+  #wake: (() => void) | undefined;
+  #paused = false;
+  readonly #readMaxBytes: number;
+
+  constructor(stream: http2.ServerHttp2Stream, schema: DescMessage, readMaxBytes: number) {
+    this.#stream = stream;
+    this.#schema = schema;
+    this.#readMaxBytes = readMaxBytes;
+    stream.on("data", (chunk: Buffer) => this.#onData(chunk));
+    stream.once("end", () => {
+      if (this.#pending !== undefined && this.#pending.length > 0) {
+        this.#fail(new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument));
+      }
+      this.#ended = true;
+      this.#notify();
+    });
+  }
+
+  /** The call ended before the request side did (client reset, handler done). */
+  close(reason: unknown | (() => unknown)): void {
+    if (!this.#ended && this.#error === undefined) this.#fail(typeof reason === "function" ? (reason as () => unknown)() : reason);
+    this.#queue.length = 0;
+  }
+
+  #fail(err: unknown): void {
+    if (this.#error === undefined) this.#error = { err };
+    this.#notify();
+  }
+
+  #notify(): void {
+    const w = this.#wake;
+    this.#wake = undefined;
+    w?.();
+  }
+
+  #onData(chunk: Buffer): void {
+    // After a failure the rest of the request is read and dropped.
+    if (this.#error !== undefined) return;
+    let buf = this.#pending === undefined || this.#pending.length === 0 ? chunk : Buffer.concat([this.#pending, chunk]);
+    while (buf.length >= 5) {
+      const len = buf.readUInt32BE(1);
+      if (len > this.#readMaxBytes) {
+        this.#pending = undefined;
+        this.#fail(new ConnectError(`message size ${len} is larger than configured readMaxBytes ${this.#readMaxBytes}`, Code.ResourceExhausted));
+        return;
+      }
+      if (buf.length < 5 + len) break;
+      if ((buf[0]! & 0b1) === 0b1) {
+        this.#fail(new ConnectError("received compressed envelope, but do not know how to decompress", Code.Internal));
+        return;
+      }
+      this.#queue.push(buf.subarray(5, 5 + len));
+      buf = buf.subarray(5 + len);
+    }
+    this.#pending = buf;
+    if (this.#queue.length >= MAX_QUEUED_REQUESTS && !this.#paused) {
+      this.#paused = true;
+      this.#stream.pause();
+    }
+    this.#notify();
+  }
+
+  async next(): Promise<IteratorResult<T>> {
+    for (;;) {
+      const bytes = this.#queue.shift();
+      if (bytes !== undefined) {
+        if (this.#paused && this.#queue.length < MAX_QUEUED_REQUESTS / 2) {
+          this.#paused = false;
+          this.#stream.resume();
+        }
+        let value: T;
+        try {
+          value = fromBinary(this.#schema, bytes) as T;
+        } catch (e) {
+          throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
+        }
+        return { done: false, value };
+      }
+      if (this.#error !== undefined) throw (this.#error as { err: unknown }).err;
+      if (this.#ended) return { done: true, value: undefined };
+      await new Promise<void>((resolve) => (this.#wake = resolve));
+    }
+  }
+
+  async return(): Promise<IteratorResult<T>> {
+    return { done: true, value: undefined };
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+}
+
+/** Reason the request side gets once the call is over (one shared instance: nothing reads it). */
+let callEndedError: ConnectError | undefined;
+// Created on first use: a ConnectError at module load would pull in undici's Headers at start-up.
+const callEnded = (): ConnectError => (callEndedError ??= new ConnectError("call ended", Code.Canceled));
+
+const RESPONSE_HEADERS: http2.OutgoingHttpHeaders = { "content-type": PROTO_CONTENT_TYPE };
+const OK_TRAILERS: http2.OutgoingHttpHeaders = { "grpc-status": "0" };
+
+/**
+ * The HandlerContext of a direct call: what connect's `createHandlerContext` gives, built on
+ * demand. Headers objects exist only if a handler looks at them, and the signal only if someone
+ * asks for it (the deadline, the client going away, plugin shutdown and the end of the call then
+ * abort it exactly as connect's linked signal does); a plain unary call allocates neither.
+ */
+class DirectContext implements HandlerContext {
+  readonly method: DescMethod;
+  readonly service: DescService;
+  readonly requestMethod = "POST";
+  readonly protocolName = "grpc";
+  readonly url: string;
+  readonly values: ContextValues;
+  ended = false;
+  readonly #req: http2.Http2ServerRequest;
+  readonly #deadlineAt: number | undefined;
+  readonly #shutdown: AbortSignal | undefined;
+  #requestHeader: Headers | undefined;
+  #responseHeader: Headers | undefined;
+  #responseTrailer: Headers | undefined;
+  #controller: AbortController | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #onShutdown: (() => void) | undefined;
+  /** Set when the client went away before the end. */
+  #gone: { reason: unknown } | undefined;
+  #endReason: unknown;
+
+  constructor(method: DescMethod, req: http2.Http2ServerRequest, timeoutMs: number | undefined, shutdown: AbortSignal | undefined, values: ContextValues | undefined) {
+    this.method = method;
+    this.service = method.parent;
+    this.#req = req;
+    this.url = `http://${req.authority ?? "localhost"}${req.url}`;
+    this.#deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    this.#shutdown = shutdown;
+    this.values = values ?? createContextValues();
+  }
+
+  readonly timeoutMs = (): number | undefined => (this.#deadlineAt === undefined ? undefined : this.#deadlineAt - Date.now());
+
+  get requestHeader(): Headers {
+    return (this.#requestHeader ??= webHeaders(this.#req.headers));
+  }
+
+  get responseHeader(): Headers {
+    return (this.#responseHeader ??= new Headers({ "content-type": PROTO_CONTENT_TYPE }));
+  }
+
+  get responseTrailer(): Headers {
+    return (this.#responseTrailer ??= new Headers({ "grpc-status": "0" }));
+  }
+
+  get signal(): AbortSignal {
+    return (this.#controller ??= this.#link()).signal;
+  }
+
+  #link(): AbortController {
+    const ac = new AbortController();
+    if (this.ended) {
+      ac.abort(this.#endReason);
+      return ac;
+    }
+    if (this.#gone !== undefined) {
+      ac.abort(this.#gone.reason);
+      return ac;
+    }
+    const shutdown = this.#shutdown;
+    if (shutdown?.aborted) {
+      ac.abort(shutdown.reason);
+      return ac;
+    }
+    if (shutdown !== undefined) {
+      this.#onShutdown = () => this.#abort(shutdown.reason);
+      shutdown.addEventListener("abort", this.#onShutdown, { once: true });
+    }
+    if (this.#deadlineAt !== undefined) {
+      const timedOut = () => this.#abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+      const left = this.#deadlineAt - Date.now();
+      if (left <= 0) {
+        this.#controller = ac;
+        timedOut();
+      } else this.#timer = setTimeout(timedOut, left);
+    }
+    return ac;
+  }
+
+  #abort(reason: unknown): void {
+    clearTimeout(this.#timer);
+    if (this.#onShutdown !== undefined) this.#shutdown?.removeEventListener("abort", this.#onShutdown);
+    this.#onShutdown = undefined;
+    const ac = this.#controller;
+    if (ac !== undefined && !ac.signal.aborted) ac.abort(reason);
+  }
+
+  /** The client reset the stream or the connection closed. */
+  requestClosed(reason: unknown): void {
+    this.#gone = { reason };
+    this.#abort(reason);
+  }
+
+  /** The call is over (connect aborts the context's signal then too). */
+  end(reason: unknown): void {
+    this.ended = true;
+    this.#endReason = reason;
+    this.#abort(reason);
+  }
+
+  nodeResponseHeaders(): http2.OutgoingHttpHeaders {
+    return this.#responseHeader === undefined ? RESPONSE_HEADERS : nodeHeaders(this.#responseHeader);
+  }
+
+  nodeTrailers(): http2.OutgoingHttpHeaders {
+    return this.#responseTrailer === undefined ? OK_TRAILERS : nodeHeaders(this.#responseTrailer);
+  }
+}
+
+/** Connect's check that a unary or server-streaming call got exactly one request. */
+async function single<T>(it: AsyncIterator<T>, kind: string): Promise<T> {
+  const first = await it.next();
+  if (first.done === true) throw new ConnectError(`protocol error: missing input message for ${kind} method`, Code.Unimplemented);
+  const second = await it.next();
+  if (second.done !== true) throw new ConnectError(`protocol error: received extra input message for ${kind} method`, Code.Unimplemented);
+  return first.value;
+}
+
+/** Resolves when `stream` can take more data, or when it closed (then false). */
+function writable(stream: http2.ServerHttp2Stream): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => () => {
+      stream.off("drain", onDrain);
+      stream.off("close", onClose);
+      stream.off("error", onClose);
+      resolve(ok);
+    };
+    const onDrain = done(true);
+    const onClose = done(false);
+    stream.on("drain", onDrain);
+    stream.on("close", onClose);
+    stream.on("error", onClose);
+  });
+}
+
+class StreamClosedError extends ConnectError {
+  constructor() {
+    super("http/2 stream closed while writing the response", Code.Canceled);
+  }
+}
+
+/**
+ * Routes for the direct path, collected while the plugin's services are registered with connect's
+ * router (through {@link DirectPath.router}).
+ */
+export class DirectPath {
+  readonly #routes = new Map<string, Route>();
+  readonly #options: DirectPathOptions;
+
+  constructor(options: DirectPathOptions = {}) {
+    this.#options = options;
+  }
+
+  /** A router that registers with `router` and remembers the handlers for the direct path. */
+  router(router: ConnectRouter): ConnectRouter {
+    const routes = this.#routes;
+    const record = (service: DescService, method: DescMethod, impl: unknown, options: object | undefined) => {
+      // Per-service options (interceptors, limits, ...) are connect's business: leave those methods to it.
+      if (options !== undefined && Object.keys(options).length > 0) return;
+      if (typeof impl !== "function") return;
+      routes.set(`/${service.typeName}/${method.name}`, { method, impl: impl as AnyImpl });
+    };
+    const wrapped: ConnectRouter = {
+      get handlers() {
+        return router.handlers;
+      },
+      service(service, implementation, options) {
+        for (const method of service.methods) {
+          const fn = (implementation as Record<string, unknown>)[method.localName];
+          record(service, method, typeof fn === "function" ? fn.bind(implementation) : undefined, options);
+        }
+        router.service(service, implementation, options);
+        return wrapped;
+      },
+      rpc(method, impl, options) {
+        record(method.parent, method, impl, options);
+        router.rpc(method, impl, options);
+        return wrapped;
+      },
+    };
+    return wrapped;
+  }
+
+  /** Serve `req` if it is a call the direct path handles; false leaves it to connect. */
+  handle(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse): boolean {
+    const stream = (req as { stream?: http2.ServerHttp2Stream }).stream;
+    if (stream === undefined || req.method !== "POST") return false;
+    const route = this.#routes.get(req.url);
+    if (route === undefined) return false;
+    const h = req.headers;
+    const type = h["content-type"];
+    if (type === undefined) return false;
+    const m = contentTypeRegExp.exec(type);
+    if (m === null || m[1] === "json") return false;
+    const enc = h["grpc-encoding"];
+    if (enc !== undefined && enc !== "identity") return false;
+    let timeoutMs: number | undefined;
+    const t = h["grpc-timeout"];
+    if (t !== undefined) {
+      if (typeof t !== "string") return false;
+      const parsed = parseTimeout(t, this.#options.maxTimeoutMs ?? Number.MAX_SAFE_INTEGER);
+      if (parsed.error !== undefined) return false;
+      timeoutMs = parsed.timeoutMs;
+    }
+    void this.#serve(route, req, res, stream, timeoutMs);
+    return true;
+  }
+
+  async #serve(
+    route: Route,
+    req: http2.Http2ServerRequest,
+    res: http2.Http2ServerResponse,
+    stream: http2.ServerHttp2Stream,
+    timeoutMs: number | undefined,
+  ): Promise<void> {
+    const { method, impl } = route;
+    const context = new DirectContext(method, req, timeoutMs, this.#options.shutdownSignal, this.#options.contextValues?.(req));
+    const requests = new RequestMessages<unknown>(stream, method.input, this.#options.readMaxBytes ?? 0xffffffff);
+    stream.once("close", () => {
+      if (context.ended) return;
+      // The client reset the stream or the connection went away: like connect, with the HTTP/2 code.
+      const reason = h2ResetError(stream.rstCode ?? 0);
+      context.requestClosed(reason);
+      requests.close(reason ?? new ConnectError("request aborted", Code.Canceled));
+    });
+    const output = method.output;
+
+    let headersSent = false;
+    const sendHeaders = () => {
+      if (headersSent) return;
+      headersSent = true;
+      res.writeHead(200, context.nodeResponseHeaders());
+    };
+    /** Write one message; resolves when the next may be written. */
+    const write = async (message: unknown): Promise<void> => {
+      sendHeaders();
+      if (stream.destroyed || stream.closed) throw new StreamClosedError();
+      const frame = wireFrameOf(message);
+      let ok: boolean;
+      if (frame !== undefined) {
+        const parts = frame.parts;
+        if (parts.length === 1) ok = stream.write(parts[0]);
+        else {
+          stream.cork();
+          ok = true;
+          for (const p of parts) ok = stream.write(p);
+          stream.uncork();
+        }
+      } else {
+        const bytes = toBinary(output, create(output, message as never));
+        if (bytes.byteLength <= COPY_LIMIT) {
+          const buf = Buffer.allocUnsafe(5 + bytes.byteLength);
+          writeEnvelopePrefix(buf, 0, bytes.byteLength);
+          buf.set(bytes, 5);
+          ok = stream.write(buf);
+        } else {
+          const prefix = Buffer.allocUnsafe(5);
+          writeEnvelopePrefix(prefix, 0, bytes.byteLength);
+          stream.cork();
+          stream.write(prefix);
+          ok = stream.write(bytes);
+          stream.uncork();
+        }
+      }
+      if (!ok && !(await writable(stream))) throw new StreamClosedError();
+    };
+
+    let error: unknown;
+    let iter: AsyncIterator<unknown> | undefined;
+    try {
+      switch (method.methodKind) {
+        case "unary": {
+          const input = await single(requests, "unary");
+          await write(await impl(input, context));
+          break;
+        }
+        case "client_streaming":
+          await write(await impl(requests, context));
+          break;
+        case "server_streaming":
+        case "bidi_streaming": {
+          const input = method.methodKind === "server_streaming" ? await single(requests, "server-streaming") : requests;
+          iter = (impl(input, context) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
+          for (;;) {
+            const r = await iter.next();
+            if (r.done === true) break;
+            await write(r.value);
+          }
+          iter = undefined;
+          break;
+        }
+      }
+    } catch (e) {
+      error = e;
+    } finally {
+      // Writing failed or the call ended early: end the handler's stream (its finally blocks run).
+      if (iter?.return !== undefined) iter.return().then(undefined, () => {});
+    }
+    context.end(error);
+    requests.close(callEnded);
+    if (stream.destroyed || stream.closed) return;
+    if (error !== undefined) {
+      setTrailerStatus(
+        context.responseTrailer,
+        error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
+      );
+    }
+    sendHeaders();
+    res.addTrailers(context.nodeTrailers());
+    res.end();
+  }
+}

@@ -1,0 +1,267 @@
+// The plugin server's direct gRPC path against connect's own handler as the reference: the same
+// routes served both ways must give byte-identical responses (headers, body, trailers) for every
+// kind of call, error, protocol violation and deadline; exec output sent as pre-framed wire bytes
+// must equal what connect's encoder produces; and calls the direct path does not handle (JSON,
+// compressed requests) still work through connect.
+import * as http2 from "node:http2";
+import * as net from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { ExecTaskStreamingRequestSchema, InspectTaskRequestSchema, TaskStatsRequestSchema } from "@nomadkit/protocol/driver";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { execStreaming } from "../src/exec/index.js";
+import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { DirectPath } from "../src/runtime/direct.js";
+import { RecoverableError, ServerRuntime, createPluginHandler, pluginAdapterDefaults } from "../src/runtime.js";
+
+const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
+
+function routes(router: ConnectRouter) {
+  const runtime = new ServerRuntime();
+  registerDriver(
+    router,
+    {
+      inspectTask(req, ctx) {
+        if (req.taskId === "recoverable") throw new RecoverableError("task state lost", true);
+        if (req.taskId === "boom") throw new Error("kaboom");
+        if (req.taskId === "notfound") throw new ConnectError("no such task", Code.NotFound, { "x-extra": "1" });
+        if (req.taskId === "headers") {
+          ctx.responseHeader.set("x-answer", "42");
+          ctx.responseTrailer.set("x-trailer", "yes");
+        }
+        if (req.taskId === "slow") return new Promise((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason)));
+        return { task: { id: req.taskId, name: "web" }, driver: { attributes: { pid: "42" } } };
+      },
+      async *taskStats(req) {
+        for (let i = 0; i < 3; i++) yield { stats: { id: `${req.taskId}-${i}`, timestamp: { seconds: 1n, nanos: i } } };
+        if (req.taskId === "fail") throw new RecoverableError("stats source gone", false);
+      },
+      execTaskStreaming: (requests, ctx) =>
+        execStreaming(
+          requests,
+          {
+            async exec(s) {
+              // Single writes, a large write split into views, and writes that pile up into one message.
+              s.stdout.write(Buffer.from("hello"));
+              s.stderr.write(Buffer.from("oops"));
+              s.stdout.write(Buffer.alloc(300_000, 1));
+              for (let i = 0; i < 20; i++) s.stdout.write(Buffer.alloc(5000, i));
+              await new Promise((r) => s.stdout.write(Buffer.from("end"), r));
+              return { exitCode: s.command.length };
+            },
+          },
+          { signal: ctx.signal, maxChunkSize: 128 * 1024 },
+        ),
+    },
+    runtime,
+  );
+}
+
+interface Served {
+  socket: string;
+  close(): Promise<void>;
+}
+
+async function serve(handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void, dir: string, name: string): Promise<Served> {
+  const socket = join(dir, name);
+  const server = http2.createServer(handler as never);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(socket, r));
+  return {
+    socket,
+    async close() {
+      for (const s of sessions) s.destroy();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
+interface Reply {
+  status: number | undefined;
+  headers: Record<string, unknown>;
+  body: string;
+  trailers: Record<string, unknown>;
+}
+
+const frame = (bytes: Uint8Array, flags = 0) => {
+  const b = Buffer.alloc(5 + bytes.byteLength);
+  b[0] = flags;
+  b.writeUInt32BE(bytes.byteLength, 1);
+  b.set(bytes, 5);
+  return b;
+};
+
+/** One call with a raw HTTP/2 client; the whole response as comparable data. */
+function call(
+  socket: string,
+  path: string,
+  body: Buffer[],
+  { headers = {}, halfClose = true }: { headers?: http2.OutgoingHttpHeaders; halfClose?: boolean } = {},
+): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect("http://localhost", { createConnection: () => net.connect(socket) });
+    session.on("error", reject);
+    const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+    const reply: Reply = { status: undefined, headers: {}, body: "", trailers: {} };
+    const chunks: Buffer[] = [];
+    const clean = (h: Record<string, unknown>) => {
+      const o: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(h)) if (k !== "date" && k !== ":status") o[k] = v;
+      return o;
+    };
+    req.on("response", (h) => {
+      reply.status = Number(h[":status"]);
+      reply.headers = clean(h);
+    });
+    req.on("trailers", (t) => (reply.trailers = clean(t)));
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      reply.body = Buffer.concat(chunks).toString("hex");
+      req.close();
+      session.close();
+      resolve(reply);
+    });
+    req.on("error", reject);
+    for (const b of body) req.write(b);
+    if (halfClose) req.end();
+  });
+}
+
+const inspect = (taskId: string) => frame(toBinary(InspectTaskRequestSchema, create(InspectTaskRequestSchema, { taskId })));
+
+describe("direct gRPC path", () => {
+  let dir: string;
+  let direct: Served;
+  let reference: Served;
+  const handled = vi.spyOn(DirectPath.prototype, "handle");
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "nk-direct-"));
+    direct = await serve(createPluginHandler(routes) as never, dir, "direct.sock");
+    reference = await serve(connectNodeAdapter({ ...pluginAdapterDefaults, routes }) as never, dir, "connect.sock");
+  });
+  afterAll(async () => {
+    await direct.close();
+    await reference.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** The same call on both servers; the direct server must have served it itself. */
+  async function same(path: string, body: Buffer[], opts?: Parameters<typeof call>[3], servedDirectly = true): Promise<Reply> {
+    handled.mockClear();
+    const a = await call(direct.socket, path, body, opts);
+    expect(handled.mock.results.map((r) => r.value)).toEqual([servedDirectly]);
+    const b = await call(reference.socket, path, body, opts);
+    expect(a).toEqual(b);
+    return a;
+  }
+
+  it("unary: reply, headers and trailers set by the handler", async () => {
+    const r = await same(`${DRIVER}/InspectTask`, [inspect("t1")]);
+    expect(r.trailers["grpc-status"]).toBe("0");
+    expect(r.headers["content-type"]).toBe("application/grpc+proto");
+    const h = await same(`${DRIVER}/InspectTask`, [inspect("headers")]);
+    expect(h.headers["x-answer"]).toBe("42");
+    expect(h.trailers["x-trailer"]).toBe("yes");
+  });
+
+  it("unary errors: RecoverableError detail, unexpected error, ConnectError with metadata, Unimplemented", async () => {
+    const rec = await same(`${DRIVER}/InspectTask`, [inspect("recoverable")]);
+    expect(rec.trailers["grpc-status"]).toBe(String(Code.FailedPrecondition));
+    expect(rec.trailers["grpc-status-details-bin"]).toBeTruthy();
+    expect((await same(`${DRIVER}/InspectTask`, [inspect("boom")])).trailers["grpc-status"]).toBe(String(Code.Unknown));
+    const nf = await same(`${DRIVER}/InspectTask`, [inspect("notfound")]);
+    expect(nf.trailers["x-extra"]).toBe("1");
+    expect((await same(`${DRIVER}/StopTask`, [frame(new Uint8Array())])).trailers["grpc-status"]).toBe(String(Code.Unimplemented));
+  });
+
+  it("protocol errors: no request, two requests, compressed envelope, oversized message", async () => {
+    const message = (r: Reply) => decodeURIComponent(String(r.trailers["grpc-message"]));
+    expect(message(await same(`${DRIVER}/InspectTask`, []))).toMatch(/missing input message/);
+    expect(message(await same(`${DRIVER}/InspectTask`, [inspect("a"), inspect("b")]))).toMatch(/extra input message/);
+    expect((await same(`${DRIVER}/InspectTask`, [frame(new Uint8Array([10, 1, 97]), 1)])).trailers["grpc-status"]).toBe(String(Code.Internal));
+    expect(message(await same(`${DRIVER}/InspectTask`, [frame(new Uint8Array([10, 1]))]))).toMatch(/parse binary/);
+  });
+
+  it("readMaxBytes", async () => {
+    const dir2 = mkdtempSync(join(tmpdir(), "nk-direct-"));
+    const a = await serve(createPluginHandler(routes, { readMaxBytes: 8 }) as never, dir2, "a.sock");
+    const b = await serve(connectNodeAdapter({ ...pluginAdapterDefaults, readMaxBytes: 8, routes }) as never, dir2, "b.sock");
+    handled.mockClear();
+    const big = inspect("a-task-id-longer-than-eight-bytes");
+    const ra = await call(a.socket, `${DRIVER}/InspectTask`, [big]);
+    expect(handled.mock.results.map((r) => r.value)).toEqual([true]);
+    expect(ra).toEqual(await call(b.socket, `${DRIVER}/InspectTask`, [big]));
+    expect(ra.trailers["grpc-status"]).toBe(String(Code.ResourceExhausted));
+    expect(await call(a.socket, `${DRIVER}/InspectTask`, [inspect("ok")])).toEqual(await call(b.socket, `${DRIVER}/InspectTask`, [inspect("ok")]));
+    await a.close();
+    await b.close();
+    rmSync(dir2, { recursive: true, force: true });
+  });
+
+  it("deadline from grpc-timeout", async () => {
+    const r = await same(`${DRIVER}/InspectTask`, [inspect("slow")], { headers: { "grpc-timeout": "50m" } });
+    expect(r.trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+  });
+
+  it("server streaming, ending OK and with an error", async () => {
+    const req = (taskId: string) => frame(toBinary(TaskStatsRequestSchema, create(TaskStatsRequestSchema, { taskId })));
+    expect((await same(`${DRIVER}/TaskStats`, [req("t")])).trailers["grpc-status"]).toBe("0");
+    expect((await same(`${DRIVER}/TaskStats`, [req("fail")])).trailers["grpc-status"]).toBe(String(Code.FailedPrecondition));
+  });
+
+  it("exec output as pre-framed wire bytes equals connect's encoding, request side left open", async () => {
+    const setup = frame(toBinary(ExecTaskStreamingRequestSchema, create(ExecTaskStreamingRequestSchema, { setup: { taskId: "t", command: ["a", "b"] } })));
+    const r = await same(`${DRIVER}/ExecTaskStreaming`, [setup], { halfClose: false });
+    expect(r.trailers["grpc-status"]).toBe("0");
+    expect(r.body.length / 2).toBeGreaterThan(400_000);
+  });
+
+  it("leaves JSON and compressed requests to connect", async () => {
+    const json = await same(`${DRIVER}/InspectTask`, [frame(Buffer.from('{"taskId":"j"}'))], { headers: { "content-type": "application/grpc+json" } }, false);
+    expect(json.trailers["grpc-status"]).toBe("0");
+    const gz = await same(`${DRIVER}/InspectTask`, [inspect("g")], { headers: { "grpc-encoding": "gzip" } }, false);
+    expect(gz.trailers["grpc-status"]).toBe(String(Code.Unimplemented));
+  });
+
+  it("a client going away ends the handler's stream (its signal aborts)", async () => {
+    let aborted: unknown;
+    const dir2 = mkdtempSync(join(tmpdir(), "nk-direct-"));
+    const s = await serve(
+      createPluginHandler((router) =>
+        registerDriver(router, {
+          async *taskStats(_req, ctx) {
+            try {
+              for (;;) {
+                yield { stats: { id: "x" } };
+                await sleep(5);
+              }
+            } finally {
+              aborted = ctx.signal.aborted;
+            }
+          },
+        }),
+      ) as never,
+      dir2,
+      "s.sock",
+    );
+    const session = http2.connect("http://localhost", { createConnection: () => net.connect(s.socket) });
+    const req = session.request({ ":method": "POST", ":path": `${DRIVER}/TaskStats`, "content-type": "application/grpc", te: "trailers" });
+    req.end(frame(toBinary(TaskStatsRequestSchema, create(TaskStatsRequestSchema, { taskId: "x" }))));
+    await new Promise((r) => req.once("data", r));
+    req.close(http2.constants.NGHTTP2_CANCEL);
+    await vi.waitFor(() => expect(aborted).toBe(true));
+    session.close();
+    await s.close();
+    rmSync(dir2, { recursive: true, force: true });
+  });
+});
