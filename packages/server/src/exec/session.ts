@@ -24,6 +24,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { signalNumber } from "../executor/signals.js";
 import { OutboundQueue, type Consumed } from "./queue.js";
+import { outputMessage } from "./wire.js";
 import { TerminalResizes } from "./resize.js";
 
 /**
@@ -110,7 +111,10 @@ export interface ExecStreamingOptions {
   signal?: AbortSignal | undefined;
   /** Largest output payload per response message; bigger writes are split (no copy). Default 1 MiB. */
   maxChunkSize?: number | undefined;
-  /** highWaterMark of stdin/stdout/stderr in bytes. Default 64 KiB. */
+  /**
+   * highWaterMark of stdin/stdout/stderr in bytes. Default 64 KiB for stdin and `maxChunkSize` for
+   * stdout/stderr, so output that piles up while a message is in flight leaves as one message.
+   */
   highWaterMark?: number | undefined;
   /** Check `setup` before anything runs; throw (e.g. NotFound for an unknown task) to refuse. */
   checkSetup?: ((setup: ExecTaskStreamingRequest_Setup) => void | Promise<void>) | undefined;
@@ -168,7 +172,7 @@ export async function* execStreaming(
 }
 
 type OutItem =
-  | { kind: "data"; field: "stdout" | "stderr"; data: Uint8Array }
+  | { kind: "data"; field: "stdout" | "stderr"; parts: Uint8Array[]; size: number }
   | { kind: "close"; field: "stdout" | "stderr" }
   | { kind: "exited"; result: MessageInitShape<typeof ExitResultSchema> };
 
@@ -187,15 +191,46 @@ class OutputWritable extends Writable {
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
-    const n = chunk.byteLength;
-    if (n === 0) return callback();
-    let off = 0;
-    // Views, not copies: a large write becomes several messages over the same memory.
-    while (n - off > this.maxChunk) {
-      this.queue.push({ kind: "data", field: this.dataField, data: chunk.subarray(off, off + this.maxChunk) });
-      off += this.maxChunk;
+    this.#push([chunk], callback);
+  }
+
+  // Writes that piled up while the previous message was in flight travel together: fewer, larger
+  // messages (up to maxChunk), still without copying (each message lists the chunks it carries).
+  override _writev(chunks: { chunk: Buffer }[], callback: (error?: Error | null) => void): void {
+    this.#push(
+      chunks.map((c) => c.chunk),
+      callback,
+    );
+  }
+
+  #push(chunks: Buffer[], callback: (error?: Error | null) => void): void {
+    const max = this.maxChunk;
+    let parts: Uint8Array[] = [];
+    let size = 0;
+    let last: OutItem | undefined;
+    const flush = () => {
+      if (size === 0) return;
+      if (last !== undefined) this.queue.push(last);
+      last = { kind: "data", field: this.dataField, parts, size };
+      parts = [];
+      size = 0;
+    };
+    for (const chunk of chunks) {
+      const n = chunk.byteLength;
+      let off = 0;
+      // Views, not copies: a large write becomes several messages over the same memory.
+      while (off < n) {
+        const take = Math.min(n - off, max - size);
+        parts.push(off === 0 && take === n ? chunk : chunk.subarray(off, off + take));
+        size += take;
+        off += take;
+        if (size === max) flush();
+      }
     }
-    this.queue.push({ kind: "data", field: this.dataField, data: off === 0 ? chunk : chunk.subarray(off) }, callback as Consumed);
+    flush();
+    // The callback belongs to the last message: the writes complete once all of it was consumed.
+    if (last === undefined) callback();
+    else this.queue.push(last, callback as Consumed);
   }
 
   override _final(callback: (error?: Error | null) => void): void {
@@ -253,8 +288,9 @@ async function* runHighLevel(
     },
   });
   stdin.on("error", () => {});
-  const stdout = new OutputWritable(out, "stdout", "stdout", maxChunk, hwm);
-  const stderr = new OutputWritable(out, setup.tty ? "stdout" : "stderr", "stderr", maxChunk, hwm);
+  const outHwm = options.highWaterMark ?? maxChunk;
+  const stdout = new OutputWritable(out, "stdout", "stdout", maxChunk, outHwm);
+  const stderr = new OutputWritable(out, setup.tty ? "stdout" : "stderr", "stderr", maxChunk, outHwm);
   const resize = new TerminalResizes();
   let stdinEnded = false;
   const endStdin = () => {
@@ -316,19 +352,11 @@ async function* runHighLevel(
     out.end();
   })().catch(failSession);
 
-  // One message object per kind, refilled for each chunk: the previous one has been serialized by
-  // the time the consumer pulls the next.
-  const dataMsg = {
-    stdout: create(ExecTaskStreamingResponseSchema, { stdout: {} }),
-    stderr: create(ExecTaskStreamingResponseSchema, { stderr: {} }),
-  };
   const materialize = (item: OutItem): ExecTaskStreamingResponse => {
     switch (item.kind) {
-      case "data": {
-        const msg = dataMsg[item.field];
-        msg[item.field]!.data = item.data;
-        return msg;
-      }
+      case "data":
+        // Carries its wire bytes: the output itself is never copied or re-encoded on the way out.
+        return outputMessage(item.field, item.parts, item.size);
       case "close":
         return create(ExecTaskStreamingResponseSchema, { [item.field]: { close: true } });
       case "exited":
