@@ -35,6 +35,8 @@ export {
   type CallOptions,
   type ClientOptions,
   type PluginExitSignal,
+  rawBidiStream,
+  type RawFrame,
 } from "./runtime.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";
 export * from "./gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";

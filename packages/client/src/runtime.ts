@@ -12,6 +12,7 @@ export {
 } from "./runtime/client-runtime.js";
 export type { PluginExitSignal } from "./runtime/exit-watch.js";
 export { isTransportFailure } from "./runtime/normalize.js";
+export { rawBidiStream, type RawFrame } from "./runtime/raw-stream.js";
 export {
   RecoverableError,
   PluginShutdownError,

@@ -7,6 +7,8 @@ import {
   createGrpcTransport,
 } from "@connectrpc/connect-node";
 import { ClientRuntime } from "../runtime/client-runtime.js";
+import { registerRawSessions } from "../runtime/raw-stream.js";
+import { PluginSessionManager } from "../runtime/sessions.js";
 import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { DriverClient } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { HealthClient } from "../gen/grpc/health/v1/health_nomadkit.js";
@@ -195,12 +197,15 @@ function createTransport(params: ConnectionParams): {
         })
     : () => net.connect(target as net.NetConnectOpts);
   const baseUrl = t ? "https://localhost" : "http://localhost";
-  const sessions = new Http2SessionManager(baseUrl, {}, { createConnection });
+  // Enlarged HTTP/2 windows: exec output and other streams are not held to 64 KiB per round trip.
+  const sessions = new PluginSessionManager(baseUrl, { createConnection });
   const transport = createGrpcTransport({
     baseUrl,
     sessionManager: sessions,
     acceptCompression: [],
   });
+  // Relays (rawBidiStream) open their streams on the same connection.
+  registerRawSessions(transport, sessions);
   return { transport, sessions };
 }
 

@@ -1,0 +1,45 @@
+/**
+ * HTTP/2 sessions to plugins with flow-control windows sized for bulk streams. Node's defaults
+ * (64 KiB per stream and per connection) let a plugin send only 64 KiB before waiting for our
+ * WINDOW_UPDATE, which caps exec output at one round trip per 64 KiB; a few MiB keep the pipe full
+ * while still bounding what a slow reader makes us buffer.
+ */
+import type * as http2 from "node:http2";
+import { Http2SessionManager } from "@connectrpc/connect-node";
+
+/** Receive window of each stream (HTTP/2 SETTINGS_INITIAL_WINDOW_SIZE). */
+export const PLUGIN_STREAM_WINDOW = 4 * 1024 * 1024;
+/** Receive window of the whole connection. */
+export const PLUGIN_CONNECTION_WINDOW = 16 * 1024 * 1024;
+
+const widened = new WeakSet<http2.Http2Session>();
+
+/**
+ * connect-node's session manager with {@link PLUGIN_STREAM_WINDOW} advertised at connect time and
+ * the connection window raised to {@link PLUGIN_CONNECTION_WINDOW} on the first stream (the
+ * manager does not expose its sessions otherwise).
+ */
+export class PluginSessionManager extends Http2SessionManager {
+  constructor(url: URL | string, options: http2.ClientSessionOptions | http2.SecureClientSessionOptions = {}) {
+    super(url, {}, { ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
+  }
+
+  override async request(
+    method: string,
+    path: string,
+    headers: http2.OutgoingHttpHeaders,
+    options: Omit<http2.ClientSessionRequestOptions, "signal">,
+  ): Promise<http2.ClientHttp2Stream> {
+    const stream = await super.request(method, path, headers, options);
+    const session = stream.session;
+    if (session !== undefined && !widened.has(session)) {
+      widened.add(session);
+      try {
+        session.setLocalWindowSize(PLUGIN_CONNECTION_WINDOW);
+      } catch {
+        // session already closing: nothing to widen
+      }
+    }
+    return stream;
+  }
+}
