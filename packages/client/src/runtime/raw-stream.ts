@@ -15,6 +15,7 @@ import type { ClientRuntime } from "./client-runtime.js";
 
 /** One gRPC message as it travelled: the 5-byte prefix and the protobuf bytes, over several parts. */
 export interface RawFrame {
+  /** The message's bytes in order, as views of the received chunks (the prefix may span parts). */
   readonly parts: readonly Uint8Array[];
   /** Sum of the parts' lengths (5 + message length). */
   readonly byteLength: number;
