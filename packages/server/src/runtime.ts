@@ -17,4 +17,4 @@ export {
 } from "./runtime/server-runtime.js";
 export { noopLogger, type Logger, type LogFn } from "./runtime/logger.js";
 export { pluginAdapterDefaults, createPluginHandler } from "./runtime/adapter.js";
-export { RecoverableError, PluginShutdownError, isCancellation, cancellationError } from "@nomadkit/client";
+export { RecoverableError, PluginShutdownError, isCancellation, cancellationError } from "@nomadkit/client/runtime";

@@ -1,6 +1,6 @@
 /** Classifies call failures: recoverable-error details, and transport failures that may mean the plugin died. */
 import { Code, ConnectError } from "@connectrpc/connect";
-import { structs } from "@nomadkit/protocol";
+import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { RecoverableError } from "../errors.js";
 
 /**
@@ -53,7 +53,7 @@ export function isTransportFailure(err: ConnectError): boolean {
 /** The RecoverableError a FailedPrecondition status carries as a detail, if any. */
 export function recoverableFrom(err: ConnectError): RecoverableError | undefined {
   if (err.code !== Code.FailedPrecondition) return undefined;
-  const [detail] = err.findDetails(structs.RecoverableErrorSchema);
+  const [detail] = err.findDetails(RecoverableErrorSchema);
   if (detail === undefined) return undefined;
   return new RecoverableError(err.rawMessage, detail.recoverable, { cause: err });
 }

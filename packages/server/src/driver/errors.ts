@@ -1,6 +1,6 @@
 /** Errors a driver throws, with the statuses Nomad expects. */
 import { Code, ConnectError } from "@connectrpc/connect";
-import { RecoverableError } from "@nomadkit/client";
+import { RecoverableError } from "@nomadkit/client/runtime";
 
 export { RecoverableError };
 

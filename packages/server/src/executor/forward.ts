@@ -1,4 +1,5 @@
-import { rawBidiStream, type ExecutorClient } from "@nomadkit/client";
+import type { ExecutorClient } from "@nomadkit/client";
+import { rawBidiStream } from "@nomadkit/client/runtime";
 import { ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
 import { Executor } from "@nomadkit/protocol/executor";
 import type { ExecTaskStream } from "../exec/session.js";

@@ -1,20 +1,19 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import type * as net from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
-import {
-  ExecutorClient,
-  NOMAD_PLUGIN_COOKIE,
-  PluginLaunchError,
-  PluginShutdownError,
-  parseHandshake,
-  parseLogLine,
-  reattachPlugin,
-  type PluginClient,
-  type PluginLogger,
-} from "@nomadkit/client";
+import type { PluginClient, PluginLogger } from "@nomadkit/client";
+import { ExecutorClient } from "@nomadkit/client/gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
+import { PluginShutdownError } from "@nomadkit/client/runtime";
+
+// The go-plugin host runtime (process launch, handshake parsing, HTTP/2 connections) is loaded when
+// the first executor is launched or reattached, not when a driver starts: plugin start-up stays short.
+type GoPluginHost = typeof import("@nomadkit/client");
+let goPluginHost: Promise<GoPluginHost> | undefined;
+const loadGoPluginHost = (): Promise<GoPluginHost> => (goPluginHost ??= import("@nomadkit/client"));
 import type { ExecutorConfig } from "./main.js";
 
 /**
@@ -71,8 +70,8 @@ function ownFile(): string | undefined {
 /**
  * Absolute path of the executor entry file shipped in `@nomadkit/server`
  * (`dist/cjs/executor/bin.js`), which a driver runs with `process.execPath`. Found from this
- * module's own location (works from dist and from sources); `NOMADKIT_EXECUTOR_PATH` overrides it
- * (bundled drivers).
+ * module's own location (works from dist and from sources, and from a bundle with `@nomadkit/server`
+ * installed next to it); `NOMADKIT_EXECUTOR_PATH` overrides it.
  *
  * @example
  * ```ts
@@ -98,6 +97,13 @@ export function executorBinPath(): string {
         }
       }
       if (dirname(dir) === dir) break;
+    }
+    // A bundled driver carries the SDK inside its bundle: use the @nomadkit/server installed next
+    // to it (Node's resolution from the bundle's directory).
+    try {
+      return join(dirname(createRequire(file).resolve("@nomadkit/server/package.json")), "dist", "cjs", "executor", "bin.js");
+    } catch {
+      // not installed next to it either
     }
   }
   throw new Error("cannot locate the nomadkit executor entry file; set NOMADKIT_EXECUTOR_PATH or pass executorPath");
@@ -262,6 +268,7 @@ export class ExecutorHandle {
  * ```
  */
 export async function reattachExecutor(reattach: ExecutorReattach, options: ReattachExecutorOptions = {}): Promise<ExecutorHandle> {
+  const { reattachPlugin } = await loadGoPluginHost();
   const opts: Parameters<typeof reattachPlugin>[1] = {};
   if (options.pollIntervalMs !== undefined) opts.pollIntervalMs = options.pollIntervalMs;
   const plugin = await reattachPlugin({ pid: reattach.pid, network: reattach.network, address: reattach.address }, opts);
@@ -283,6 +290,8 @@ export async function reattachExecutor(reattach: ExecutorReattach, options: Reat
  * ```
  */
 export async function launchExecutor(options: LaunchExecutorOptions = {}): Promise<ExecutorHandle> {
+  const host = await loadGoPluginHost();
+  const { NOMAD_PLUGIN_COOKIE } = host;
   const entry = options.executorPath ?? executorBinPath();
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries({ ...process.env, ...options.env })) {
@@ -301,7 +310,7 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
     detached: true,
     cwd: "/",
   });
-  const reattach = await readHandshake(child, options);
+  const reattach = await readHandshake(child, options, host);
   // Nothing ties the driver's lifetime (or event loop) to the executor any more.
   child.unref();
   (child.stdout as net.Socket).destroy();
@@ -324,7 +333,8 @@ function killGroup(pid: number): void {
   }
 }
 
-function readHandshake(child: ChildProcess, options: LaunchExecutorOptions): Promise<ExecutorReattach> {
+function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host: GoPluginHost): Promise<ExecutorReattach> {
+  const { PluginLaunchError, parseHandshake, parseLogLine } = host;
   return new Promise((resolve, reject) => {
     let out = "";
     let errText = "";

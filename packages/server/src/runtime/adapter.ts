@@ -1,8 +1,10 @@
 /** connect-node settings every nomadkit plugin server uses. */
 import type * as http2 from "node:http2";
-import type { ConnectRouter } from "@connectrpc/connect";
-import { connectNodeAdapter, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
+import type { ConnectNodeAdapterOptions, connectNodeAdapter } from "@connectrpc/connect-node";
 import { DirectPath } from "./direct.js";
+
+type NodeHandler = ReturnType<typeof connectNodeAdapter>;
 
 /**
  * Defaults for `connectNodeAdapter`: gRPC only (what Nomad and go-plugin speak), and no response
@@ -39,10 +41,7 @@ const DIRECT_OPTIONS = new Set(["acceptCompression", "grpc", "grpcWeb", "connect
  * server.listen(socketPath);
  * ```
  */
-export function createPluginHandler(
-  routes: (router: ConnectRouter) => void,
-  options: Partial<ConnectNodeAdapterOptions> = {},
-): ReturnType<typeof connectNodeAdapter> {
+export function createPluginHandler(routes: (router: ConnectRouter) => void, options: Partial<ConnectNodeAdapterOptions> = {}): NodeHandler {
   const merged = { ...pluginAdapterDefaults, ...options };
   const direct =
     merged.grpc === true && merged.acceptCompression.length === 0 && Object.keys(options).every((k) => DIRECT_OPTIONS.has(k))
@@ -53,9 +52,56 @@ export function createPluginHandler(
           readMaxBytes: merged.readMaxBytes,
         })
       : undefined;
-  const connect = connectNodeAdapter({ ...merged, routes: direct ? (router) => routes(direct.router(router)) : routes });
-  if (direct === undefined) return connect;
+
+  // Registrations are recorded (and handed to the direct path) now, synchronously, and replayed
+  // onto connect's router when connect is first needed: with the direct path that is only for calls
+  // it does not serve, so connect-node is not loaded at plugin start-up.
+  const replay: ((router: ConnectRouter) => void)[] = [];
+  let connectRouter: ConnectRouter | undefined;
+  const recorder: ConnectRouter = {
+    get handlers() {
+      if (connectRouter === undefined) {
+        connectRouter = createConnectRouter(merged);
+        for (const r of replay) r(connectRouter);
+      }
+      return connectRouter.handlers;
+    },
+    service(service, implementation, opts) {
+      direct?.addService(service, implementation, opts);
+      replay.push((r) => r.service(service, implementation, opts));
+      connectRouter?.service(service, implementation, opts);
+      return recorder;
+    },
+    rpc(method, impl, opts) {
+      direct?.addMethod(method, impl, opts);
+      replay.push((r) => r.rpc(method, impl, opts));
+      connectRouter?.rpc(method, impl, opts);
+      return recorder;
+    },
+  };
+  routes(recorder);
+
+  let connect: NodeHandler | undefined;
+  let loading: Promise<NodeHandler> | undefined;
+  const loadConnect = (): Promise<NodeHandler> =>
+    (loading ??= import("@connectrpc/connect-node").then((m) => {
+      connect = m.connectNodeAdapter({ ...merged, routes: (router) => replay.forEach((r) => r(router)) });
+      return connect;
+    }));
+  // Without the direct path every call goes to connect: load it right away.
+  if (direct === undefined) void loadConnect().catch(() => {});
   return (req, res) => {
-    if (!direct.handle(req as http2.Http2ServerRequest, res as http2.Http2ServerResponse)) connect(req, res);
+    if (direct?.handle(req as http2.Http2ServerRequest, res as http2.Http2ServerResponse)) return;
+    if (connect !== undefined) return connect(req, res);
+    loadConnect().then(
+      (handler) => {
+        // The client may have gone while connect was loading: nothing left to answer.
+        if (!(req as { stream?: http2.ServerHttp2Stream }).stream?.destroyed) handler(req, res);
+      },
+      () => {
+        res.writeHead(500);
+        res.end();
+      },
+    );
   };
 }

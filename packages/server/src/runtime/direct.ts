@@ -12,7 +12,7 @@
  */
 import type * as http2 from "node:http2";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ConnectRouter, type ContextValues, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
@@ -338,10 +338,7 @@ class StreamClosedError extends ConnectError {
   }
 }
 
-/**
- * Routes for the direct path, collected while the plugin's services are registered with connect's
- * router (through {@link DirectPath.router}).
- */
+/** Routes for the direct path, collected while the plugin's services are registered. */
 export class DirectPath {
   readonly #routes = new Map<string, Route>();
   readonly #options: DirectPathOptions;
@@ -350,34 +347,22 @@ export class DirectPath {
     this.#options = options;
   }
 
-  /** A router that registers with `router` and remembers the handlers for the direct path. */
-  router(router: ConnectRouter): ConnectRouter {
-    const routes = this.#routes;
-    const record = (service: DescService, method: DescMethod, impl: unknown, options: object | undefined) => {
-      // Per-service options (interceptors, limits, ...) are connect's business: leave those methods to it.
-      if (options !== undefined && Object.keys(options).length > 0) return;
-      if (typeof impl !== "function") return;
-      routes.set(`/${service.typeName}/${method.name}`, { method, impl: impl as AnyImpl });
-    };
-    const wrapped: ConnectRouter = {
-      get handlers() {
-        return router.handlers;
-      },
-      service(service, implementation, options) {
-        for (const method of service.methods) {
-          const fn = (implementation as Record<string, unknown>)[method.localName];
-          record(service, method, typeof fn === "function" ? fn.bind(implementation) : undefined, options);
-        }
-        router.service(service, implementation, options);
-        return wrapped;
-      },
-      rpc(method, impl, options) {
-        record(method.parent, method, impl, options);
-        router.rpc(method, impl, options);
-        return wrapped;
-      },
-    };
-    return wrapped;
+  /**
+   * Remember `implementation`'s methods for the direct path (what `ConnectRouter.service` gets).
+   * Methods registered with per-service options (interceptors, limits, ...) are left to connect.
+   */
+  addService(service: DescService, implementation: object, options: object | undefined): void {
+    if (options !== undefined && Object.keys(options).length > 0) return;
+    for (const method of service.methods) {
+      const fn = (implementation as Record<string, unknown>)[method.localName];
+      if (typeof fn === "function") this.#routes.set(`/${service.typeName}/${method.name}`, { method, impl: fn.bind(implementation) as AnyImpl });
+    }
+  }
+
+  /** Remember one method's implementation (what `ConnectRouter.rpc` gets). */
+  addMethod(method: DescMethod, impl: unknown, options: object | undefined): void {
+    if (options !== undefined && Object.keys(options).length > 0) return;
+    if (typeof impl === "function") this.#routes.set(`/${method.parent.typeName}/${method.name}`, { method, impl: impl as AnyImpl });
   }
 
   /** Serve `req` if it is a call the direct path handles; false leaves it to connect. */

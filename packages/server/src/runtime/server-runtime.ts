@@ -20,8 +20,8 @@ import type {
   MessageShape,
 } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/client";
-import { structs } from "@nomadkit/protocol";
+import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/client/runtime";
+import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { noopLogger, type Logger } from "./logger.js";
 
 export type { HandlerContext };
@@ -150,7 +150,7 @@ export class ServerRuntime {
     if (err instanceof RecoverableError) {
       this.logger.debug({ rpc, recoverable: err.recoverable, err: err.message }, "call failed (recoverable error)");
       return new ConnectError(err.message, Code.FailedPrecondition, undefined, [
-        { desc: structs.RecoverableErrorSchema, value: { recoverable: err.recoverable } },
+        { desc: RecoverableErrorSchema, value: { recoverable: err.recoverable } },
       ], err);
     }
     if (err instanceof ConnectError) {
