@@ -1,7 +1,7 @@
 import { X509Certificate } from "node:crypto";
 import { rmSync, writeSync } from "node:fs";
 import type * as http2 from "node:http2";
-import type { Server as NetServer } from "node:net";
+import type { Server as NetServer, Socket } from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
 import { createLogger, type Logger } from "../log/index.js";
@@ -81,6 +81,14 @@ export interface ServePluginOptions {
    * agent restart; turn it on for hosts that never reattach.
    */
   exitOnHostDisconnect?: boolean | number;
+  /**
+   * HTTP/2 `maxSessionMemory` of the host's connection, in MiB. Node refuses new streams with
+   * ENHANCE_YOUR_CALM while the connection's accounted memory is above it, and response data
+   * handed to Node but not yet framed counts: a busy exec session holds up to one output message
+   * (1 MiB) there. Node's default (10) lets a handful of busy `alloc exec` sessions lock the host
+   * out of TaskStats and InspectTask; the default here is 128, room for about a hundred.
+   */
+  maxSessionMemoryMiB?: number;
 }
 
 /** A running plugin server. */
@@ -107,6 +115,7 @@ export interface ServedPlugin {
 
 const DEFAULT_SHUTDOWN_TIMEOUT_MS = 1000;
 const DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024;
+const DEFAULT_MAX_SESSION_MEMORY_MIB = 128;
 // After onShutdown, how long open HTTP/2 streams get to finish before their sessions are destroyed.
 const SESSION_CLOSE_GRACE_MS = 250;
 
@@ -192,6 +201,10 @@ export async function servePlugin(
   let resolveClosed!: () => void;
   const closed = new Promise<void>((r) => (resolveClosed = r));
   const sessions = new Set<http2.ServerHttp2Session>();
+  // The connections under the sessions: a session that was closed gracefully first and then
+  // destroyed only half-closes its socket and waits for the peer's end, which a busy or confused
+  // peer may never send; the socket itself can always be destroyed.
+  const sockets = new Set<Socket>();
   const removeSocketDir = () => {
     if (listening?.socketDir)
       rmSync(listening.socketDir, { recursive: true, force: true });
@@ -250,6 +263,7 @@ export async function servePlugin(
       },
     );
 
+    const sessionSettings = { maxSessionMemory: options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB };
     const clientCertPem = env.PLUGIN_CLIENT_CERT;
     if (clientCertPem) {
       try {
@@ -272,6 +286,7 @@ export async function servePlugin(
           rejectUnauthorized: true,
           minVersion: "TLSv1.2",
           ALPNProtocols: ["h2"],
+          ...sessionSettings,
         },
         handler,
       );
@@ -279,11 +294,15 @@ export async function servePlugin(
         logger.warn("rejected TLS client", { error: err.message }),
       );
     } else {
-      server = http2mod.createServer({}, handler);
+      server = http2mod.createServer(sessionSettings, handler);
     }
     const disconnectGraceMs =
       options.exitOnHostDisconnect === true ? 1000 : options.exitOnHostDisconnect || undefined;
     let disconnectTimer: NodeJS.Timeout | undefined;
+    server.on("connection", (socket: Socket) => {
+      sockets.add(socket);
+      socket.once("close", () => sockets.delete(socket));
+    });
     server.on("session", (s: http2.ServerHttp2Session) => {
       sessions.add(s);
       clearTimeout(disconnectTimer);
@@ -361,6 +380,7 @@ export async function servePlugin(
     for (const s of sessions) if (!s.closed) s.close();
     const timer = setTimeout(() => {
       for (const s of sessions) s.destroy();
+      for (const socket of sockets) socket.destroy();
     }, SESSION_CLOSE_GRACE_MS);
     await done;
     clearTimeout(timer);
