@@ -475,7 +475,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     driver: handlers,
     context,
     async close() {
-      if (!lifetime.signal.aborted) lifetime.abort(new ConnectError("plugin shutting down", Code.Unavailable));
+      // A plain Error: constructing a ConnectError loads the WHATWG Headers implementation (undici),
+      // about 25 ms on the way out of every plugin process.
+      if (!lifetime.signal.aborted) lifetime.abort(new Error("plugin shutting down"));
       await shutdownOnce();
     },
   };

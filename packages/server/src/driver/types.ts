@@ -235,7 +235,7 @@ export interface DriverContext<PC = unknown, TC = unknown> {
   readonly hostCompute: HostCompute;
   /** Tasks the SDK has started or recovered and not yet destroyed, by id. */
   readonly tasks: ReadonlyMap<string, TaskInfo<TC>>;
-  /** Aborts when the plugin shuts down. */
+  /** Aborts when the plugin shuts down (reason: an Error "plugin shutting down"). */
   readonly lifetime: AbortSignal;
 }
 
