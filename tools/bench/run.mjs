@@ -4,7 +4,7 @@
 // handlers, a raw node:http2 limit, bare node), printed as a table and written as JSON.
 // Not a test: numbers depend on the machine; targets are reported as PASS/MISS, never asserted.
 //
-//   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 1] [--slow-bytes <exec-bytes>]
+//   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 2] [--slow-bytes <exec-bytes>]
 //     [--slow-rate 128MiB] [--startup-runs 11] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
 //     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow]
 //     [--quick] [--json tools/bench/results/latest.json] [--snapshot <name>]
@@ -24,7 +24,7 @@ const ALL = ["exec", "unary", "stats", "startup", "idle", "slow"];
 function parseArgs(argv) {
   const o = {
     execBytes: 1024 ** 3,
-    execRuns: 1,
+    execRuns: 2,
     slowBytes: undefined,
     slowRate: 128 * MiB,
     startupRuns: 11,
@@ -85,6 +85,7 @@ function parseArgs(argv) {
     }
   }
   if (o.quick) {
+    o.execRuns = 1;
     o.startupRuns = Math.min(o.startupRuns, 3);
     o.idleRuns = 1;
     o.unarySeconds = Math.min(o.unarySeconds, 0.5);
@@ -100,7 +101,7 @@ function parseArgs(argv) {
 function readHelp() {
   return `usage: node tools/bench/run.mjs [options]\n
   --exec-bytes SIZE       output of the exec measures (head -c SIZE /dev/zero); default 1GiB
-  --exec-runs N           exec runs per target, best kept; default 1
+  --exec-runs N           exec runs per target, best kept; default 2 (--quick: 1)
   --slow-bytes SIZE       output of the slow-reader exec; default --exec-bytes
   --slow-rate SIZE        slow reader's rate per second; default 128MiB
   --startup-runs N        start-up cycles (median); default 11
@@ -177,23 +178,37 @@ async function main() {
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   try {
+    const profileDir = o.profile;
+    if (profileDir) mkdirSync(profileDir, { recursive: true });
+    const launch = {
+      ref: () => launchDriver("reference driver", referenceDriverBin, [], { taskConfig: { command: "/bin/sleep", args: ["3600"] }, profileDir }),
+      onehop: () => launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir }),
+      grpcjs: () => startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir }),
+      raw: () => startServer("raw http2", "raw-h2-server.mjs", {}, { profileDir }),
+    };
+    /** Memory measures run on freshly started processes: RSS a process already reached hides growth. */
+    const withFresh = async (k, fn) => {
+      const t = await launch[k]();
+      targets[`fresh-${k}`] = t;
+      try {
+        return await fn(t);
+      } finally {
+        delete targets[`fresh-${k}`];
+        await t.stop().catch((e) => log(`stopping ${t.name}: ${e.message}`));
+      }
+    };
     if (needTargets) {
       log("starting the reference driver (launchPlugin + StartTask), the one-hop bench driver, grpc-js and the raw HTTP/2 server");
-      const profileDir = o.profile;
-      if (profileDir) mkdirSync(profileDir, { recursive: true });
-      targets.ref = await launchDriver("reference driver", referenceDriverBin, [], { taskConfig: { command: "/bin/sleep", args: ["3600"] }, profileDir });
-      targets.onehop = await launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir });
-      targets.grpcjs = await startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir });
-      targets.raw = await startServer("raw http2", "raw-h2-server.mjs", {}, { profileDir });
+      for (const k of ["ref", "onehop", "grpcjs", "raw"]) targets[k] = await launch[k]();
     }
 
     if (want.has("stats")) {
       M.statsMemory = {
-        what: `VmRSS growth of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection; VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart) before, and again 1.5 s after`,
+        what: `VmRSS growth of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection to a freshly started process; VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart) before, and again 1.5 s after`,
       };
       for (const k of ["ref", "onehop", "grpcjs"]) {
-        log(`TaskStats memory via ${targets[k].name}`);
-        M.statsMemory[k] = await statsMemory(targets[k], { streams: o.heapStreams });
+        log(`TaskStats memory via a fresh ${targets[k].name}`);
+        M.statsMemory[k] = await withFresh(k, (t) => statsMemory(t, { streams: o.heapStreams }));
       }
       M.statsRate = {
         what: `TaskStats messages per second over ${o.statsStreams} streams asking collection_interval 1 ms (both servers clamp to 10 ms, so at most ${o.statsStreams * 100}/s); synthetic samples (the reference driver samples its executor once a second)`,
@@ -204,28 +219,28 @@ async function main() {
       }
     }
     if (want.has("exec")) {
-      M.exec = { bytes: o.execBytes, runs: o.execRuns, what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB` };
+      M.exec = { bytes: o.execBytes, runs: o.execRuns, what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers, best of ${o.execRuns}; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB` };
       for (const k of ["raw", "ref", "onehop", "grpcjs"]) {
         log(`exec ${fmtBytes(o.execBytes)} via ${targets[k].name}`);
         M.exec[k] = await execThroughput(targets[k], o.execBytes, o.execRuns);
       }
     }
     if (want.has("unary")) {
-      M.unary = { what: `InspectTask round trips per second, ${o.unaryConcurrency} in flight on one connection, ${o.unarySeconds} s after ${o.unaryWarmup} s of warm-up (JIT)`, concurrency: o.unaryConcurrency };
+      M.unary = { what: `InspectTask round trips per second, ${o.unaryConcurrency} in flight on one connection, ${o.unarySeconds} s after ${o.unaryWarmup} s of warm-up (JIT), best of ${o.quick ? 1 : 2} rounds`, concurrency: o.unaryConcurrency };
       for (const k of ["ref", "onehop", "grpcjs"]) {
         log(`unary InspectTask via ${targets[k].name}`);
-        M.unary[k] = await unaryRate(targets[k], { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup });
+        M.unary[k] = await unaryRate(targets[k], { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup, rounds: o.quick ? 1 : 2 });
       }
     }
     if (want.has("slow")) {
       M.slowReader = {
         bytes: o.slowBytes,
         rateBytesPerSec: o.slowRate,
-        what: `peak VmRSS growth (sum over plugin + executor; the server process for grpc-js) while the client reads "head -c ${o.slowBytes} /dev/zero" at ${fmtBytes(o.slowRate)}/s, sampled every 10 ms`,
+        what: `peak VmRSS growth (sum over plugin + executor of a freshly started driver; the server process for grpc-js) while the client reads "head -c ${o.slowBytes} /dev/zero" at ${fmtBytes(o.slowRate)}/s, sampled every 10 ms`,
       };
       for (const k of ["ref", "grpcjs"]) {
-        log(`slow reader via ${targets[k].name}`);
-        M.slowReader[k] = await slowReader(targets[k], o.slowBytes, o.slowRate);
+        log(`slow reader via a fresh ${targets[k].name}`);
+        M.slowReader[k] = await withFresh(k, (t) => slowReader(t, o.slowBytes, o.slowRate));
       }
     }
   } finally {
@@ -243,8 +258,8 @@ async function main() {
   if (want.has("idle")) {
     log("idle RSS");
     M.idleRss = {
-      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn; medians',
-      ...(await idleRss(referenceDriverBin, { runs: o.idleRuns })),
+      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn, medians; "settled": both again after 12 s (first run)',
+      ...(await idleRss(referenceDriverBin, { runs: o.idleRuns, settledMs: o.quick ? 0 : 12_000 })),
     };
   }
 
@@ -277,7 +292,9 @@ async function main() {
   if (M.exec) {
     const e = M.exec;
     rows.push([`exec stdout ${fmtBytes(e.bytes)} (MB/s)`, fmt.mbs(e.ref.mbPerSec), fmt.mbs(e.onehop.mbPerSec), fmt.mbs(e.grpcjs.mbPerSec), `${fmt.mbs(e.raw.mbPerSec)} (raw h2)`, `ref/raw ${X(e.ratios.refVsRaw)}, ref/grpc-js ${X(e.ratios.refVsGrpcjs)}`]);
-    rows.push(["exec server CPU s per GiB", e.ref.serverCpuSecondsPerGiB.toFixed(2), e.onehop.serverCpuSecondsPerGiB.toFixed(2), e.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${e.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, ""]);
+    const split = (r) => (r.serverCpuSecondsPerGiBByProcess?.length > 1 ? ` (${r.serverCpuSecondsPerGiBByProcess.map((v) => v.toFixed(2)).join(" + ")})` : "");
+    rows.push(["exec server CPU s per GiB", e.ref.serverCpuSecondsPerGiB.toFixed(2) + split(e.ref), e.onehop.serverCpuSecondsPerGiB.toFixed(2), e.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${e.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "plugin + executor"]);
+    rows.push(["exec client CPU s per GiB", e.ref.clientCpuSecondsPerGiB.toFixed(2), e.onehop.clientCpuSecondsPerGiB.toFixed(2), e.grpcjs.clientCpuSecondsPerGiB.toFixed(2), `${e.raw.clientCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "the bench client, same for all"]);
   }
   if (M.unary) {
     const u = M.unary;
@@ -297,11 +314,13 @@ async function main() {
   }
   if (M.idleRss) {
     const s = M.idleRss;
-    rows.push(["idle RSS", fmt.bytes(s.pluginBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, X(s.ratio)]);
+    rows.push(["idle RSS (1 s after PluginInfo)", fmt.bytes(s.pluginBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, X(s.ratio)]);
+    if (s.settled) rows.push([`idle RSS (after ${s.settled.afterMs / 1000} s)`, fmt.bytes(s.settled.pluginBytes), "-", "-", `${fmt.bytes(s.settled.bareNodeBytes)} (bare node)`, X(s.settled.ratio)]);
   }
   if (M.slowReader) {
     const s = M.slowReader;
-    rows.push([`slow reader ${fmtBytes(s.bytes)} at ${fmtBytes(s.rateBytesPerSec)}/s: peak RSS growth`, fmt.bytes(s.ref.growthBytes), "-", fmt.bytes(s.grpcjs.growthBytes), "", "plugin + executor"]);
+    const parts = s.ref.growthBytesByProcess?.length > 1 ? ` (${s.ref.growthBytesByProcess.map((b) => fmt.bytes(b)).join(" + ")})` : "";
+    rows.push([`slow reader ${fmtBytes(s.bytes)} at ${fmtBytes(s.rateBytesPerSec)}/s: peak RSS growth`, fmt.bytes(s.ref.growthBytes) + parts, "-", fmt.bytes(s.grpcjs.growthBytes), "", "plugin + executor, fresh processes"]);
   }
   const out = [
     "",

@@ -60,8 +60,15 @@ export function rssOf(pids) {
 export function rssSampler(pids, intervalMs = 10) {
   let peak = 0;
   let samples = 0;
+  /** Peak of each process on its own, by pid. */
+  const peakByPid = {};
   const tick = () => {
-    const v = rssOf(pids());
+    let v = 0;
+    for (const pid of pids()) {
+      const r = rssOf([pid]);
+      v += r;
+      if (r > (peakByPid[pid] ?? 0)) peakByPid[pid] = r;
+    }
     samples++;
     if (v > peak) peak = v;
   };
@@ -71,7 +78,7 @@ export function rssSampler(pids, intervalMs = 10) {
     stop() {
       clearInterval(timer);
       tick();
-      return { peak, samples };
+      return { peak, samples, peakByPid };
     },
   };
 }
