@@ -35,6 +35,7 @@ export {
   noopLogger,
   pluginAdapterDefaults,
   createPluginHandler,
+  useNodeTextEncoding,
   RecoverableError,
   PluginShutdownError,
   isCancellation,

@@ -17,4 +17,5 @@ export {
 } from "./runtime/server-runtime.js";
 export { noopLogger, type Logger, type LogFn } from "./runtime/logger.js";
 export { pluginAdapterDefaults, createPluginHandler } from "./runtime/adapter.js";
+export { useNodeTextEncoding } from "./runtime/text-encoding.js";
 export { RecoverableError, PluginShutdownError, isCancellation, cancellationError } from "@nomadkit/client/runtime";

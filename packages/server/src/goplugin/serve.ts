@@ -213,13 +213,16 @@ export async function servePlugin(
   let server: http2.Http2Server | http2.Http2SecureServer;
   let serverCertField = "";
   try {
-    const [http2mod, { createPluginHandler }, { ServerRuntime }, services] =
+    const [http2mod, { createPluginHandler }, { ServerRuntime }, services, { useNodeTextEncoding }] =
       await Promise.all([
         import("node:http2"),
         import("../runtime/adapter.js"),
         import("../runtime/server-runtime.js"),
         import("./services.js"),
+        import("../runtime/text-encoding.js"),
       ]);
+    // The plugin process is ours: protobuf-es's string encoding setting is per process.
+    useNodeTextEncoding();
     const runtime = new ServerRuntime({ logger: logger.named("grpc") });
     // gRPC only, no response compression (see pluginAdapterDefaults).
     const handler = createPluginHandler(
