@@ -14,7 +14,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
-import { execThroughput, idleRss, slowReader, startup, statsMemory, statsRate, unaryRate } from "./lib/measures.mjs";
+import { execThroughputs, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
 import { benchDriverFile, launchDriver, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
@@ -105,7 +105,7 @@ function readHelp() {
   --slow-bytes SIZE       output of the slow-reader exec; default --exec-bytes
   --slow-rate SIZE        slow reader's rate per second; default 128MiB
   --startup-runs N        start-up cycles (median); default 11
-  --unary-seconds S       measuring time of the unary rate; default 3
+  --unary-seconds S       measuring time of each unary round (5 rounds, --quick: 1); default 3
   --unary-concurrency N   unary calls in flight; default 16
   --unary-warmup S        warm-up before measuring the unary rate; default 3
   --stats-streams N       TaskStats streams for the message rate; default 100
@@ -219,18 +219,23 @@ async function main() {
       }
     }
     if (want.has("exec")) {
-      M.exec = { bytes: o.execBytes, runs: o.execRuns, what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers, best of ${o.execRuns}; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB` };
-      for (const k of ["raw", "ref", "onehop", "grpcjs"]) {
-        log(`exec ${fmtBytes(o.execBytes)} via ${targets[k].name}`);
-        M.exec[k] = await execThroughput(targets[k], o.execBytes, o.execRuns);
-      }
+      M.exec = {
+        bytes: o.execBytes,
+        runs: o.execRuns,
+        what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers, best of ${o.execRuns} runs alternating between the targets; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB`,
+        ...(await execThroughputs({ raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs }, o.execBytes, o.execRuns, log)),
+      };
     }
     if (want.has("unary")) {
-      M.unary = { what: `InspectTask round trips per second, ${o.unaryConcurrency} in flight on one connection, ${o.unarySeconds} s after ${o.unaryWarmup} s of warm-up (JIT), best of ${o.quick ? 1 : 2} rounds`, concurrency: o.unaryConcurrency };
-      for (const k of ["ref", "onehop", "grpcjs"]) {
-        log(`unary InspectTask via ${targets[k].name}`);
-        M.unary[k] = await unaryRate(targets[k], { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup, rounds: o.quick ? 1 : 2 });
-      }
+      const rounds = o.quick ? 1 : 5;
+      M.unary = {
+        what: `InspectTask round trips per second, ${o.unaryConcurrency} in flight on one connection, ${o.unarySeconds} s per round; ${rounds} rounds alternating between the targets (the first after ${o.unaryWarmup} s of warm-up), median round`,
+        concurrency: o.unaryConcurrency,
+        ...(await unaryRates(
+          { ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs },
+          { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup, rounds, log },
+        )),
+      };
     }
     if (want.has("slow")) {
       M.slowReader = {

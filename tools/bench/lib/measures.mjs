@@ -113,33 +113,56 @@ export async function execOnce(target, bytes, { rate, onTick } = {}) {
   return { seconds, mbPerSec: bytes / 1e6 / seconds, serverCpuSeconds: cpu, serverCpuSecondsByProcess: perPid, clientCpuSeconds: clientCpu, messages: reader.messages };
 }
 
-/** Exec throughput: best of `runs`. */
-export async function execThroughput(target, bytes, runs) {
-  let best;
+/**
+ * Exec throughput of each of `targets` (by key): `runs` rounds alternating between the targets
+ * (so drift in the machine's speed favours none), best run per target kept.
+ */
+export async function execThroughputs(targets, bytes, runs, log = () => {}) {
+  const best = {};
   for (let i = 0; i < runs; i++) {
-    const r = await execOnce(target, bytes);
-    if (!best || r.mbPerSec > best.mbPerSec) best = r;
+    for (const [k, target] of Object.entries(targets)) {
+      log(`exec ${bytes} bytes via ${target.name}, run ${i + 1} of ${runs}`);
+      const r = await execOnce(target, bytes);
+      if (best[k] === undefined || r.mbPerSec > best[k].mbPerSec) best[k] = r;
+    }
   }
-  return {
-    mbPerSec: best.mbPerSec,
-    seconds: best.seconds,
-    serverCpuSecondsPerGiB: (best.serverCpuSeconds / bytes) * 1024 ** 3,
-    // Per served process (plugin first, then the executor) and for this (the client) process: on
-    // 2 cores the client's share bounds every target.
-    serverCpuSecondsPerGiBByProcess: best.serverCpuSecondsByProcess.map((s) => (s / bytes) * 1024 ** 3),
-    clientCpuSecondsPerGiB: (best.clientCpuSeconds / bytes) * 1024 ** 3,
-    messages: best.messages,
-  };
+  return Object.fromEntries(
+    Object.entries(best).map(([k, b]) => [
+      k,
+      {
+        mbPerSec: b.mbPerSec,
+        seconds: b.seconds,
+        serverCpuSecondsPerGiB: (b.serverCpuSeconds / bytes) * 1024 ** 3,
+        // Per served process (plugin first, then the executor) and for this (the client) process:
+        // on 2 cores the client's share bounds every target.
+        serverCpuSecondsPerGiBByProcess: b.serverCpuSecondsByProcess.map((s) => (s / bytes) * 1024 ** 3),
+        clientCpuSecondsPerGiB: (b.clientCpuSeconds / bytes) * 1024 ** 3,
+        messages: b.messages,
+      },
+    ]),
+  );
 }
 
-/** Unary InspectTask calls per second: `concurrency` calls in flight on one connection. */
-export async function unaryRate(target, { seconds, concurrency, warmupSeconds = 3, rounds = 1 }) {
-  let best;
+/**
+ * Unary InspectTask calls per second: `concurrency` calls in flight on one connection, for each of
+ * `targets` (by key). Rounds alternate between the targets (a warm-up round first, then `rounds`
+ * counted ones) and each target's median round is kept: a machine whose speed drifts over the run
+ * then favours no target.
+ */
+export async function unaryRates(targets, { seconds, concurrency, warmupSeconds = 3, rounds = 1, log = () => {} }) {
+  const runs = Object.fromEntries(Object.keys(targets).map((k) => [k, []]));
   for (let i = 0; i < rounds; i++) {
-    const r = await unaryRound(target, { seconds, concurrency, warmupSeconds: i === 0 ? warmupSeconds : 0.2 });
-    if (best === undefined || r.callsPerSec > best.callsPerSec) best = r;
+    for (const [k, target] of Object.entries(targets)) {
+      log(`unary InspectTask via ${target.name}, round ${i + 1} of ${rounds}`);
+      runs[k].push(await unaryRound(target, { seconds, concurrency, warmupSeconds: i === 0 ? warmupSeconds : 0.5 }));
+    }
   }
-  return { ...best, rounds };
+  return Object.fromEntries(
+    Object.entries(runs).map(([k, rs]) => {
+      const sorted = [...rs].sort((a, b) => a.callsPerSec - b.callsPerSec);
+      return [k, { ...sorted[(sorted.length - 1) >> 1], rounds, roundsCallsPerSec: rs.map((r) => r.callsPerSec) }];
+    }),
+  );
 }
 
 async function unaryRound(target, { seconds, concurrency, warmupSeconds }) {
