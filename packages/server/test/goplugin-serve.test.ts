@@ -3,6 +3,7 @@ import { statSync, existsSync } from "node:fs";
 import { dirname } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import {
+  PluginLaunchError,
   PluginShutdownError,
   reattachPlugin,
   type PluginClient,
@@ -193,6 +194,22 @@ describe("servePlugin", () => {
     expect(await plugin.exited).toEqual({ code: 0, signal: null });
     expect(logs.entries.some((e) => e.message === "plugin shutting down" && e.fields.reason === "host disconnected")).toBe(true);
     expect(existsSync(dirname(plugin.address))).toBe(false);
+  });
+
+  it("refuses to start with an invalid maxSessionMemoryMiB, naming the option", async () => {
+    for (const bad of ["0", "-5", '"64"']) {
+      const err = await launchTestDriver("", { env: { TEST_MAX_SESSION_MEMORY: bad } }).then(
+        (r) => {
+          cleanups.push(() => r.plugin.kill());
+          return undefined;
+        },
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(PluginLaunchError);
+      expect(String((err as PluginLaunchError).message) + (err as PluginLaunchError).stderr).toContain(
+        `maxSessionMemoryMiB must be a number of MiB >= 1, got ${bad}`,
+      );
+    }
   });
 
   it("reports NOT_SERVING while shutting down", async () => {

@@ -266,7 +266,11 @@ export async function servePlugin(
       },
     );
 
-    const sessionSettings = { maxSessionMemory: options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB };
+    const maxSessionMemory = options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB;
+    if (typeof maxSessionMemory !== "number" || !Number.isFinite(maxSessionMemory) || maxSessionMemory < 1) {
+      throw new TypeError(`servePlugin: maxSessionMemoryMiB must be a number of MiB >= 1, got ${JSON.stringify(maxSessionMemory)}`);
+    }
+    const sessionSettings = { maxSessionMemory };
     const clientCertPem = env.PLUGIN_CLIENT_CERT;
     if (clientCertPem) {
       try {
