@@ -18,6 +18,7 @@ import { execStreaming } from "../src/exec/index.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { DirectPath } from "../src/runtime/direct.js";
 import { RecoverableError, ServerRuntime, createPluginHandler, pluginAdapterDefaults } from "../src/runtime.js";
+import { serveStreamsDirectly } from "../src/runtime/adapter.js";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -67,9 +68,20 @@ interface Served {
   close(): Promise<void>;
 }
 
-async function serve(handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void, dir: string, name: string): Promise<Served> {
+/**
+ * `entry` "stream": the way servePlugin mounts the handler (serveStreamsDirectly: the direct path
+ * sees each stream before Node's compatibility request/response objects exist); "request": the
+ * plain `http2.createServer(handler)` a user may write.
+ */
+async function serve(
+  handler: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+  dir: string,
+  name: string,
+  entry: "request" | "stream" = "request",
+): Promise<Served> {
   const socket = join(dir, name);
   const server = http2.createServer(handler as never);
+  if (entry === "stream") serveStreamsDirectly(server, handler as never);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);
@@ -138,15 +150,30 @@ function call(
 
 const inspect = (taskId: string) => frame(toBinary(InspectTaskRequestSchema, create(InspectTaskRequestSchema, { taskId })));
 
-describe("direct gRPC path", () => {
+describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (entry) => {
   let dir: string;
   let direct: Served;
   let reference: Served;
-  const handled = vi.spyOn(DirectPath.prototype, "handle");
+  const handledStream = vi.spyOn(DirectPath.prototype, "handleStream");
+  const handledRequest = vi.spyOn(DirectPath.prototype, "handle");
+  const handled = {
+    mockClear() {
+      handledStream.mockClear();
+      handledRequest.mockClear();
+    },
+    /** Whether the direct path served the one call made since mockClear. */
+    servedDirectly(): boolean {
+      const served = handledStream.mock.results.some((r) => r.value === true);
+      // The stream entry serves before Node builds a request/response pair: none reached `handle`.
+      if (entry === "stream" && served) expect(handledRequest).not.toHaveBeenCalled();
+      if (entry === "request") expect(handledRequest).toHaveBeenCalledTimes(1);
+      return served;
+    },
+  };
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), "nk-direct-"));
-    direct = await serve(createPluginHandler(routes) as never, dir, "direct.sock");
+    direct = await serve(createPluginHandler(routes) as never, dir, "direct.sock", entry);
     reference = await serve(connectNodeAdapter({ ...pluginAdapterDefaults, routes }) as never, dir, "connect.sock");
   });
   afterAll(async () => {
@@ -159,7 +186,7 @@ describe("direct gRPC path", () => {
   async function same(path: string, body: Buffer[], opts?: Parameters<typeof call>[3], servedDirectly = true): Promise<Reply> {
     handled.mockClear();
     const a = await call(direct.socket, path, body, opts);
-    expect(handled.mock.results.map((r) => r.value)).toEqual([servedDirectly]);
+    expect(handled.servedDirectly()).toBe(servedDirectly);
     const b = await call(reference.socket, path, body, opts);
     expect(a).toEqual(b);
     return a;
@@ -194,12 +221,12 @@ describe("direct gRPC path", () => {
 
   it("readMaxBytes", async () => {
     const dir2 = mkdtempSync(join(tmpdir(), "nk-direct-"));
-    const a = await serve(createPluginHandler(routes, { readMaxBytes: 8 }) as never, dir2, "a.sock");
+    const a = await serve(createPluginHandler(routes, { readMaxBytes: 8 }) as never, dir2, "a.sock", entry);
     const b = await serve(connectNodeAdapter({ ...pluginAdapterDefaults, readMaxBytes: 8, routes }) as never, dir2, "b.sock");
     handled.mockClear();
     const big = inspect("a-task-id-longer-than-eight-bytes");
     const ra = await call(a.socket, `${DRIVER}/InspectTask`, [big]);
-    expect(handled.mock.results.map((r) => r.value)).toEqual([true]);
+    expect(handled.servedDirectly()).toBe(true);
     expect(ra).toEqual(await call(b.socket, `${DRIVER}/InspectTask`, [big]));
     expect(ra.trailers["grpc-status"]).toBe(String(Code.ResourceExhausted));
     expect(await call(a.socket, `${DRIVER}/InspectTask`, [inspect("ok")])).toEqual(await call(b.socket, `${DRIVER}/InspectTask`, [inspect("ok")]));

@@ -213,7 +213,7 @@ export async function servePlugin(
   let server: http2.Http2Server | http2.Http2SecureServer;
   let serverCertField = "";
   try {
-    const [http2mod, { createPluginHandler }, { ServerRuntime }, services, { useNodeTextEncoding }] =
+    const [http2mod, { createPluginHandler, serveStreamsDirectly }, { ServerRuntime }, services, { useNodeTextEncoding }] =
       await Promise.all([
         import("node:http2"),
         import("../runtime/adapter.js"),
@@ -303,6 +303,7 @@ export async function servePlugin(
     } else {
       server = http2mod.createServer(sessionSettings, handler);
     }
+    serveStreamsDirectly(server, handler);
     const disconnectGraceMs =
       options.exitOnHostDisconnect === true ? 1000 : options.exitOnHostDisconnect || undefined;
     let disconnectTimer: NodeJS.Timeout | undefined;

@@ -205,7 +205,7 @@ class DirectContext implements HandlerContext {
   readonly url: string;
   readonly values: ContextValues;
   ended = false;
-  readonly #req: http2.Http2ServerRequest;
+  readonly #headers: http2.IncomingHttpHeaders;
   readonly #deadlineAt: number | undefined;
   readonly #shutdown: AbortSignal | undefined;
   #requestHeader: Headers | undefined;
@@ -218,11 +218,11 @@ class DirectContext implements HandlerContext {
   #gone: { reason: unknown } | undefined;
   #endReason: unknown;
 
-  constructor(method: DescMethod, req: http2.Http2ServerRequest, timeoutMs: number | undefined, shutdown: AbortSignal | undefined, values: ContextValues | undefined) {
+  constructor(method: DescMethod, headers: http2.IncomingHttpHeaders, timeoutMs: number | undefined, shutdown: AbortSignal | undefined, values: ContextValues | undefined) {
     this.method = method;
     this.service = method.parent;
-    this.#req = req;
-    this.url = `http://${req.authority ?? "localhost"}${req.url}`;
+    this.#headers = headers;
+    this.url = `http://${headers[":authority"] ?? "localhost"}${headers[":path"] ?? ""}`;
     this.#deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     this.#shutdown = shutdown;
     this.values = values ?? createContextValues();
@@ -231,7 +231,7 @@ class DirectContext implements HandlerContext {
   readonly timeoutMs = (): number | undefined => (this.#deadlineAt === undefined ? undefined : this.#deadlineAt - Date.now());
 
   get requestHeader(): Headers {
-    return (this.#requestHeader ??= webHeaders(this.#req.headers));
+    return (this.#requestHeader ??= webHeaders(this.#headers));
   }
 
   get responseHeader(): Headers {
@@ -332,6 +332,8 @@ function writable(stream: http2.ServerHttp2Stream): Promise<boolean> {
   });
 }
 
+function ignoreError(): void {}
+
 class StreamClosedError extends ConnectError {
   constructor() {
     super("http/2 stream closed while writing the response", Code.Canceled);
@@ -341,6 +343,7 @@ class StreamClosedError extends ConnectError {
 /** Routes for the direct path, collected while the plugin's services are registered. */
 export class DirectPath {
   readonly #routes = new Map<string, Route>();
+  readonly #served = new WeakSet<http2.ServerHttp2Stream>();
   readonly #options: DirectPathOptions;
 
   constructor(options: DirectPathOptions = {}) {
@@ -365,13 +368,27 @@ export class DirectPath {
     if (typeof impl === "function") this.#routes.set(`/${method.parent.typeName}/${method.name}`, { method, impl: impl as AnyImpl });
   }
 
-  /** Serve `req` if it is a call the direct path handles; false leaves it to connect. */
-  handle(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse): boolean {
-    const stream = (req as { stream?: http2.ServerHttp2Stream }).stream;
-    if (stream === undefined || req.method !== "POST") return false;
-    const route = this.#routes.get(req.url);
+  /**
+   * Serve the call on `stream` if the direct path handles it; false leaves it to connect. The
+   * plugin server calls this for every new stream, before Node builds its compatibility
+   * request/response objects (which the direct path does not need); `compat` is given when it
+   * comes from {@link handle}, and then answers through the response object, which owns the
+   * stream's trailers. A stream is served once, whichever entry sees it first.
+   */
+  handleStream(
+    stream: http2.ServerHttp2Stream,
+    h: http2.IncomingHttpHeaders,
+    compat?: { req: http2.Http2ServerRequest; res: http2.Http2ServerResponse },
+  ): boolean {
+    const req = compat?.req;
+    if (this.#served.has(stream)) return true;
+    if (h[":method"] !== "POST") return false;
+    const path = h[":path"];
+    const route = path === undefined ? undefined : this.#routes.get(path);
     if (route === undefined) return false;
-    const h = req.headers;
+    const contextValues = this.#options.contextValues;
+    // connect's contextValues hook takes the compatibility request: only the request entry has one.
+    if (contextValues !== undefined && req === undefined) return false;
     const type = h["content-type"];
     if (type === undefined) return false;
     const m = contentTypeRegExp.exec(type);
@@ -386,20 +403,31 @@ export class DirectPath {
       if (parsed.error !== undefined) return false;
       timeoutMs = parsed.timeoutMs;
     }
-    void this.#serve(route, req, res, stream, timeoutMs);
+    this.#served.add(stream);
+    void this.#serve(route, stream, h, timeoutMs, req === undefined ? undefined : contextValues?.(req), compat?.res);
     return true;
+  }
+
+  /** Serve `req` if it is a call the direct path handles; false leaves it to connect. */
+  handle(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse): boolean {
+    const stream = (req as { stream?: http2.ServerHttp2Stream }).stream;
+    return stream !== undefined && this.handleStream(stream, req.headers, { req, res });
   }
 
   async #serve(
     route: Route,
-    req: http2.Http2ServerRequest,
-    res: http2.Http2ServerResponse,
     stream: http2.ServerHttp2Stream,
+    headers: http2.IncomingHttpHeaders,
     timeoutMs: number | undefined,
+    values: ContextValues | undefined,
+    res: http2.Http2ServerResponse | undefined,
   ): Promise<void> {
     const { method, impl } = route;
-    const context = new DirectContext(method, req, timeoutMs, this.#options.shutdownSignal, this.#options.contextValues?.(req));
+    const context = new DirectContext(method, headers, timeoutMs, this.#options.shutdownSignal, values);
     const requests = new RequestMessages<unknown>(stream, method.input, this.#options.readMaxBytes ?? 0xffffffff);
+    // Stream errors (a reset, the session failing) end in "close" below; without a listener an
+    // "error" event would be thrown (Node's compatibility objects, when present, listen too).
+    stream.on("error", ignoreError);
     stream.once("close", () => {
       if (context.ended) return;
       // The client reset the stream or the connection went away: like connect, with the HTTP/2 code.
@@ -413,7 +441,16 @@ export class DirectPath {
     const sendHeaders = () => {
       if (headersSent) return;
       headersSent = true;
-      res.writeHead(200, context.nodeResponseHeaders());
+      if (res !== undefined) {
+        res.writeHead(200, context.nodeResponseHeaders());
+        return;
+      }
+      if (stream.destroyed || stream.closed) return;
+      // Trailers are read when Node asks for them, after the handler's end set the status.
+      stream.respond({ ":status": 200, ...context.nodeResponseHeaders() }, { waitForTrailers: true });
+      stream.once("wantTrailers", () => {
+        if (!stream.destroyed) stream.sendTrailers(context.nodeTrailers());
+      });
     };
     /** Write one message; resolves when the next may be written. */
     const write = async (message: unknown): Promise<void> => {
@@ -490,7 +527,9 @@ export class DirectPath {
       );
     }
     sendHeaders();
-    res.addTrailers(context.nodeTrailers());
-    res.end();
+    if (res !== undefined) {
+      res.addTrailers(context.nodeTrailers());
+      res.end();
+    } else stream.end();
   }
 }
