@@ -29,75 +29,27 @@ await esbuild.build({
   logLevel: "warning",
 });
 
-// V8 code cache for the bundle: start the plugin the way Nomad does, answer one PluginInfo call,
-// shut it down with SIGTERM, and let the bin save what V8 compiled on the way
-// (NOMADKIT_RAWEXEC_CODE_CACHE=write). The bin uses it only with the bundle and the Node.js it was
-// made with; anything else compiles as usual, so a failed training run only costs start-up time.
-const { spawn } = await import("node:child_process");
+// V8 code cache for the bundle: launch the plugin the way Nomad does (launchPlugin: handshake,
+// health check), ask PluginInfo, shut it down (GRPCController.Shutdown), and let the bin save what
+// V8 compiled on the way (NOMADKIT_RAWEXEC_CODE_CACHE=write, written as the process exits). The bin
+// uses it only with the bundle and the Node.js it was made with; anything else compiles as usual,
+// so a failed training run only costs start-up time.
 const { rmSync } = await import("node:fs");
-const http2 = await import("node:http2");
-const net = await import("node:net");
 const cacheFile = "dist/nomadkit-rawexec.cjs.v8cache";
 rmSync(cacheFile, { force: true });
 try {
-  await train();
+  const { launchPlugin } = await import("@nomadkit/client");
+  const plugin = await launchPlugin(process.execPath, ["bin/nomadkit-rawexec"], {
+    env: { NOMADKIT_RAWEXEC_CODE_CACHE: "write" },
+    startTimeoutMs: 30_000,
+  });
+  try {
+    await plugin.basePlugin.pluginInfo({});
+  } finally {
+    const exit = await plugin.kill();
+    if (exit.code !== 0) throw new Error(`plugin exited with ${exit.code ?? exit.signal} on shutdown`);
+  }
 } catch (err) {
   rmSync(cacheFile, { force: true });
   console.warn(`bundle: no code cache (${err.message}); the plugin starts without it`);
-}
-
-async function train() {
-  const child = spawn(process.execPath, ["bin/nomadkit-rawexec"], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: {
-      ...process.env,
-      NOMAD_PLUGIN_MAGIC_COOKIE: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
-      PLUGIN_PROTOCOL_VERSIONS: "2",
-      PLUGIN_MIN_PORT: "0",
-      PLUGIN_MAX_PORT: "0",
-      NOMADKIT_RAWEXEC_CODE_CACHE: "write",
-    },
-  });
-  let stderr = "";
-  child.stderr.on("data", (d) => (stderr += d));
-  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  try {
-    const line = await new Promise((resolve, reject) => {
-      let out = "";
-      child.stdout.on("data", (d) => {
-        out += d;
-        if (out.includes("\n")) resolve(out.slice(0, out.indexOf("\n")));
-      });
-      exited.then(({ code, signal }) => reject(new Error(`plugin exited (${code ?? signal}) before its handshake: ${stderr.trim()}`)));
-    });
-    const [, , network, address] = line.split("|");
-    if (network !== "unix") throw new Error(`unexpected handshake ${JSON.stringify(line)}`);
-    await pluginInfo(address);
-    child.kill("SIGTERM");
-    const { code, signal } = await exited;
-    if (code !== 0) throw new Error(`plugin exited with ${code ?? signal} after SIGTERM: ${stderr.trim()}`);
-  } finally {
-    clearTimeout(timer);
-    child.kill("SIGKILL");
-  }
-}
-
-/** One gRPC PluginInfo call (empty request) over h2c on the plugin's unix socket. */
-function pluginInfo(socketPath) {
-  return new Promise((resolve, reject) => {
-    const session = http2.connect("http://localhost", { createConnection: () => net.connect(socketPath) });
-    session.once("error", reject);
-    const req = session.request({
-      ":method": "POST",
-      ":path": "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo",
-      "content-type": "application/grpc",
-      te: "trailers",
-    });
-    req.on("trailers", (h) => (h["grpc-status"] === "0" ? resolve() : reject(new Error(`PluginInfo: grpc-status ${h["grpc-status"]}`))));
-    req.on("error", reject);
-    req.on("close", () => session.close());
-    req.resume();
-    req.end(Buffer.alloc(5));
-  });
 }
