@@ -12,6 +12,7 @@ import { requestHeader, validateResponse, validateTrailer } from "@connectrpc/co
 import type { Http2SessionManager } from "@connectrpc/connect-node";
 import { cancellationError } from "../errors.js";
 import type { ClientRuntime } from "./client-runtime.js";
+import { webHeaders } from "./headers.js";
 
 /** One gRPC message as it travelled: the 5-byte prefix and the protobuf bytes, over several parts. */
 export interface RawFrame {
@@ -30,18 +31,6 @@ export function registerRawSessions(transport: Transport, sessions: Http2Session
 
 /** Frames waiting for the consumer before the HTTP/2 stream is paused (flow control then reaches the server). */
 const MAX_QUEUED_BYTES = 1024 * 1024;
-
-function nodeToWeb(h: http2.IncomingHttpHeaders): Headers {
-  const out = new Headers();
-  for (const k in h) {
-    if (k.charCodeAt(0) === 58 /* ":" */) continue;
-    const v = h[k];
-    if (v === undefined) continue;
-    if (typeof v === "string") out.append(k, v);
-    else for (const e of v) out.append(k, e);
-  }
-  return out;
-}
 
 function resetError(rstCode: number): ConnectError {
   const name = ["NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT", "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL"][rstCode] ?? String(rstCode);
@@ -127,7 +116,7 @@ async function* run<I extends DescMessage, O extends DescMessage>(
 
   stream.on("response", (h) => {
     try {
-      const web = nodeToWeb(h);
+      const web = webHeaders(h);
       responseHeader = web;
       const r = validateResponse(Number(h[":status"]), web);
       if (r.headerError !== undefined) return fail(r.headerError);
@@ -138,7 +127,7 @@ async function* run<I extends DescMessage, O extends DescMessage>(
       fail(err);
     }
   });
-  stream.on("trailers", (t) => (trailer = nodeToWeb(t)));
+  stream.on("trailers", (t) => (trailer = webHeaders(t)));
 
   // The response body, split into messages as views of the received chunks.
   const prefix = Buffer.alloc(5);

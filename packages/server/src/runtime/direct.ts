@@ -14,6 +14,7 @@ import type * as http2 from "node:http2";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { webHeaders } from "@nomadkit/client/runtime";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
 type AnyImpl = (input: unknown, context: unknown) => unknown;
@@ -55,18 +56,6 @@ function h2ResetError(rstCode: number): ConnectError | undefined {
   };
   const n = names[rstCode];
   return n && new ConnectError(`http/2 stream closed with error code ${n[0]} (0x${rstCode.toString(16)})`, n[1]);
-}
-
-function webHeaders(node: http2.IncomingHttpHeaders): Headers {
-  const h = new Headers();
-  for (const k in node) {
-    if (k.charCodeAt(0) === 58 /* ":" */) continue;
-    const v = node[k];
-    if (v === undefined) continue;
-    if (typeof v === "string") h.append(k, v);
-    else for (const e of v) h.append(k, e);
-  }
-  return h;
 }
 
 function nodeHeaders(h: Headers): http2.OutgoingHttpHeaders {
