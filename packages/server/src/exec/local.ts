@@ -3,14 +3,17 @@
  * pseudo-terminal through node-pty when a tty is requested. Backpressure flows both ways: a slow
  * client pauses the process's output, a process that does not read pauses stdin.
  */
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, closeSync, constants, openSync, statSync, write } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
+import type { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { PooledReader, releaseChunk, retainsChunks } from "./read-buffers.js";
 import type { TerminalResizes } from "./resize.js";
+import { socketPair } from "./socket-pair.js";
 import type { ExecResult } from "./session.js";
 
 /** What to run, and where. */
@@ -110,33 +113,54 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
 }
 
 async function runPipes(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
-  const child = spawn(file, args, {
-    cwd: options.cwd,
-    env,
-    ...(options.uid !== undefined ? { uid: options.uid } : {}),
-    ...(options.gid !== undefined ? { gid: options.gid } : {}),
-    stdio: ["pipe", "pipe", "pipe"],
-    // Own process group, so abort can kill everything the command started.
-    detached: true,
-  });
+  // The session's own writables keep what they need of a chunk (retainChunk), so the output can be
+  // read into reused buffers; any other writable gets Node's fresh buffer per read.
+  const pooled = process.platform !== "win32" && retainsChunks(io.stdout) && retainsChunks(io.stderr);
+  const outputs = pooled ? await Promise.all([pooledOutput(io.stdout), pooledOutput(io.stderr)]) : undefined;
+  let child: ChildProcess;
+  try {
+    child = spawn(file, args, {
+      cwd: options.cwd,
+      env,
+      ...(options.uid !== undefined ? { uid: options.uid } : {}),
+      ...(options.gid !== undefined ? { gid: options.gid } : {}),
+      stdio: outputs === undefined ? ["pipe", "pipe", "pipe"] : ["pipe", outputs[0].theirs, outputs[1].theirs],
+      // Own process group, so abort can kill everything the command started.
+      detached: true,
+    });
+  } finally {
+    // The child has its own copies (or never will): ours would keep the output from reaching EOF.
+    for (const o of outputs ?? []) o.theirs.destroy();
+  }
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolvePromise, reject) => {
     child.once("error", reject);
-    // 'close' comes after exit AND after both pipes hit EOF: no output is lost.
-    child.once("close", (code, sig) => resolvePromise([code, sig]));
+    if (outputs === undefined) {
+      // 'close' comes after exit AND after both pipes hit EOF: no output is lost.
+      child.once("close", (code, sig) => resolvePromise([code, sig]));
+    } else {
+      // The same for our own sockets: the exit, then EOF on both.
+      child.once("exit", (code, sig) => void Promise.all(outputs.map((o) => o.eof)).then(() => resolvePromise([code, sig])));
+      child.once("error", () => outputs.forEach((o) => o.ours.destroy()));
+    }
   });
   const kill = () => {
     killGroup(child.pid, () => child.kill("SIGKILL"));
     // Nobody reads the output any more. Output held back by backpressure would keep the pipes from
-    // reaching EOF, so 'close' would never come: the exec would never return and leak its pipes.
-    child.stdout.destroy();
-    child.stderr.destroy();
+    // reaching EOF, so the exit would never be reported: the exec would never return and leak its pipes.
+    if (outputs === undefined) {
+      child.stdout!.destroy();
+      child.stderr!.destroy();
+    } else for (const o of outputs) o.ours.destroy();
   };
   io.signal?.addEventListener("abort", kill, { once: true });
 
-  child.stdin.on("error", () => {}); // EPIPE when the process exits without reading all input
-  io.stdin.pipe(child.stdin);
-  child.stdout.pipe(io.stdout);
-  child.stderr.pipe(io.stderr);
+  const stdin = child.stdin!;
+  stdin.on("error", () => {}); // EPIPE when the process exits without reading all input
+  io.stdin.pipe(stdin);
+  if (outputs === undefined) {
+    child.stdout!.pipe(io.stdout);
+    child.stderr!.pipe(io.stderr);
+  }
   try {
     const [code, sig] = await exited;
     await Promise.all([finished(io.stdout).catch(() => {}), finished(io.stderr).catch(() => {})]);
@@ -145,8 +169,41 @@ async function runPipes(file: string, args: string[], env: Record<string, string
     throw new ConnectError(`exec ${JSON.stringify(file)}: ${(err as Error).message}`, Code.FailedPrecondition);
   } finally {
     io.signal?.removeEventListener("abort", kill);
-    io.stdin.unpipe(child.stdin);
+    io.stdin.unpipe(stdin);
   }
+}
+
+interface PooledOutput {
+  /** The child's end: its stdout or stderr. */
+  readonly theirs: Socket;
+  /** Our end, reading into pooled buffers. */
+  readonly ours: Socket;
+  /** Resolves once the output reached EOF (or our end was destroyed) and `target` was ended. */
+  readonly eof: Promise<void>;
+}
+
+/** A socket pair whose reading end writes into `target` like `pipe()` would, from pooled buffers. */
+async function pooledOutput(target: Writable): Promise<PooledOutput> {
+  const reader = new PooledReader();
+  let ours: Socket | undefined;
+  const onRead = (n: number): boolean => {
+    const chunk = reader.chunk(n);
+    // Once the callback ran, the writable took its own hold on what it keeps.
+    if (target.write(chunk, () => releaseChunk(chunk))) return true;
+    target.once("drain", () => ours?.resume());
+    return false;
+  };
+  const [o, theirs] = await socketPair({ buffer: reader.next, callback: onRead });
+  ours = o;
+  ours.on("error", () => {}); // a destroyed target or a killed child: the exit says what happened
+  const eof = new Promise<void>((resolveEof) => {
+    o.once("end", () => target.end());
+    o.once("close", () => {
+      reader.close();
+      resolveEof();
+    });
+  });
+  return { theirs, ours, eof };
 }
 
 /** The subset of node-pty's IPty used here. */

@@ -25,6 +25,7 @@ import {
 import { signalNumber } from "../executor/signals.js";
 import { OutboundQueue, type Consumed } from "./queue.js";
 import { outputMessage } from "./wire.js";
+import { RETAINS_CHUNKS, retainChunk } from "./read-buffers.js";
 import { TerminalResizes } from "./resize.js";
 
 /**
@@ -176,8 +177,14 @@ type OutItem =
   | { kind: "close"; field: "stdout" | "stderr" }
   | { kind: "exited"; result: MessageInitShape<typeof ExitResultSchema> };
 
-/** A Writable whose writes complete only once the response carrying them has been consumed. */
+/**
+ * A Writable whose writes complete only once the response carrying them has been consumed. The
+ * messages hold (retainChunk) the bytes they carry until written, so chunks may come from pooled
+ * read buffers.
+ */
 class OutputWritable extends Writable {
+  readonly [RETAINS_CHUNKS] = true;
+
   constructor(
     private readonly queue: OutboundQueue<OutItem>,
     private readonly dataField: "stdout" | "stderr",
@@ -221,7 +228,9 @@ class OutputWritable extends Writable {
       // Views, not copies: a large write becomes several messages over the same memory.
       while (off < n) {
         const take = Math.min(n - off, max - size);
-        parts.push(off === 0 && take === n ? chunk : chunk.subarray(off, off + take));
+        const part = off === 0 && take === n ? chunk : chunk.subarray(off, off + take);
+        retainChunk(part);
+        parts.push(part);
         size += take;
         off += take;
         if (size === max) flush();

@@ -2,7 +2,8 @@
  * Exec output messages with their wire bytes attached: `{stdout|stderr: {data}}` is a 5-byte gRPC
  * prefix, a small protobuf header (`0a|12 <len> 0a <len>`) and then the payload itself, so the
  * plugin server writes the header and the process output as they are — no encoding, no copy, and
- * several pipe reads can travel as one message. The message object is still an ordinary
+ * several pipe reads can travel as one message. Once written, the frame gives back its holds on
+ * pooled read buffers (read-buffers.ts), so the message's `data` is valid only until then. The message object is still an ordinary
  * ExecTaskStreamingResponse for everything else (connect's path, the raw form, tests).
  */
 import {
@@ -11,6 +12,7 @@ import {
   type ExecTaskStreamingIOOperation,
   type ExecTaskStreamingResponse,
 } from "@nomadkit/protocol/driver";
+import { releaseChunk } from "./read-buffers.js";
 import { attachWireFrame, varintLength, writeEnvelopePrefix, writeVarint } from "../runtime/wire-frame.js";
 
 /** Field tags of ExecTaskStreamingResponse.stdout (1) and .stderr (2), wire type LEN; data is field 1 inside. */
@@ -58,5 +60,5 @@ export function outputMessage(field: "stdout" | "stderr", parts: readonly Uint8A
   }
   const msg = { $typeName: RESPONSE_TYPE, exited: false, [field]: io } as ExecTaskStreamingResponse;
   const head = outputHeader(field, size);
-  return attachWireFrame(msg, { parts: [head, ...parts], byteLength: head.byteLength + size });
+  return attachWireFrame(msg, { parts: [head, ...parts], byteLength: head.byteLength + size, written: () => parts.forEach(releaseChunk) });
 }

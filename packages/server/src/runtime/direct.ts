@@ -449,11 +449,14 @@ export class DirectPath {
       let ok: boolean;
       if (frame !== undefined) {
         const parts = frame.parts;
-        if (parts.length === 1) ok = stream.write(parts[0]);
+        const written = frame.written;
+        // The last part's callback comes once all of the message has been written to the socket.
+        const onWritten = written === undefined ? undefined : (err?: Error | null) => err ? undefined : written();
+        if (parts.length === 1) ok = stream.write(parts[0], onWritten);
         else {
           stream.cork();
           ok = true;
-          for (const p of parts) ok = stream.write(p);
+          for (let i = 0; i < parts.length; i++) ok = stream.write(parts[i], i === parts.length - 1 ? onWritten : undefined);
           stream.uncork();
         }
       } else {

@@ -17,6 +17,12 @@ export interface WireFrame {
   readonly parts: readonly Uint8Array[];
   /** Sum of the parts' lengths. */
   readonly byteLength: number;
+  /**
+   * Called by a writer that has written the parts out and holds no reference to them any more
+   * (the plugin server's direct path does, once the HTTP/2 write completed), so their memory may be
+   * reused. Writers that copy the message instead (connect's path) never call it.
+   */
+  readonly written?: (() => void) | undefined;
 }
 
 /** The wire frame a message carries, if any. */
