@@ -36,6 +36,7 @@ export {
   pluginAdapterDefaults,
   createPluginHandler,
   useNodeTextEncoding,
+  fixYoungGenerationSize,
   RecoverableError,
   PluginShutdownError,
   isCancellation,

@@ -18,4 +18,5 @@ export {
 export { noopLogger, type Logger, type LogFn } from "./runtime/logger.js";
 export { pluginAdapterDefaults, createPluginHandler } from "./runtime/adapter.js";
 export { useNodeTextEncoding } from "./runtime/text-encoding.js";
+export { fixYoungGenerationSize } from "./runtime/young-generation.js";
 export { RecoverableError, PluginShutdownError, isCancellation, cancellationError } from "@nomadkit/client/runtime";
