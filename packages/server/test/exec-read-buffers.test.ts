@@ -3,7 +3,8 @@
 // real exec served on the direct path comes out byte-exact while its blocks come back for reuse.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { PassThrough, Writable } from "node:stream";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
@@ -14,7 +15,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createDriverHandlers, defineDriver } from "../src/driver/index.js";
 import { runExecCommand } from "../src/exec/index.js";
-import { PooledReader, readBufferStats, releaseChunk, retainChunk } from "../src/exec/read-buffers.js";
+import { PooledReader, RETAINS_CHUNKS, readBufferStats, releaseChunk, retainChunk } from "../src/exec/read-buffers.js";
 import { socketPair } from "../src/exec/socket-pair.js";
 import { outputMessage } from "../src/exec/wire.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
@@ -111,6 +112,34 @@ describe("socketPair", () => {
       ),
     );
     for (const { i } of pairs) expect(Buffer.concat(got.get(i)!).toString()).toBe(`pair-${i}`);
+  });
+});
+
+/** Processes whose parent is this test process. */
+function ownChildren(): string[] {
+  const out: string[] = [];
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === process.pid) out.push(readFileSync(`/proc/${pid}/cmdline`, "utf8"));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+describe("runExecCommand with pooled output", () => {
+  it("an abort while its sockets are being made starts no process", async () => {
+    const sink = () => Object.assign(new Writable({ write: (_c, _e, cb) => cb() }), { [RETAINS_CHUNKS]: true });
+    for (let i = 0; i < 20; i++) {
+      const ac = new AbortController();
+      const run = runExecCommand({ command: ["sleep", "31.25"] }, { stdin: new PassThrough(), stdout: sink(), stderr: sink(), signal: ac.signal });
+      ac.abort(new Error("gone"));
+      await expect(run).rejects.toThrow("gone");
+    }
+    await sleep(100);
+    expect(ownChildren().filter((c) => c.includes("31.25"))).toEqual([]);
   });
 });
 

@@ -117,6 +117,15 @@ async function runPipes(file: string, args: string[], env: Record<string, string
   // read into reused buffers; any other writable gets Node's fresh buffer per read.
   const pooled = process.platform !== "win32" && retainsChunks(io.stdout) && retainsChunks(io.stderr);
   const outputs = pooled ? await Promise.all([pooledOutput(io.stdout), pooledOutput(io.stderr)]) : undefined;
+  // Aborted while the sockets were being made: the kill below is not listening yet.
+  const signal = io.signal;
+  if (signal?.aborted) {
+    for (const o of outputs ?? []) {
+      o.theirs.destroy();
+      o.ours.destroy();
+    }
+    throw signal.reason ?? new Error("aborted");
+  }
   let child: ChildProcess;
   try {
     child = spawn(file, args, {
