@@ -3,12 +3,12 @@
 // real exec served on the direct path comes out byte-exact while its blocks come back for reuse.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { PassThrough, Writable } from "node:stream";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DriverClient, createUnixSocketTransport } from "@nomadkit/client";
 import fc from "fast-check";
@@ -140,6 +140,36 @@ describe("runExecCommand with pooled output", () => {
     }
     await sleep(100);
     expect(ownChildren().filter((c) => c.includes("31.25"))).toEqual([]);
+  });
+});
+
+describe("runExecCommand when no socket pair can be made", () => {
+  it("falls back to plain pipes (a TMPDIR too long for a socket path)", async () => {
+    const long = join(mkdtempSync(join(tmpdir(), "nk-long-")), "x".repeat(120));
+    mkdirSync(long);
+    const saved = process.env.TMPDIR;
+    process.env.TMPDIR = long;
+    try {
+      // A fresh module instance: the socket-pair factory has not been started with another TMPDIR.
+      vi.resetModules();
+      const local = await import("../src/exec/local.js");
+      const buffers = await import("../src/exec/read-buffers.js");
+      const collect = (into: Buffer[]) =>
+        Object.assign(new Writable({ write: (c: Buffer, _e, cb) => void into.push(Buffer.from(c)) ?? cb() }), { [buffers.RETAINS_CHUNKS]: true });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      const stdin = new PassThrough();
+      stdin.end();
+      const r = await local.runExecCommand({ command: ["/bin/sh", "-c", "printf hello; printf oops >&2; exit 3"] }, { stdin, stdout: collect(out), stderr: collect(err) });
+      expect(r.exitCode).toBe(3);
+      expect(Buffer.concat(out).toString()).toBe("hello");
+      expect(Buffer.concat(err).toString()).toBe("oops");
+      expect(buffers.readBufferStats().created).toBe(0);
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+      rmSync(dirname(long), { recursive: true, force: true });
+    }
   });
 });
 

@@ -116,7 +116,7 @@ async function runPipes(file: string, args: string[], env: Record<string, string
   // The session's own writables keep what they need of a chunk (retainChunk), so the output can be
   // read into reused buffers; any other writable gets Node's fresh buffer per read.
   const pooled = process.platform !== "win32" && retainsChunks(io.stdout) && retainsChunks(io.stderr);
-  const outputs = pooled ? await Promise.all([pooledOutput(io.stdout), pooledOutput(io.stderr)]) : undefined;
+  const outputs = pooled ? await pooledOutputs(io.stdout, io.stderr) : undefined;
   // Aborted while the sockets were being made: the kill below is not listening yet.
   const signal = io.signal;
   if (signal?.aborted) {
@@ -189,6 +189,20 @@ interface PooledOutput {
   readonly ours: Socket;
   /** Resolves once the output reached EOF (or our end was destroyed) and `target` was ended. */
   readonly eof: Promise<void>;
+}
+
+/** Pooled outputs for both streams, or undefined (plain pipes then) if the sockets cannot be made. */
+async function pooledOutputs(stdout: Writable, stderr: Writable): Promise<[PooledOutput, PooledOutput] | undefined> {
+  const made = await Promise.allSettled([pooledOutput(stdout), pooledOutput(stderr)]);
+  if (made[0].status === "fulfilled" && made[1].status === "fulfilled") return [made[0].value, made[1].value];
+  // E.g. a TMPDIR too long for a socket path: nothing is lost but the buffer reuse.
+  for (const m of made) {
+    if (m.status === "fulfilled") {
+      m.value.theirs.destroy();
+      m.value.ours.destroy();
+    }
+  }
+  return undefined;
 }
 
 /** A socket pair whose reading end writes into `target` like `pipe()` would, from pooled buffers. */

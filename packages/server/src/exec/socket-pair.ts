@@ -20,6 +20,11 @@ let queue: Promise<unknown> = Promise.resolve();
 
 function startFactory(): Promise<Factory> {
   return new Promise((resolve, reject) => {
+    // sun_path holds 108 bytes on Linux, 104 on macOS; libuv may cut a longer path short silently.
+    if (Buffer.byteLength(join(tmpdir(), "nomadkit-pairs-XXXXXX", "s")) > 100) {
+      reject(new Error(`socket pairs: the temporary directory's path is too long for a unix socket: ${tmpdir()}`));
+      return;
+    }
     const dir = mkdtempSync(join(tmpdir(), "nomadkit-pairs-"));
     const path = join(dir, "s");
     // Accepted sockets go to children as they are: never read from them here.
