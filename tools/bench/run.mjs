@@ -15,7 +15,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
 import { execThroughputs, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
-import { benchDriverFile, launchDriver, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
+import { benchDriverFile, fixedYoungGenerationPreload, launchDriver, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -182,6 +182,13 @@ async function main() {
     if (profileDir) mkdirSync(profileDir, { recursive: true });
     const launch = {
       ref: () => launchDriver("reference driver", referenceDriverBin, [], { taskConfig: { command: "/bin/sleep", args: ["3600"] }, profileDir }),
+      // The same with the plugin's young generation fixed (the memory/unary trade driver authors may choose).
+      refyg: () =>
+        launchDriver("reference driver + fixYoungGenerationSize", referenceDriverBin, [], {
+          taskConfig: { command: "/bin/sleep", args: ["3600"] },
+          profileDir,
+          preload: [fixedYoungGenerationPreload],
+        }),
       onehop: () => launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir }),
       grpcjs: () => startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir }),
       raw: () => startServer("raw http2", "raw-h2-server.mjs", {}, { profileDir }),
@@ -200,6 +207,7 @@ async function main() {
     if (needTargets) {
       log("starting the reference driver (launchPlugin + StartTask), the one-hop bench driver, grpc-js and the raw HTTP/2 server");
       for (const k of ["ref", "onehop", "grpcjs", "raw"]) targets[k] = await launch[k]();
+      if (want.has("unary")) targets.refyg = await launch.refyg();
     }
 
     if (want.has("stats")) {
@@ -232,7 +240,7 @@ async function main() {
         what: `InspectTask round trips per second, ${o.unaryConcurrency} in flight on one connection, ${o.unarySeconds} s per round; ${rounds} rounds alternating between the targets (the first after ${o.unaryWarmup} s of warm-up), median round`,
         concurrency: o.unaryConcurrency,
         ...(await unaryRates(
-          { ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs },
+          { ref: targets.ref, refyg: targets.refyg, onehop: targets.onehop, grpcjs: targets.grpcjs },
           { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup, rounds, log },
         )),
       };
@@ -243,8 +251,8 @@ async function main() {
         rateBytesPerSec: o.slowRate,
         what: `peak VmRSS growth (sum over plugin + executor of a freshly started driver; the server process for grpc-js) while the client reads "head -c ${o.slowBytes} /dev/zero" at ${fmtBytes(o.slowRate)}/s, sampled every 10 ms`,
       };
-      for (const k of ["ref", "grpcjs"]) {
-        log(`slow reader via a fresh ${targets[k].name}`);
+      for (const k of ["ref", "refyg", "grpcjs"]) {
+        log(`slow reader via a fresh ${k === "refyg" ? "reference driver + fixYoungGenerationSize" : targets[k].name}`);
         M.slowReader[k] = await withFresh(k, (t) => slowReader(t, o.slowBytes, o.slowRate));
       }
     }
@@ -304,6 +312,7 @@ async function main() {
   if (M.unary) {
     const u = M.unary;
     rows.push([`unary InspectTask (calls/s, ${u.concurrency} in flight)`, fmt.rate(u.ref.callsPerSec, "/s"), fmt.rate(u.onehop.callsPerSec, "/s"), fmt.rate(u.grpcjs.callsPerSec, "/s"), "", `ref/grpc-js ${X(u.ratios.refVsGrpcjs)}`]);
+    rows.push(["  same, + fixYoungGenerationSize", fmt.rate(u.refyg.callsPerSec, "/s"), "-", "-", "", `ref+fyg/grpc-js ${X(u.refyg.callsPerSec / u.grpcjs.callsPerSec)}`]);
   }
   if (M.statsRate) {
     const s = M.statsRate;
@@ -326,6 +335,8 @@ async function main() {
     const s = M.slowReader;
     const parts = s.ref.growthBytesByProcess?.length > 1 ? ` (${s.ref.growthBytesByProcess.map((b) => fmt.bytes(b)).join(" + ")})` : "";
     rows.push([`slow reader ${fmtBytes(s.bytes)} at ${fmtBytes(s.rateBytesPerSec)}/s: peak RSS growth`, fmt.bytes(s.ref.growthBytes) + parts, "-", fmt.bytes(s.grpcjs.growthBytes), "", "plugin + executor, fresh processes"]);
+    const partsYg = s.refyg.growthBytesByProcess?.length > 1 ? ` (${s.refyg.growthBytesByProcess.map((b) => fmt.bytes(b)).join(" + ")})` : "";
+    rows.push(["  same, + fixYoungGenerationSize", fmt.bytes(s.refyg.growthBytes) + partsYg, "-", "-", "", "the driver author's choice"]);
   }
   const out = [
     "",
@@ -339,6 +350,7 @@ async function main() {
     "what was measured:",
     ...Object.entries(M).map(([k, v]) => `  ${k}: ${v.what}`),
     `  reference driver = examples/rawexec-driver (launchPlugin; ExecTaskStreaming forwarded driver → executor → child, two gRPC hops)`,
+    `  + fixYoungGenerationSize = the same driver with @nomadkit/server's fixYoungGenerationSize() called before it loads (preload), as a driver's entry file may`,
     `  nomadkit one hop = tools/bench/servers/nomadkit-driver.mjs (serveDriver; runExecCommand in the plugin)`,
     `  grpc-js = tools/bench/servers/grpcjs-server.mjs (@grpc/grpc-js + @grpc/proto-loader, same handlers)`,
     `  raw h2 = tools/bench/servers/raw-h2-server.mjs (node:http2, pre-framed 1 MiB messages)`,

@@ -34,14 +34,15 @@ describe("npm run bench", () => {
       const m = report.measures;
       for (const k of ["raw", "ref", "onehop", "grpcjs"]) expect(m.exec[k].mbPerSec).toBeGreaterThan(0);
       expect(m.exec.bytes).toBe(4 * 1024 * 1024);
-      for (const k of ["ref", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
+      for (const k of ["ref", "refyg", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
       for (const k of ["onehop", "grpcjs"]) expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
       for (const k of ["ref", "onehop", "grpcjs"]) expect(typeof m.statsMemory[k].bytesPerStream).toBe("number");
       expect(m.startup.pluginMs).toBeGreaterThan(0);
       expect(m.startup.bareNodeMs).toBeGreaterThan(0);
       expect(m.idleRss.pluginBytes).toBeGreaterThan(0);
       expect(m.idleRss.bareNodeBytes).toBeGreaterThan(0);
-      for (const k of ["ref", "grpcjs"]) expect(typeof m.slowReader[k].growthBytes).toBe("number");
+      for (const k of ["ref", "refyg", "grpcjs"]) expect(typeof m.slowReader[k].growthBytes).toBe("number");
+      expect(stdout).toContain("+ fixYoungGenerationSize");
       for (const measure of Object.values(m) as { what: string }[]) expect(measure.what).toBeTruthy();
       expect(report.targets.map((t: { name: string }) => t.name)).toEqual([
         "exec throughput vs raw HTTP/2 limit",

@@ -16,8 +16,8 @@ export const referenceDriverBin = join(repoRoot, "examples/rawexec-driver/bin/no
 export const benchDriverFile = join(here, "../servers/nomadkit-driver.mjs");
 
 /** Launches a driver plugin (go-plugin handshake), configures it and starts one long-running task. */
-export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDir } = {}) {
-  const plugin = await launchPlugin(cmd, args, profileDir ? { env: profileEnv(profileDir) } : {});
+export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDir, preload = [] } = {}) {
+  const plugin = await launchPlugin(cmd, args, { env: profileEnv(profileDir, preload) });
   const allocDir = mkdtempSync(join(tmpdir(), "nk-bench-alloc-"));
   const taskName = "bench";
   mkdirSync(join(allocDir, taskName));
@@ -70,12 +70,18 @@ export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDi
  * Environment that makes a process (and the executors it starts) write a V8 CPU profile on exit
  * (`--cpu-prof` is not allowed in NODE_OPTIONS, so a preloaded hook uses the inspector).
  */
-export function profileEnv(dir) {
+/** Environment of a served process: the CPU profiler (with a profile dir) and other preloads. */
+export function profileEnv(dir, preload = []) {
+  const files = [...(dir ? [join(here, "cpu-prof-hook.cjs")] : []), ...preload];
+  if (files.length === 0) return {};
   return {
-    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --require ${join(here, "cpu-prof-hook.cjs")}`.trim(),
-    NOMADKIT_BENCH_PROFILE_DIR: dir,
+    NODE_OPTIONS: [process.env.NODE_OPTIONS ?? "", ...files.map((f) => `--require ${f}`)].join(" ").trim(),
+    ...(dir ? { NOMADKIT_BENCH_PROFILE_DIR: dir } : {}),
   };
 }
+
+/** Preload of the "reference driver + fixYoungGenerationSize" variant. */
+export const fixedYoungGenerationPreload = join(here, "fixed-young-generation.cjs");
 
 /**
  * Starts one of tools/bench/servers/*.mjs; it prints its socket path on the first line. Targets
