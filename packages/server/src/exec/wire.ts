@@ -2,9 +2,10 @@
  * Exec output messages with their wire bytes attached: `{stdout|stderr: {data}}` is a 5-byte gRPC
  * prefix, a small protobuf header (`0a|12 <len> 0a <len>`) and then the payload itself, so the
  * plugin server writes the header and the process output as they are — no encoding, no copy, and
- * several pipe reads can travel as one message. Once written, the frame gives back its holds on
- * pooled read buffers (read-buffers.ts), so the message's `data` is valid only until then. The message object is still an ordinary
- * ExecTaskStreamingResponse for everything else (connect's path, the raw form, tests).
+ * several pipe reads can travel as one message. The message object is still an ordinary
+ * ExecTaskStreamingResponse for everything else (connect's path, the raw form, tests). Once the
+ * direct path has written it, the frame gives back its holds on pooled read buffers
+ * (read-buffers.ts): from then on its `data` may be reused memory.
  */
 import {
   ExecTaskStreamingIOOperationSchema,
