@@ -120,10 +120,7 @@ async function runPipes(file: string, args: string[], env: Record<string, string
   // Aborted while the sockets were being made: the kill below is not listening yet.
   const signal = io.signal;
   if (signal?.aborted) {
-    for (const o of outputs ?? []) {
-      o.theirs.destroy();
-      o.ours.destroy();
-    }
+    outputs?.forEach(discard);
     throw signal.reason ?? new Error("aborted");
   }
   let child: ChildProcess;
@@ -196,13 +193,14 @@ async function pooledOutputs(stdout: Writable, stderr: Writable): Promise<[Poole
   const made = await Promise.allSettled([pooledOutput(stdout), pooledOutput(stderr)]);
   if (made[0].status === "fulfilled" && made[1].status === "fulfilled") return [made[0].value, made[1].value];
   // E.g. a TMPDIR too long for a socket path: nothing is lost but the buffer reuse.
-  for (const m of made) {
-    if (m.status === "fulfilled") {
-      m.value.theirs.destroy();
-      m.value.ours.destroy();
-    }
-  }
+  for (const m of made) if (m.status === "fulfilled") discard(m.value);
   return undefined;
+}
+
+/** Close both ends of an output that will not be used. */
+function discard(o: PooledOutput): void {
+  o.theirs.destroy();
+  o.ours.destroy();
 }
 
 /** A socket pair whose reading end writes into `target` like `pipe()` would, from pooled buffers. */
@@ -216,17 +214,17 @@ async function pooledOutput(target: Writable): Promise<PooledOutput> {
     target.once("drain", () => ours?.resume());
     return false;
   };
-  const [o, theirs] = await socketPair({ buffer: reader.next, callback: onRead });
-  ours = o;
-  ours.on("error", () => {}); // a destroyed target or a killed child: the exit says what happened
+  const [socket, theirs] = await socketPair({ buffer: reader.next, callback: onRead });
+  ours = socket;
+  socket.on("error", () => {}); // a destroyed target or a killed child: the exit says what happened
   const eof = new Promise<void>((resolveEof) => {
-    o.once("end", () => target.end());
-    o.once("close", () => {
+    socket.once("end", () => target.end());
+    socket.once("close", () => {
       reader.close();
       resolveEof();
     });
   });
-  return { theirs, ours, eof };
+  return { theirs, ours: socket, eof };
 }
 
 /** The subset of node-pty's IPty used here. */
