@@ -24,7 +24,7 @@ describe("useNodeTextEncoding", () => {
       fc.property(strings, (s) => {
         expect(Buffer.from(encode(s)).equals(Buffer.from(reference.encode(s)))).toBe(true);
       }),
-      { numRuns: 2000 },
+      { numRuns: 2000, seed: 0x7e46 },
     );
   });
 
@@ -38,7 +38,9 @@ describe("useNodeTextEncoding", () => {
   it("messages with string fields round-trip", () => {
     useNodeTextEncoding();
     fc.assert(
-      fc.property(strings, strings, fc.dictionary(fc.string(), strings, { maxKeys: 5 }), (id, name, env) => {
+      // Map key "__proto__" is left out: protobuf-es stores maps in plain objects, where it cannot be
+      // an own key (a protobuf-es limitation, nothing to do with string encoding).
+      fc.property(strings, strings, fc.dictionary(fc.string().filter((k) => k !== "__proto__"), strings, { maxKeys: 5 }), (id, name, env) => {
         const msg = create(TaskConfigSchema, { id, name, env });
         const back = fromBinary(TaskConfigSchema, toBinary(TaskConfigSchema, msg));
         // Unpaired surrogates are not representable in UTF-8: both sides turn them into U+FFFD.
@@ -47,7 +49,7 @@ describe("useNodeTextEncoding", () => {
         expect(back.name).toBe(wellFormed(name));
         expect(back.env).toEqual(Object.fromEntries(Object.entries(env).map(([k, v]) => [wellFormed(k), wellFormed(v)])));
       }),
-      { numRuns: 500 },
+      { numRuns: 500, seed: 0x7e47 },
     );
   });
 });
