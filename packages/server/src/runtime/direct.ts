@@ -15,6 +15,7 @@ import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type D
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { webHeaders } from "@nomadkit/client/runtime";
+import { encodeBinary } from "./binary-encoder.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
 type AnyImpl = (input: unknown, context: unknown) => unknown;
@@ -304,6 +305,23 @@ async function single<T>(it: AsyncIterator<T>, kind: string): Promise<T> {
   return first.value;
 }
 
+/** Write protobuf bytes as one gRPC message; small ones copied behind their prefix, big ones not. */
+function writeEncoded(stream: http2.ServerHttp2Stream, bytes: Uint8Array): boolean {
+  if (bytes.byteLength <= COPY_LIMIT) {
+    const buf = Buffer.allocUnsafe(5 + bytes.byteLength);
+    writeEnvelopePrefix(buf, 0, bytes.byteLength);
+    buf.set(bytes, 5);
+    return stream.write(buf);
+  }
+  const prefix = Buffer.allocUnsafe(5);
+  writeEnvelopePrefix(prefix, 0, bytes.byteLength);
+  stream.cork();
+  stream.write(prefix);
+  const ok = stream.write(bytes);
+  stream.uncork();
+  return ok;
+}
+
 /** Resolves when `stream` can take more data, or when it closed (then false). */
 function writable(stream: http2.ServerHttp2Stream): Promise<boolean> {
   return new Promise((resolve) => {
@@ -460,20 +478,13 @@ export class DirectPath {
           stream.uncork();
         }
       } else {
-        const bytes = toBinary(output, create(output, message as never));
-        if (bytes.byteLength <= COPY_LIMIT) {
-          const buf = Buffer.allocUnsafe(5 + bytes.byteLength);
-          writeEnvelopePrefix(buf, 0, bytes.byteLength);
-          buf.set(bytes, 5);
-          ok = stream.write(buf);
-        } else {
-          const prefix = Buffer.allocUnsafe(5);
-          writeEnvelopePrefix(prefix, 0, bytes.byteLength);
-          stream.cork();
-          stream.write(prefix);
-          ok = stream.write(bytes);
-          stream.uncork();
-        }
+        const msg = create(output, message as never);
+        // The fast encoder writes behind room for the prefix; what it declines goes to toBinary.
+        const framed = encodeBinary(output, msg, 5);
+        if (framed !== undefined) {
+          writeEnvelopePrefix(framed, 0, framed.length - 5);
+          ok = stream.write(framed);
+        } else ok = writeEncoded(stream, toBinary(output, msg));
       }
       if (!ok && !(await writable(stream))) throw new StreamClosedError();
     };
