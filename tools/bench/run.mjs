@@ -15,7 +15,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
 import { execThroughputs, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
-import { benchDriverFile, fixedYoungGenerationPreload, launchDriver, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
+import { benchDriverFile, fixedYoungGenerationPreload, launchDriver, minimalPlugin, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -264,15 +264,15 @@ async function main() {
   if (want.has("startup")) {
     log(`start-up cycle x${o.startupRuns}`);
     M.startup = {
-      what: "spawn → go-plugin handshake → PluginInfo answered → kill() done (GRPCController.Shutdown + exit), via launchPlugin, versus spawn of `node -e 0` until exit; medians",
-      ...(await startup(referenceDriverBin, { runs: o.startupRuns })),
+      what: "spawn → go-plugin handshake → PluginInfo answered → kill() done (GRPCController.Shutdown + exit), via launchPlugin, versus spawn of `node -e 0` until exit, and the same cycle of the minimal Node plugin (the floor); medians",
+      ...(await startup(referenceDriverBin, { runs: o.startupRuns, floor: minimalPlugin() })),
     };
   }
   if (want.has("idle")) {
     log("idle RSS");
     M.idleRss = {
-      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn, medians; "settled": both again after 12 s (first run)',
-      ...(await idleRss(referenceDriverBin, { runs: o.idleRuns, settledMs: o.quick ? 0 : 12_000 })),
+      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn and the minimal Node plugin 1 s after PluginInfo, medians; "settled": the first two again after 12 s (first run)',
+      ...(await idleRss(referenceDriverBin, { runs: o.idleRuns, settledMs: o.quick ? 0 : 12_000, floor: minimalPlugin() })),
     };
   }
 
@@ -312,6 +312,8 @@ async function main() {
   if (M.unary) {
     const u = M.unary;
     rows.push([`unary InspectTask (calls/s, ${u.concurrency} in flight)`, fmt.rate(u.ref.callsPerSec, "/s"), fmt.rate(u.onehop.callsPerSec, "/s"), fmt.rate(u.grpcjs.callsPerSec, "/s"), "", `ref/grpc-js ${X(u.ratios.refVsGrpcjs)}`]);
+    const us = (r) => `${r.serverCpuMicrosPerCall.toFixed(1)} µs`;
+    rows.push(["  server CPU per call", us(u.ref), us(u.onehop), us(u.grpcjs), "", `ref/grpc-js ${X(u.ref.serverCpuMicrosPerCall / u.grpcjs.serverCpuMicrosPerCall)} (lower is better)`]);
     rows.push(["  same, + fixYoungGenerationSize", fmt.rate(u.refyg.callsPerSec, "/s"), "-", "-", "", `ref+fyg/grpc-js ${X(u.refyg.callsPerSec / u.grpcjs.callsPerSec)}`]);
   }
   if (M.statsRate) {
@@ -325,10 +327,12 @@ async function main() {
   if (M.startup) {
     const s = M.startup;
     rows.push([`start-up cycle (median of ${s.runs})`, fmt.ms(s.pluginMs), "-", "-", `${fmt.ms(s.bareNodeMs)} (node -e 0)`, `${X(s.ratio)} (handshake ${fmt.ms(s.phasesMs.handshake)}, PluginInfo ${fmt.ms(s.phasesMs.pluginInfo)}, shutdown ${fmt.ms(s.phasesMs.shutdown)})`]);
+    rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.ms(s.floorMs), `floor/bare ${X(s.floorRatio)}; ref/floor ${X(s.pluginMs / s.floorMs)}`]);
   }
   if (M.idleRss) {
     const s = M.idleRss;
     rows.push(["idle RSS (1 s after PluginInfo)", fmt.bytes(s.pluginBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, X(s.ratio)]);
+    rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.bytes(s.floorBytes), `floor/bare ${X(s.floorRatio)}; ref/floor ${X(s.pluginBytes / s.floorBytes)}`]);
     if (s.settled) rows.push([`idle RSS (after ${s.settled.afterMs / 1000} s)`, fmt.bytes(s.settled.pluginBytes), "-", "-", `${fmt.bytes(s.settled.bareNodeBytes)} (bare node)`, X(s.settled.ratio)]);
   }
   if (M.slowReader) {
@@ -354,6 +358,7 @@ async function main() {
     `  nomadkit one hop = tools/bench/servers/nomadkit-driver.mjs (serveDriver; runExecCommand in the plugin)`,
     `  grpc-js = tools/bench/servers/grpcjs-server.mjs (@grpc/grpc-js + @grpc/proto-loader, same handlers)`,
     `  raw h2 = tools/bench/servers/raw-h2-server.mjs (node:http2, pre-framed 1 MiB messages)`,
+    `  minimal Node plugin = tools/bench/servers/minimal-plugin.cjs (node:http2 on the unix socket, go-plugin handshake, canned answers; no protobuf runtime, no dependencies): the floor for start-up and idle RSS`,
     `done in ${report.seconds.toFixed(0)} s; JSON: ${o.json}${o.snapshot ? ` and results/${o.snapshot}.json` : ""}`,
     "",
   ];

@@ -39,10 +39,14 @@ describe("npm run bench", () => {
       for (const k of ["ref", "onehop", "grpcjs"]) expect(typeof m.statsMemory[k].bytesPerStream).toBe("number");
       expect(m.startup.pluginMs).toBeGreaterThan(0);
       expect(m.startup.bareNodeMs).toBeGreaterThan(0);
+      expect(m.startup.floorMs).toBeGreaterThan(0); // the minimal Node plugin answered PluginInfo
+      expect(m.idleRss.floorBytes).toBeGreaterThan(0);
+      for (const k of ["ref", "grpcjs"]) expect(m.unary[k].serverCpuMicrosPerCall).toBeGreaterThan(0);
       expect(m.idleRss.pluginBytes).toBeGreaterThan(0);
       expect(m.idleRss.bareNodeBytes).toBeGreaterThan(0);
       for (const k of ["ref", "refyg", "grpcjs"]) expect(typeof m.slowReader[k].growthBytes).toBe("number");
       expect(stdout).toContain("+ fixYoungGenerationSize");
+      expect(stdout).toContain("floor: minimal Node plugin");
       for (const measure of Object.values(m) as { what: string }[]) expect(measure.what).toBeTruthy();
       expect(report.targets.map((t: { name: string }) => t.name)).toEqual([
         "exec throughput vs raw HTTP/2 limit",

@@ -301,27 +301,22 @@ function spawnTimed(cmd, args) {
 
 /**
  * Start-up cycle: launchPlugin (spawn + go-plugin handshake) → PluginInfo answered → kill()
- * complete (GRPCController.Shutdown, process exit), versus spawning `node -e 0` until it exits.
- * Median of `runs`, alternating the two.
+ * complete (GRPCController.Shutdown, process exit), versus spawning `node -e 0` until it exits, and
+ * (when `floor` is given) the same cycle of the minimal Node plugin. Median of `runs`, alternating.
  */
-export async function startup(bin, { runs }) {
+export async function startup(bin, { runs, floor }) {
   const bare = [];
   const plugin = [];
+  const floorMs = [];
   const phases = { handshake: [], pluginInfo: [], shutdown: [] };
   for (let i = 0; i < runs; i++) {
     bare.push(await spawnTimed(process.execPath, ["-e", "0"]));
-    const t0 = performance.now();
-    const p = await launchPlugin(bin, [], {});
-    const t1 = performance.now();
-    const info = await p.basePlugin.pluginInfo({});
-    const t2 = performance.now();
-    await p.kill();
-    const t3 = performance.now();
-    if (info.type === undefined || !info.name) throw new Error("PluginInfo without name");
-    plugin.push(t3 - t0);
-    phases.handshake.push(t1 - t0);
-    phases.pluginInfo.push(t2 - t1);
-    phases.shutdown.push(t3 - t2);
+    const c = await pluginCycle(bin, {});
+    plugin.push(c.total);
+    phases.handshake.push(c.handshake);
+    phases.pluginInfo.push(c.pluginInfo);
+    phases.shutdown.push(c.shutdown);
+    if (floor) floorMs.push((await pluginCycle(floor.bin, floor.env)).total);
   }
   return {
     pluginMs: median(plugin),
@@ -329,25 +324,43 @@ export async function startup(bin, { runs }) {
     ratio: median(plugin) / median(bare),
     runs,
     phasesMs: { handshake: median(phases.handshake), pluginInfo: median(phases.pluginInfo), shutdown: median(phases.shutdown) },
+    ...(floor ? { floorMs: median(floorMs), floorRatio: median(floorMs) / median(bare) } : {}),
   };
+}
+
+async function pluginCycle(bin, env) {
+  const t0 = performance.now();
+  const p = await launchPlugin(bin, [], { env });
+  const t1 = performance.now();
+  const info = await p.basePlugin.pluginInfo({});
+  const t2 = performance.now();
+  await p.kill();
+  const t3 = performance.now();
+  if (info.type === undefined || !info.name) throw new Error(`${bin}: PluginInfo without name`);
+  return { total: t3 - t0, handshake: t1 - t0, pluginInfo: t2 - t1, shutdown: t3 - t2 };
 }
 
 /**
  * Idle RSS of a freshly started plugin (1 s after PluginInfo) versus an idle bare node (1 s after
- * spawn), medians of `runs`; the first run also waits until `settledMs` and reads both again (V8's
- * memory reducer shrinks an idle heap after about 8 s).
+ * spawn) and (when `floor` is given) the minimal Node plugin, medians of `runs`; the first run also
+ * waits until `settledMs` and reads them again (V8's memory reducer shrinks an idle heap after
+ * about 8 s).
  */
-export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_000 }) {
+export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_000, floor }) {
   const plugin = [];
   const bare = [];
+  const floorBytes = [];
   let settled;
   for (let i = 0; i < runs; i++) {
     const p = await launchPlugin(bin, [], {});
     await p.basePlugin.pluginInfo({});
+    const f = floor ? await launchPlugin(floor.bin, [], { env: floor.env }) : undefined;
+    await f?.basePlugin.pluginInfo({});
     const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
     await sleep(settleMs);
     plugin.push(procMemory(p.pid).rss);
     bare.push(procMemory(child.pid).rss);
+    if (f) floorBytes.push(procMemory(f.pid).rss);
     if (i === 0 && settledMs > settleMs) {
       await sleep(settledMs - settleMs);
       settled = { afterMs: settledMs, pluginBytes: procMemory(p.pid).rss, bareNodeBytes: procMemory(child.pid).rss };
@@ -355,8 +368,16 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
     }
     child.kill("SIGKILL");
     await p.kill();
+    await f?.kill();
   }
-  return { pluginBytes: median(plugin), bareNodeBytes: median(bare), ratio: median(plugin) / median(bare), runs, settled };
+  return {
+    pluginBytes: median(plugin),
+    bareNodeBytes: median(bare),
+    ratio: median(plugin) / median(bare),
+    runs,
+    settled,
+    ...(floor ? { floorBytes: median(floorBytes), floorRatio: median(floorBytes) / median(bare) } : {}),
+  };
 }
 
 /** Peak RSS growth (summed over the target's processes) during one slowly-read exec. */

@@ -8,12 +8,23 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { launchPlugin } from "@nomadkit/client";
+import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const repoRoot = resolve(here, "../../..");
 export const referenceDriverBin = join(repoRoot, "examples/rawexec-driver/bin/nomadkit-rawexec");
 export const benchDriverFile = join(here, "../servers/nomadkit-driver.mjs");
+
+/**
+ * The floor for start-up and idle memory: servers/minimal-plugin.cjs (node:http2 and canned
+ * answers, no dependencies), answering PluginInfo with the bytes of a real PluginInfoResponse.
+ */
+export function minimalPlugin() {
+  const info = create(PluginInfoResponseSchema, { type: PluginType.DRIVER, name: "minimal", pluginApiVersions: ["v0.1.0"], pluginVersion: "0.1.0" });
+  return { bin: join(here, "../servers/minimal-plugin.cjs"), env: { NOMADKIT_BENCH_PLUGIN_INFO: Buffer.from(toBinary(PluginInfoResponseSchema, info)).toString("hex") } };
+}
 
 /** Launches a driver plugin (go-plugin handshake), configures it and starts one long-running task. */
 export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDir, preload = [] } = {}) {
