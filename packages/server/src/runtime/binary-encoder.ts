@@ -454,10 +454,8 @@ function messageSize(desc: DescMessage, m: unknown): number {
     if (v === undefined) continue;
     switch (f.kind) {
       case SCALAR:
-        size += f.tagSize + scalarSize(f.scalar, v);
-        break;
       case ENUM:
-        size += f.tagSize + scalarSize(ScalarType.INT32, v);
+        size += f.tagSize + scalarSize(f.scalar, v);
         break;
       case MESSAGE:
         size += f.tagSize + nestedSize(f.message!, v);
@@ -519,10 +517,8 @@ function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<strin
     if (v === undefined) continue;
     switch (f.kind) {
       case SCALAR:
-        o = writeScalar(buf, writeVarint32(buf, o, f.tag), f.scalar, v);
-        break;
       case ENUM:
-        o = writeScalar(buf, writeVarint32(buf, o, f.tag), ScalarType.INT32, v);
+        o = writeScalar(buf, writeVarint32(buf, o, f.tag), f.scalar, v);
         break;
       case MESSAGE:
         o = writeNested(buf, writeVarint32(buf, o, f.tag), f.message!, v);
