@@ -239,6 +239,13 @@ describe("encodeBinary", () => {
     (badInt as unknown as Record<string, unknown>).nanos = 1.5;
     expect(encodeBinary(TimestampSchema, badInt)).toBeUndefined();
     expect(() => toBinary(TimestampSchema, badInt)).toThrow(/nanos/); // the caller's fallback names the field
+    // Malformed messages are toBinary's to reject, not written without the field.
+    const missing = create(TimestampSchema, { seconds: 1n });
+    delete (missing as unknown as Record<string, unknown>).nanos;
+    expect(encodeBinary(TimestampSchema, missing)).toBeUndefined();
+    const emptyCase = create(StructSchema, { fields: { a: { kind: { case: "stringValue", value: "x" } } } });
+    (emptyCase.fields.a!.kind as { value?: unknown }).value = undefined;
+    expect(encodeBinary(StructSchema, emptyCase)).toBeUndefined();
     const withUnknown = create(TimestampSchema, { seconds: 1n });
     withUnknown.$unknown = [{ no: 99, wireType: 0, data: new Uint8Array([1]) }];
     expect(encodeBinary(TimestampSchema, withUnknown)).toBeUndefined();

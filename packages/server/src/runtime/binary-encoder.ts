@@ -379,10 +379,14 @@ function setValue(f: FieldPlan, m: Record<string, unknown>): unknown {
   if (f.oneof !== undefined) {
     const group = m[f.oneof] as { case?: string; value?: unknown } | undefined;
     if (group === undefined || group === null) decline();
-    return group.case === f.name ? group.value : undefined;
+    if (group.case !== f.name) return undefined;
+    // Selected but without a value: toBinary's error, not an empty field.
+    return group.value === undefined ? decline() : group.value;
   }
   const v = m[f.name];
   if (f.explicit) return v !== undefined && Object.prototype.hasOwnProperty.call(m, f.name) ? v : undefined;
+  // A field without presence always holds a value in a well-formed message.
+  if (v === undefined) decline();
   switch (f.kind) {
     case SCALAR:
       switch (f.scalar) {
