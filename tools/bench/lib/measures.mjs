@@ -302,7 +302,7 @@ function spawnTimed(cmd, args) {
 /**
  * Start-up cycle: launchPlugin (spawn + go-plugin handshake) → PluginInfo answered → kill()
  * complete (GRPCController.Shutdown, process exit), versus spawning `node -e 0` until it exits, and
- * (when `floor` is given) the same cycle of the minimal Node plugin. Median of `runs`, alternating.
+ * the same cycle of `floor` (the minimal Node plugin). Median of `runs`, alternating.
  */
 export async function startup(bin, { runs, floor }) {
   const bare = [];
@@ -316,7 +316,7 @@ export async function startup(bin, { runs, floor }) {
     phases.handshake.push(c.handshake);
     phases.pluginInfo.push(c.pluginInfo);
     phases.shutdown.push(c.shutdown);
-    if (floor) floorMs.push((await pluginCycle(floor.bin, floor.env)).total);
+    floorMs.push((await pluginCycle(floor.bin, floor.env)).total);
   }
   return {
     pluginMs: median(plugin),
@@ -324,7 +324,8 @@ export async function startup(bin, { runs, floor }) {
     ratio: median(plugin) / median(bare),
     runs,
     phasesMs: { handshake: median(phases.handshake), pluginInfo: median(phases.pluginInfo), shutdown: median(phases.shutdown) },
-    ...(floor ? { floorMs: median(floorMs), floorRatio: median(floorMs) / median(bare) } : {}),
+    floorMs: median(floorMs),
+    floorRatio: median(floorMs) / median(bare),
   };
 }
 
@@ -342,9 +343,9 @@ async function pluginCycle(bin, env) {
 
 /**
  * Idle RSS of a freshly started plugin (1 s after PluginInfo) versus an idle bare node (1 s after
- * spawn) and (when `floor` is given) the minimal Node plugin, medians of `runs`; the first run also
- * waits until `settledMs` and reads them again (V8's memory reducer shrinks an idle heap after
- * about 8 s).
+ * spawn) and `floor` (the minimal Node plugin, 1 s after PluginInfo), medians of `runs`; the first
+ * run also waits until `settledMs` and reads the plugin and bare node again (V8's memory reducer
+ * shrinks an idle heap after about 8 s).
  */
 export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_000, floor }) {
   const plugin = [];
@@ -354,13 +355,13 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
   for (let i = 0; i < runs; i++) {
     const p = await launchPlugin(bin, [], {});
     await p.basePlugin.pluginInfo({});
-    const f = floor ? await launchPlugin(floor.bin, [], { env: floor.env }) : undefined;
-    await f?.basePlugin.pluginInfo({});
+    const f = await launchPlugin(floor.bin, [], { env: floor.env });
+    await f.basePlugin.pluginInfo({});
     const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
     await sleep(settleMs);
     plugin.push(procMemory(p.pid).rss);
     bare.push(procMemory(child.pid).rss);
-    if (f) floorBytes.push(procMemory(f.pid).rss);
+    floorBytes.push(procMemory(f.pid).rss);
     if (i === 0 && settledMs > settleMs) {
       await sleep(settledMs - settleMs);
       settled = { afterMs: settledMs, pluginBytes: procMemory(p.pid).rss, bareNodeBytes: procMemory(child.pid).rss };
@@ -368,7 +369,7 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
     }
     child.kill("SIGKILL");
     await p.kill();
-    await f?.kill();
+    await f.kill();
   }
   return {
     pluginBytes: median(plugin),
@@ -376,7 +377,8 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
     ratio: median(plugin) / median(bare),
     runs,
     settled,
-    ...(floor ? { floorBytes: median(floorBytes), floorRatio: median(floorBytes) / median(bare) } : {}),
+    floorBytes: median(floorBytes),
+    floorRatio: median(floorBytes) / median(bare),
   };
 }
 

@@ -14,7 +14,8 @@ import {
   type ExecTaskStreamingResponse,
 } from "@nomadkit/protocol/driver";
 import { releaseChunk } from "./read-buffers.js";
-import { attachWireFrame, varintLength, writeEnvelopePrefix, writeVarint } from "../runtime/wire-frame.js";
+import { varint32Size, writeVarint32 } from "../runtime/binary-encoder.js";
+import { attachWireFrame, writeEnvelopePrefix } from "../runtime/wire-frame.js";
 
 /** Field tags of ExecTaskStreamingResponse.stdout (1) and .stderr (2), wire type LEN; data is field 1 inside. */
 const TAG = { stdout: 0x0a, stderr: 0x12 } as const;
@@ -24,14 +25,14 @@ const IO_TYPE = ExecTaskStreamingIOOperationSchema.typeName as ExecTaskStreaming
 
 /** The 5-byte prefix and protobuf header of an output message carrying `size` payload bytes. */
 export function outputHeader(field: "stdout" | "stderr", size: number): Buffer {
-  const inner = 1 + varintLength(size) + size; // ExecTaskStreamingIOOperation {data}
-  const message = 1 + varintLength(inner) + inner; // ExecTaskStreamingResponse {field}
-  const head = Buffer.allocUnsafe(5 + 1 + varintLength(inner) + 1 + varintLength(size));
+  const inner = 1 + varint32Size(size) + size; // ExecTaskStreamingIOOperation {data}
+  const message = 1 + varint32Size(inner) + inner; // ExecTaskStreamingResponse {field}
+  const head = Buffer.allocUnsafe(5 + 1 + varint32Size(inner) + 1 + varint32Size(size));
   let p = writeEnvelopePrefix(head, 0, message);
   head[p++] = TAG[field];
-  p = writeVarint(head, p, inner);
+  p = writeVarint32(head, p, inner);
   head[p++] = DATA_TAG;
-  writeVarint(head, p, size);
+  writeVarint32(head, p, size);
   return head;
 }
 

@@ -179,7 +179,8 @@ function decline(): never {
   throw DECLINE;
 }
 
-function varint32Size(n: number): number {
+/** Bytes of `n` (0 to 2^32 - 1) as a protobuf varint. */
+export function varint32Size(n: number): number {
   return n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5;
 }
 
@@ -231,7 +232,8 @@ function writeVarint64(buf: Buffer, o: number, l: number, h: number): number {
   return o;
 }
 
-function writeVarint32(buf: Buffer, o: number, n: number): number {
+/** Write `n` (0 to 2^32 - 1) as a varint at `o`; returns the position after it. */
+export function writeVarint32(buf: Uint8Array, o: number, n: number): number {
   while (n > 0x7f) {
     buf[o++] = (n & 0x7f) | 0x80;
     n >>>= 7;

@@ -36,26 +36,6 @@ export function attachWireFrame<T extends object>(message: T, frame: WireFrame):
   return message;
 }
 
-/** Bytes of a protobuf varint. */
-export function varintLength(n: number): number {
-  let len = 1;
-  while (n > 0x7f) {
-    n = Math.floor(n / 128);
-    len++;
-  }
-  return len;
-}
-
-/** Write `n` as a varint at `pos`; returns the position after it. */
-export function writeVarint(buf: Uint8Array, pos: number, n: number): number {
-  while (n > 0x7f) {
-    buf[pos++] = (n & 0x7f) | 0x80;
-    n = Math.floor(n / 128);
-  }
-  buf[pos++] = n;
-  return pos;
-}
-
 /** Write the 5-byte gRPC message prefix (uncompressed, big-endian length) at `pos`. */
 export function writeEnvelopePrefix(buf: Uint8Array, pos: number, length: number): number {
   buf[pos] = 0;
