@@ -1,14 +1,15 @@
 /**
  * HTTP/2 sessions to plugins with flow-control windows sized for bulk streams. Node's defaults
  * (64 KiB per stream and per connection) let a plugin send only 64 KiB before waiting for our
- * WINDOW_UPDATE, which caps exec output at one round trip per 64 KiB; a few MiB keep the pipe full
- * while still bounding what a slow reader makes us buffer.
+ * WINDOW_UPDATE, which caps exec output at one round trip per 64 KiB. 1 MiB per stream keeps a
+ * local socket full (a driver relaying its executor's exec output ran faster and with less CPU
+ * than with 4 MiB) and bounds what a slow reader makes us hold.
  */
 import type * as http2 from "node:http2";
 import { Http2SessionManager } from "@connectrpc/connect-node";
 
 /** Receive window of each stream (HTTP/2 SETTINGS_INITIAL_WINDOW_SIZE). */
-export const PLUGIN_STREAM_WINDOW = 4 * 1024 * 1024;
+export const PLUGIN_STREAM_WINDOW = 1024 * 1024;
 /** Receive window of the whole connection. */
 export const PLUGIN_CONNECTION_WINDOW = 16 * 1024 * 1024;
 
