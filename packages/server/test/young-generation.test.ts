@@ -1,5 +1,6 @@
-// fixYoungGenerationSize in a real Node process: with it, V8's young generation stays at its initial
-// size under an allocation pattern that makes it grow otherwise (the control run shows it grows).
+// young-generation.ts in real Node processes (V8 flags and GC are per process): fixing or holding the
+// young generation's size keeps it from growing under an allocation pattern that grows it otherwise
+// (control runs show it does), and scavengeEvery frees dead buffers that V8 alone lets pile up.
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -8,27 +9,104 @@ import { describe, expect, it } from "vitest";
 
 const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/runtime/young-generation.js");
 
-/** New-space size (MiB) after churning through objects of which many survive a scavenge. */
-function newSpaceAfterChurn(fix: boolean): { before: number; after: number } {
+/** Runs `body` as an ES module in a fresh node with the built module as `yg`; returns its JSON output. */
+function inNode<T>(body: string): T {
+  if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
   const script = `
     import { getHeapSpaceStatistics } from "node:v8";
-    const size = () => getHeapSpaceStatistics().find((s) => s.space_name === "new_space").space_size / 1048576;
-    const before = size();
-    if (${fix}) (await import(${JSON.stringify(pathToFileURL(built).href)})).fixYoungGenerationSize();
-    let keep = [];
-    for (let i = 0; i < 1.5e6; i++) { keep.push({ i, a: [i] }); if (keep.length > 2e5) keep = []; }
-    console.log(JSON.stringify({ before, after: size() }));
+    const yg = await import(${JSON.stringify(pathToFileURL(built).href)});
+    const newSpace = () => getHeapSpaceStatistics().find((s) => s.space_name === "new_space").space_size / 1048576;
+    // Objects of which many survive a scavenge: V8 grows the young generation for them.
+    const churn = () => { let keep = []; for (let i = 0; i < 1.5e6; i++) { keep.push({ i, a: [i] }); if (keep.length > 2e5) keep = []; } };
+    ${body}
   `;
-  return JSON.parse(execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" })) as { before: number; after: number };
+  return JSON.parse(execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" })) as T;
 }
 
 describe("fixYoungGenerationSize", () => {
   it("keeps the young generation from growing, which it does without", () => {
-    if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
-    const control = newSpaceAfterChurn(false);
+    const control = inNode<{ before: number; after: number }>(`const before = newSpace(); churn(); console.log(JSON.stringify({ before, after: newSpace() }));`);
     expect(control.after).toBeGreaterThanOrEqual(8);
     // Both semi-spaces of the initial size (the first scavenge commits the second).
-    const fixed = newSpaceAfterChurn(true);
+    const fixed = inNode<{ before: number; after: number }>(
+      `const before = newSpace(); yg.fixYoungGenerationSize(); churn(); console.log(JSON.stringify({ before, after: newSpace() }));`,
+    );
     expect(fixed.after).toBeLessThanOrEqual(Math.max(2, fixed.before * 2));
+  });
+});
+
+describe("holdYoungGenerationSize", () => {
+  it("holds the size while any hold is taken, and lets it grow once all are released", () => {
+    const r = inNode<{ before: number; held: number; stillHeld: number; released: number }>(`
+      const before = newSpace();
+      const a = yg.holdYoungGenerationSize();
+      const b = yg.holdYoungGenerationSize();
+      churn();
+      const held = newSpace();
+      a();
+      a(); // twice: must not release b's hold
+      churn();
+      const stillHeld = newSpace();
+      b();
+      churn();
+      console.log(JSON.stringify({ before, held, stillHeld, released: newSpace() }));
+    `);
+    expect(r.held).toBeLessThanOrEqual(Math.max(2, r.before * 2));
+    expect(r.stillHeld).toBe(r.held);
+    expect(r.released).toBeGreaterThanOrEqual(8);
+  });
+
+  it("does not undo fixYoungGenerationSize when released", () => {
+    const r = inNode<{ before: number; after: number }>(`
+      const before = newSpace();
+      const release = yg.holdYoungGenerationSize();
+      yg.fixYoungGenerationSize();
+      release();
+      churn();
+      console.log(JSON.stringify({ before, after: newSpace() }));
+    `);
+    expect(r.after).toBeLessThanOrEqual(Math.max(2, r.before * 2));
+  });
+});
+
+describe("scavengeEvery", () => {
+  // Buffers with their own ArrayBuffer (as Node's HTTP/2 reads are), dropped soon after; the last
+  // 16 stay alive like a relay's data in flight. Few JavaScript objects per byte: V8 scavenges for
+  // the dead ones only when 32 MiB of them are pending.
+  const relay = (scavenge: boolean) =>
+    inNode<{ peakMiB: number; gcVisible: string[] }>(`
+      import("node:vm").then(({ runInNewContext }) => {
+        const received = ${scavenge} ? yg.scavengeEvery(4 * 1048576) : () => {};
+        const inFlight = [];
+        let peak = 0;
+        for (let i = 0; i < 4096; i++) {
+          const chunk = Buffer.allocUnsafeSlow(65536);
+          chunk[0] = i;
+          inFlight.push(chunk);
+          if (inFlight.length > 16) inFlight.shift();
+          received(chunk.length);
+          if (i % 8 === 0) peak = Math.max(peak, process.memoryUsage().arrayBuffers);
+        }
+        // V8's gc function must not have leaked into this or later contexts.
+        const gcVisible = [typeof globalThis.gc, runInNewContext("typeof gc")];
+        console.log(JSON.stringify({ peakMiB: peak / 1048576, gcVisible }));
+      });
+    `);
+
+  it("keeps dead read buffers to about one interval, where V8 alone lets them reach its 32 MiB limit", () => {
+    const control = relay(false);
+    expect(control.peakMiB).toBeGreaterThanOrEqual(24);
+    const scavenged = relay(true);
+    // 4 MiB interval + 1 MiB in flight, with slack for V8 sweeping freed buffers concurrently.
+    expect(scavenged.peakMiB).toBeLessThanOrEqual(14);
+    expect(scavenged.gcVisible).toEqual(["undefined", "undefined"]);
+  });
+
+  it("rejects a non-positive interval", () => {
+    const r = inNode<{ message: string }>(`
+      try { yg.scavengeEvery(0); console.log(JSON.stringify({ message: "no error" })); }
+      catch (err) { console.log(JSON.stringify({ message: err.message })); }
+    `);
+    expect(r.message).toMatch(/intervalBytes must be > 0, got 0/);
   });
 });

@@ -27,6 +27,7 @@ import { OutboundQueue, type Consumed } from "./queue.js";
 import { outputMessage } from "./wire.js";
 import { RETAINS_CHUNKS, retainChunk } from "./read-buffers.js";
 import { TerminalResizes } from "./resize.js";
+import { holdYoungGenerationSize } from "../runtime/young-generation.js";
 
 /**
  * One interactive exec, high-level form. Write the process output to `stdout`/`stderr` (pipe into
@@ -159,6 +160,8 @@ export async function* execStreaming(
   const onOuterAbort = () => ac.abort(outer?.reason);
   if (outer?.aborted) onOuterAbort();
   else outer?.addEventListener("abort", onOuterAbort, { once: true });
+  // Streaming output would grow it for good (see young-generation.ts).
+  const releaseYoungGeneration = holdYoungGenerationSize();
   try {
     if (handler.raw !== undefined) {
       yield* runRaw(it, first.value, setup, handler.raw, ac);
@@ -168,6 +171,7 @@ export async function* execStreaming(
       throw new ConnectError("exec is not supported by this driver", Code.Unimplemented);
     }
   } finally {
+    releaseYoungGeneration();
     outer?.removeEventListener("abort", onOuterAbort);
   }
 }

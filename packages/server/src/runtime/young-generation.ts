@@ -1,24 +1,47 @@
 /**
- * V8 doubles its young generation (up to 16 MiB per semi-space) whenever many objects survive a
- * scavenge. A process streaming exec output keeps the grown generation, and scavenging it less often
- * lets dead read buffers (external memory) pile up in between. Kept at its initial size (1 MiB
- * semi-spaces), a driver plugin relaying exec output to a slow reader peaked about 20 MiB lower on
- * the bench; but more of a unary call's short-lived objects then get promoted, and InspectTask ran
- * about 8 % slower. The executor process (bulk output, few calls) always makes this trade; a driver
- * plugin may choose it.
+ * V8's young generation, tuned for processes that stream bulk data.
  *
- * `--semi-space-growth-factor` is read when the heap grows, not only when it is set up, so setting
- * it at run time takes effect (as a command-line flag it does not).
+ * - Its size. V8 doubles it (up to 16 MiB per semi-space) each time the bytes surviving scavenges
+ *   since the last growth add up to its size, so any long busy stretch grows it, and a grown young
+ *   generation is kept. Kept small, a driver plugin relaying exec output to a slow reader peaked
+ *   about 20 MiB lower on the bench; but under unary load more of a call's short-lived objects get
+ *   promoted, and InspectTask ran about 8 % slower. So exec sessions hold it while they stream
+ *   ({@link holdYoungGenerationSize}) and it is free to grow otherwise; the executor (bulk output,
+ *   few calls) and drivers that choose it fix it for good ({@link fixYoungGenerationSize}).
+ *   `--semi-space-growth-factor` is read when the heap grows, not only when it is set up, so
+ *   setting it at run time takes effect (as a command-line flag it does not).
+ * - Scavenges while receiving bulk data ({@link scavengeEvery}). Node's HTTP/2 reads every socket
+ *   read into a new buffer; V8 frees dead ones at the next scavenge, and forces one only when 32 MiB
+ *   of them are pending. A relay allocates few JavaScript objects per byte, so that limit is what it
+ *   hits: its memory swings by 32 MiB plus the allocator's fragmentation.
  */
 import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 
-let applied = false;
+let fixed = false;
+let holds = 0;
+
+/** V8's own growth factor, or the one node was started with (`--semi-space-growth-factor=N`). */
+function startupGrowthFactor(): number {
+  let factor = 2;
+  const args = process.execArgv;
+  for (let i = 0; i < args.length; i++) {
+    const m = /^--semi[-_]space[-_]growth[-_]factor(?:=(.*))?$/.exec(args[i]!);
+    if (m === null) continue;
+    const value = Number(m[1] ?? args[i + 1]);
+    if (Number.isInteger(value) && value >= 1) factor = value;
+  }
+  return factor;
+}
 
 /**
  * Keep V8's young generation at its current size for the rest of the process: lower peak memory
  * while streaming bulk data, somewhat slower unary calls (see BENCHMARKS.md). Call it first thing
  * in the plugin's entry file, before the driver's modules load (their start-up grows it too).
  * Idempotent; the nomadkit executor calls it.
+ *
+ * It changes a V8 flag, and V8 rejects code caches made under other flags: a bin that compiles
+ * its bundle with a code cache must make that cache with this call in place too.
  *
  * @example
  * ```ts
@@ -29,7 +52,83 @@ let applied = false;
  * ```
  */
 export function fixYoungGenerationSize(): void {
-  if (applied) return;
-  applied = true;
+  if (fixed) return;
+  fixed = true;
   setFlagsFromString("--semi-space-growth-factor=1");
+}
+
+/**
+ * Keep V8's young generation from growing until the returned function is called. Holds nest: it
+ * may grow again once every holder released. Every ExecTaskStreaming session holds it while it
+ * runs. Releasing twice is harmless.
+ *
+ * @example
+ * ```ts
+ * const release = holdYoungGenerationSize();
+ * try {
+ *   await relayBulkOutput();
+ * } finally {
+ *   release();
+ * }
+ * ```
+ */
+export function holdYoungGenerationSize(): () => void {
+  if (holds++ === 0 && !fixed) setFlagsFromString("--semi-space-growth-factor=1");
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    if (--holds === 0 && !fixed) setFlagsFromString(`--semi-space-growth-factor=${startupGrowthFactor()}`);
+  };
+}
+
+type Gc = (options: { type: "minor" }) => void;
+let gc: Gc | null | undefined;
+
+/**
+ * V8's `gc` function, without exposing it: `--expose-gc` is set only while one new context is
+ * made (V8 installs `gc` in contexts made under the flag), then cleared again. null if unavailable.
+ */
+function scavengeFunction(): Gc | null {
+  if (gc !== undefined) return gc;
+  const global = (globalThis as { gc?: unknown }).gc;
+  if (typeof global === "function") return (gc = global as Gc);
+  try {
+    setFlagsFromString("--expose-gc");
+    const fn: unknown = runInNewContext("gc");
+    gc = typeof fn === "function" ? (fn as Gc) : null;
+  } catch {
+    gc = null;
+  } finally {
+    setFlagsFromString("--no-expose-gc");
+  }
+  return gc;
+}
+
+/**
+ * A counter for data received in bulk over Node's HTTP/2 (whose read buffers V8 frees late, see
+ * above): call it with each received byte count; after every `intervalBytes` it runs a scavenge
+ * (under a millisecond for a young generation of dead buffers). Make the interval a little more
+ * than what the receiver holds at once: buffers alive at a scavenge are moved, and promoted if
+ * still alive at the next, after which only a full collection frees them. Without V8's `gc`
+ * function it does nothing.
+ *
+ * @example
+ * ```ts
+ * const received = scavengeEvery(8 * 1024 * 1024);
+ * for await (const frame of frames) {
+ *   await send(frame);
+ *   received(frame.byteLength);
+ * }
+ * ```
+ */
+export function scavengeEvery(intervalBytes: number): (bytes: number) => void {
+  if (!(intervalBytes > 0)) throw new RangeError(`scavengeEvery: intervalBytes must be > 0, got ${intervalBytes}`);
+  let pending = 0;
+  return (bytes) => {
+    pending += bytes;
+    if (pending < intervalBytes) return;
+    pending = 0;
+    scavengeFunction()?.({ type: "minor" });
+  };
 }
