@@ -108,7 +108,7 @@ function scavengeFunction(): Gc | null {
 /**
  * A counter for data received in bulk over Node's HTTP/2 (whose read buffers V8 frees late, see
  * above): call it with each received byte count; after every `intervalBytes` it runs a scavenge
- * (under a millisecond for a young generation of dead buffers). Make the interval a little more
+ * (typically ~0.2 ms: a young generation of dead buffers). Make the interval a little more
  * than what the receiver holds at once: buffers alive at a scavenge are moved, and promoted if
  * still alive at the next, after which only a full collection frees them. Without V8's `gc`
  * function it does nothing.
