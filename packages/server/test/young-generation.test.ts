@@ -12,7 +12,7 @@ const built = join(packageDir, "dist/esm/runtime/young-generation.js");
 const builtSession = join(packageDir, "dist/esm/exec/session.js");
 
 /** Runs `body` as an ES module in a fresh node with the built module as `yg`; returns its JSON output. */
-function inNode<T>(body: string): T {
+function inNode<T>(body: string, nodeArgs: string[] = []): T {
   if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
   const script = `
     import { getHeapSpaceStatistics } from "node:v8";
@@ -22,7 +22,7 @@ function inNode<T>(body: string): T {
     const churn = () => { let keep = []; for (let i = 0; i < 1.5e6; i++) { keep.push({ i, a: [i] }); if (keep.length > 2e5) keep = []; } };
     ${body}
   `;
-  return JSON.parse(execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", cwd: packageDir })) as T;
+  return JSON.parse(execFileSync(process.execPath, [...nodeArgs, "--input-type=module", "-e", script], { encoding: "utf8", cwd: packageDir })) as T;
 }
 
 describe("fixYoungGenerationSize", () => {
@@ -56,6 +56,21 @@ describe("holdYoungGenerationSize", () => {
     expect(r.held).toBeLessThanOrEqual(Math.max(2, r.before * 2));
     expect(r.stillHeld).toBe(r.held);
     expect(r.released).toBeGreaterThan(r.stillHeld);
+  });
+
+  it("restores the growth node started with (V8 raises a command-line 1 to 2)", () => {
+    const r = inNode<{ held: number; released: number }>(
+      `
+      const release = yg.holdYoungGenerationSize();
+      churn();
+      const held = newSpace();
+      release();
+      churn();
+      console.log(JSON.stringify({ held, released: newSpace() }));
+    `,
+      ["--semi-space-growth-factor=1"],
+    );
+    expect(r.released).toBeGreaterThan(r.held);
   });
 
   it("does not undo fixYoungGenerationSize when released", () => {

@@ -8,8 +8,8 @@
  *   promoted, and InspectTask ran about 8 % slower. So exec sessions hold it while they stream
  *   ({@link holdYoungGenerationSize}) and it is free to grow otherwise; the executor (bulk output,
  *   few calls) and drivers that choose it fix it for good ({@link fixYoungGenerationSize}).
- *   `--semi-space-growth-factor` is read when the heap grows, not only when it is set up, so
- *   setting it at run time takes effect (as a command-line flag it does not).
+ *   `--semi-space-growth-factor` is read each time it grows, so setting it at run time takes
+ *   effect, even to 1 (on the command line V8 raises it to at least 2).
  * - Scavenges while receiving bulk data ({@link scavengeEvery}). Node's HTTP/2 reads every socket
  *   read into a new buffer; V8 frees dead ones at the next scavenge, and forces one only when 32 MiB
  *   of them are pending. A relay allocates few JavaScript objects per byte, so that limit is what it
@@ -21,15 +21,15 @@ import { runInNewContext } from "node:vm";
 let fixed = false;
 let holds = 0;
 
-/** V8's own growth factor, or the one node was started with (`--semi-space-growth-factor=N`). */
+/**
+ * The growth factor in effect before any hold: V8's default 2, or what node was started with
+ * (`--semi-space-growth-factor=N`; V8 raises values below 2 to 2 when it starts).
+ */
 function startupGrowthFactor(): number {
   let factor = 2;
-  const args = process.execArgv;
-  for (let i = 0; i < args.length; i++) {
-    const m = /^--semi[-_]space[-_]growth[-_]factor(?:=(.*))?$/.exec(args[i]!);
-    if (m === null) continue;
-    const value = Number(m[1] ?? args[i + 1]);
-    if (Number.isInteger(value) && value >= 1) factor = value;
+  for (const arg of process.execArgv) {
+    const m = /^--semi[-_]space[-_]growth[-_]factor=(\d+)$/.exec(arg);
+    if (m !== null) factor = Math.max(2, Number(m[1]));
   }
   return factor;
 }
