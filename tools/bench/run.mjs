@@ -337,10 +337,10 @@ async function main() {
   }
   if (M.slowReader) {
     const s = M.slowReader;
-    const parts = s.ref.growthBytesByProcess?.length > 1 ? ` (${s.ref.growthBytesByProcess.map((b) => fmt.bytes(b)).join(" + ")})` : "";
-    rows.push([`slow reader ${fmtBytes(s.bytes)} at ${fmtBytes(s.rateBytesPerSec)}/s: peak RSS growth`, fmt.bytes(s.ref.growthBytes) + parts, "-", fmt.bytes(s.grpcjs.growthBytes), "", "plugin + executor, fresh processes"]);
-    const partsYg = s.refyg.growthBytesByProcess?.length > 1 ? ` (${s.refyg.growthBytesByProcess.map((b) => fmt.bytes(b)).join(" + ")})` : "";
-    rows.push(["  same, + fixYoungGenerationSize", fmt.bytes(s.refyg.growthBytes) + partsYg, "-", "-", "", "the driver author's choice"]);
+    // Total, and each process's own growth when there are several (plugin + executor).
+    const growth = (r) => fmt.bytes(r.growthBytes) + (r.growthBytesByProcess?.length > 1 ? ` (${r.growthBytesByProcess.map((b) => fmt.bytes(b)).join(" + ")})` : "");
+    rows.push([`slow reader ${fmtBytes(s.bytes)} at ${fmtBytes(s.rateBytesPerSec)}/s: peak RSS growth`, growth(s.ref), "-", fmt.bytes(s.grpcjs.growthBytes), "", "plugin + executor, fresh processes"]);
+    rows.push(["  same, + fixYoungGenerationSize", growth(s.refyg), "-", "-", "", "the driver author's choice"]);
   }
   const out = [
     "",

@@ -78,10 +78,10 @@ export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDi
 }
 
 /**
- * Environment that makes a process (and the executors it starts) write a V8 CPU profile on exit
- * (`--cpu-prof` is not allowed in NODE_OPTIONS, so a preloaded hook uses the inspector).
+ * Environment of a served process (inherited by the executors it starts): with `dir`, a preloaded
+ * hook writes a V8 CPU profile there on exit (`--cpu-prof` is not allowed in NODE_OPTIONS); then
+ * the other `preload` files.
  */
-/** Environment of a served process: the CPU profiler (with a profile dir) and other preloads. */
 export function profileEnv(dir, preload = []) {
   const files = [...(dir ? [join(here, "cpu-prof-hook.cjs")] : []), ...preload];
   if (files.length === 0) return {};

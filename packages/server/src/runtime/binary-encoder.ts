@@ -41,11 +41,11 @@ interface FieldPlan {
   /** Tag varint (field number and wire type) and its length. */
   readonly tag: number;
   readonly tagSize: number;
-  /** Scalar type of a scalar, list item or map value (enums: INT32). */
+  /** Scalar type of a scalar, list item or map value (enums: INT32, their wire type). */
   readonly scalar: ScalarType;
   /** Message type of a message field, list item or map value. */
   readonly message: DescMessage | undefined;
-  /** Map fields: key scalar type and value kind (SCALAR, ENUM or MESSAGE). */
+  /** Map fields: key scalar type and value kind (SCALAR, enums included, or MESSAGE). */
   readonly mapKey: ScalarType;
   readonly mapValue: number;
   /** An enum field's zero value (its first value), unset when implicit. */
@@ -133,12 +133,12 @@ function buildPlan(desc: DescMessage): Plan | null {
       case "map":
         kind = MAP;
         mapKey = f.mapKey;
+        // A message value, or a scalar one (an enum's stays INT32, the default above).
         if (f.mapKind === "message") {
           if (!represented(f, f.message)) return null;
           mapValue = MESSAGE;
           message = f.message;
-        } else if (f.mapKind === "enum") mapValue = ENUM;
-        else scalar = f.scalar;
+        } else if (f.mapKind === "scalar") scalar = f.scalar;
         break;
     }
     const tag = ((f.number << 3) | wt) >>> 0;
@@ -495,7 +495,7 @@ function messageSize(desc: DescMessage, m: unknown): number {
           let n = 1 + scalarSize(f.mapKey, mapKey(f.mapKey, key));
           const value = map[key];
           if (f.mapValue === MESSAGE) n += 1 + nestedSize(f.message!, value);
-          else n += 1 + scalarSize(f.mapValue === ENUM ? ScalarType.INT32 : f.scalar, value);
+          else n += 1 + scalarSize(f.scalar, value);
           lengths[at] = n;
           size += f.tagSize + varint32Size(n) + n;
         }
@@ -552,10 +552,7 @@ function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<strin
           o = writeScalar(buf, writeVarint32(buf, o, (1 << 3) | wireType(f.mapKey)), f.mapKey, mapKey(f.mapKey, key));
           const value = map[key];
           if (f.mapValue === MESSAGE) o = writeNested(buf, writeVarint32(buf, o, (2 << 3) | 2), f.message!, value);
-          else {
-            const type = f.mapValue === ENUM ? ScalarType.INT32 : f.scalar;
-            o = writeScalar(buf, writeVarint32(buf, o, (2 << 3) | wireType(type)), type, value);
-          }
+          else o = writeScalar(buf, writeVarint32(buf, o, (2 << 3) | wireType(f.scalar)), f.scalar, value);
         }
         break;
       }
