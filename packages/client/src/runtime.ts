@@ -13,7 +13,7 @@ export {
 export type { PluginExitSignal } from "./runtime/exit-watch.js";
 export { isTransportFailure } from "./runtime/normalize.js";
 export { rawBidiStream, type RawFrame } from "./runtime/raw-stream.js";
-export { PLUGIN_STREAM_WINDOW } from "./runtime/sessions.js";
+export { PLUGIN_STREAM_WINDOW } from "./runtime/windows.js";
 export { webHeaders } from "./runtime/headers.js";
 export {
   RecoverableError,

@@ -7,11 +7,7 @@
  */
 import type * as http2 from "node:http2";
 import { Http2SessionManager } from "@connectrpc/connect-node";
-
-/** Receive window of each stream (HTTP/2 SETTINGS_INITIAL_WINDOW_SIZE). */
-export const PLUGIN_STREAM_WINDOW = 1024 * 1024;
-/** Receive window of the whole connection. */
-export const PLUGIN_CONNECTION_WINDOW = 16 * 1024 * 1024;
+import { PLUGIN_CONNECTION_WINDOW, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
 const widened = new WeakSet<http2.Http2Session>();
 

@@ -15,8 +15,17 @@
  *   of them are pending. A relay allocates few JavaScript objects per byte, so that limit is what it
  *   hits: its memory swings by 32 MiB plus the allocator's fragmentation.
  */
-import { setFlagsFromString } from "node:v8";
+import { createRequire } from "node:module";
 import { runInNewContext } from "node:vm";
+
+// node:v8 takes ~4 ms to load (it brings heap snapshot, histogram and perf modules with it), and a
+// driver needs it only once it streams exec output: loaded on first use, not at plugin start-up.
+let v8: typeof import("node:v8") | undefined;
+function setFlagsFromString(flags: string): void {
+  // Any absolute path will do: built-in modules resolve the same from everywhere.
+  v8 ??= createRequire("/")("node:v8") as typeof import("node:v8");
+  v8.setFlagsFromString(flags);
+}
 
 let fixed = false;
 let holds = 0;
