@@ -1,6 +1,6 @@
 // createDriverHandlers served on a plain h2c connect-node server over a unix socket (no go-plugin):
 // periodic fingerprints, the events backlog, Init/SetConfig tolerance, optional methods answering
-// Unimplemented, and close() ending the long-lived streams.
+// Unimplemented, each call's context, and close() ending the long-lived streams.
 import { mkdtempSync, rmSync } from "node:fs";
 import * as http2 from "node:http2";
 import { tmpdir } from "node:os";
@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
+import { createDriverHandlers, defineDriver, type CallContext, type DriverHost } from "../src/driver/index.js";
 import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { createPluginHandler } from "../src/runtime/adapter.js";
@@ -20,6 +20,9 @@ let host: DriverHost;
 let driver: DriverClient;
 let base: BasePluginClient;
 let fingerprints = 0;
+/** Calls of waitTask for a "hold-…" task: they wait until their call's signal aborts. */
+const holding: { ctx: CallContext; aborted: Promise<void> }[] = [];
+let onHold: (() => void) | undefined;
 let shutdowns = 0;
 const sessions = new Set<http2.ServerHttp2Session>();
 
@@ -30,7 +33,14 @@ beforeAll(async () => {
       version: "0.0.1",
       fingerprint: () => ({ health: "healthy", attributes: { "driver.inproc.calls": ++fingerprints } }),
       startTask: () => {},
-      waitTask: async () => ({ exitCode: 0 }),
+      waitTask: async (taskId, ctx) => {
+        if (!taskId.startsWith("hold-")) return { exitCode: 0 };
+        const aborted = new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve(), { once: true }));
+        holding.push({ ctx, aborted });
+        onHold?.();
+        await aborted;
+        return { exitCode: 1 };
+      },
       stopTask: () => {},
       destroyTask: () => {},
       shutdown: () => void shutdowns++,
@@ -103,6 +113,25 @@ describe("createDriverHandlers on a plain h2c server", () => {
     }
     const caps = await driver.capabilities({});
     expect(caps.capabilities).toMatchObject({ sendSignals: false, exec: false, mustCreateNetwork: false });
+  });
+
+  it("gives each call the driver's context and a signal that aborts when Nomad cancels the call", async () => {
+    await driver.startTask({ task: { id: "hold-1", name: "hold" } });
+    const entered = new Promise<void>((resolve) => (onHold = resolve));
+    const ac = new AbortController();
+    const call = driver.waitTask({ taskId: "hold-1" }, { signal: ac.signal });
+    await entered;
+    const { ctx, aborted } = holding[0]!;
+    expect(ctx.signal.aborted).toBe(false);
+    expect(ctx.logger).toBe(host.context.logger);
+    expect(ctx.events).toBe(host.context.events);
+    expect(ctx.fingerprint).toBe(host.context.fingerprint);
+    expect(ctx.lifetime).toBe(host.context.lifetime);
+    expect(ctx.tasks.get("hold-1")?.task.name).toBe("hold");
+    ac.abort();
+    await expect(call).rejects.toMatchObject({ code: Code.Canceled });
+    await aborted;
+    expect(ctx.signal.aborted).toBe(true);
   });
 
   it("ends the long-lived streams and calls shutdown once on close", async () => {
