@@ -1,5 +1,6 @@
-// encodeBinary must write exactly toBinary's bytes for every message it accepts, and decline (not
-// mis-encode) what it does not handle. Messages are random, built from the descriptors of every
+// encodeBinary must write exactly toBinary's bytes for every message it accepts, and for every
+// init shape exactly what toBinary writes for create() of it; it must decline (not mis-encode) what
+// it does not handle. Messages are random, built from the descriptors of every
 // message type in @nomadkit/protocol (and the well-known types they reach), so a field kind or
 // type added to the protos is covered without editing this file.
 import { create, toBinary, ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
@@ -169,6 +170,50 @@ function allTypesMessage(): DescMessage {
 
 const messages = allMessages();
 
+/** Whether protobuf-es holds this field's message unboxed (wrappers) or as JSON (Struct). */
+const unboxed = (parent: DescMessage, f: DescField) =>
+  f.message !== undefined && ((isWrapper(f.message) && f.oneof === undefined) || (f.message.typeName === "google.protobuf.Struct" && parent.typeName !== "google.protobuf.Value"));
+
+/** A deterministic coin for one property run. */
+function coin(seed: number): () => boolean {
+  let x = seed | 1;
+  return () => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x & 4) !== 0;
+  };
+}
+
+/**
+ * `init` as callers write it: some nested values already messages (create() takes them as they
+ * are), the others plain objects, and some absent fields and oneofs null (create() ignores null).
+ */
+function mixedInit(desc: DescMessage, init: Record<string, unknown>, pick: () => boolean): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...init };
+  const sub = (d: DescMessage, v: unknown) => (pick() ? create(d, v as never) : mixedInit(d, v as Record<string, unknown>, pick));
+  for (const f of desc.fields) {
+    if (f.oneof !== undefined) continue;
+    const v = out[f.localName];
+    if (v === undefined) {
+      if (pick()) out[f.localName] = null;
+    } else if (f.fieldKind === "message" && !unboxed(desc, f)) out[f.localName] = sub(f.message, v);
+    else if (f.fieldKind === "list" && f.listKind === "message") out[f.localName] = (v as unknown[]).map((x) => sub(f.message, x));
+    else if (f.fieldKind === "map" && f.mapKind === "message")
+      out[f.localName] = Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([k, x]) => [k, sub(f.message, x)]));
+  }
+  for (const o of desc.oneofs) {
+    const g = out[o.localName] as { case?: string; value?: unknown } | undefined;
+    if (g === undefined || g.case === undefined) {
+      if (pick()) out[o.localName] = g === undefined ? null : undefined;
+      continue;
+    }
+    const f = o.fields.find((x) => x.localName === g.case);
+    if (f?.fieldKind === "message") out[o.localName] = { case: g.case, value: sub(f.message, g.value) };
+  }
+  return out;
+}
+
 describe("encodeBinary", () => {
   it("covers the protocol's message types", () => {
     expect(messages.length).toBeGreaterThan(100);
@@ -197,6 +242,20 @@ describe("encodeBinary", () => {
     });
   }
 
+  for (const desc of messages) {
+    it(`writes toBinary's bytes for create() of an init shape: ${desc.typeName}`, () => {
+      fc.assert(
+        fc.property(messageArb(desc, 2), fc.integer(), (init, seed) => {
+          const shape = mixedInit(desc, init, coin(seed));
+          const got = encodeBinary(desc, shape, 5);
+          if (got === undefined) return; // declined: the caller creates the message and uses toBinary
+          expect(got.subarray(5).equals(Buffer.from(toBinary(desc, create(desc, shape as never))))).toBe(true);
+        }),
+        { numRuns: 60, seed: 0x1417 + desc.typeName.length },
+      );
+    });
+  }
+
   it("writes toBinary's bytes for every scalar type, presence, list and map key kind", () => {
     const all = allTypesMessage();
     let accepted = 0;
@@ -211,6 +270,43 @@ describe("encodeBinary", () => {
       { numRuns: 300, seed: 0xa11 },
     );
     expect(accepted).toBe(300);
+  });
+
+  it("takes every init shape of that message without declining", () => {
+    const all = allTypesMessage();
+    let accepted = 0;
+    fc.assert(
+      fc.property(messageArb(all, 2), fc.integer(), (init, seed) => {
+        const shape = mixedInit(all, init, coin(seed));
+        const got = encodeBinary(all, shape, 5);
+        expect(got).toBeDefined();
+        accepted++;
+        expect(got!.subarray(5).equals(Buffer.from(toBinary(all, create(all, shape as never))))).toBe(true);
+      }),
+      { numRuns: 300, seed: 0x1a11 },
+    );
+    expect(accepted).toBe(300);
+  });
+
+  it("encodes a handler's reply as it is, and declines init shapes create() would not take as they are", () => {
+    const reply = {
+      task: { id: "t1", name: "web", state: TaskState.RUNNING, startedAt: { seconds: 1_700_000_000n, nanos: 5 }, completedAt: undefined },
+      driver: { attributes: { pid: "42" } },
+      networkOverride: null,
+    };
+    const got = encodeBinary(InspectTaskResponseSchema, reply);
+    expect(got?.equals(Buffer.from(toBinary(InspectTaskResponseSchema, create(InspectTaskResponseSchema, reply as never))))).toBe(true);
+    // A nested value typed as another message: create() would copy its fields over.
+    expect(encodeBinary(InspectTaskResponseSchema, { task: { startedAt: { $typeName: "google.protobuf.Duration", seconds: 1n } } })).toBeUndefined();
+    // Not an object where a message goes, a map given as an array, a oneof case without a value.
+    expect(encodeBinary(InspectTaskResponseSchema, { task: "t1" })).toBeUndefined();
+    expect(encodeBinary(InspectTaskResponseSchema, { driver: { attributes: ["a"] } })).toBeUndefined();
+    expect(encodeBinary(StructSchema, { fields: { a: { kind: { case: "stringValue", value: null } } } })).toBeUndefined();
+    // Values create() keeps as given but toBinary converts (an int64 as a number) or rejects (a
+    // fractional int32): toBinary's to handle.
+    expect(encodeBinary(TimestampSchema, { seconds: 1 })).toBeUndefined();
+    expect(() => toBinary(TimestampSchema, create(TimestampSchema, { nanos: 1.5 }))).toThrow(/nanos/);
+    expect(encodeBinary(TimestampSchema, { nanos: 1.5 })).toBeUndefined();
   });
 
   it("accepts the messages the plugin server sends most", () => {

@@ -9,13 +9,17 @@
  * that already has room for the 5-byte gRPC prefix. Per message type it keeps a plan of its fields
  * (sorted by number, tags precomputed).
  *
+ * It also encodes `create()` input (a message init shape: plain objects, absent or null fields)
+ * without creating the message first: on the plugin's unary path, protobuf-es's `create` cost
+ * more than the encoding itself.
+ *
  * It is deliberately narrow: values must have exactly the types protobuf-es's own messages hold
- * (`create()` output), and message types whose representation differs from their wire shape
- * (fields of wrapper or `google.protobuf.Struct` types, which protobuf-es unboxes), proto2 required
- * fields, group encoding and unknown fields are declined. Declined means `undefined`: the caller
- * then uses `toBinary`, which also produces protobuf-es's errors for bad values. A fast-check
- * property (`binary-encoder.test.ts`) holds it to `toBinary`'s bytes for every message type of the
- * protocol.
+ * (or `create()` keeps as they are), and message types whose representation differs from their
+ * wire shape (fields of wrapper or `google.protobuf.Struct` types, which protobuf-es unboxes),
+ * proto2 required fields, group encoding and unknown fields of messages are declined. Declined
+ * means `undefined`: the caller then creates the message and uses `toBinary`, which also produces
+ * protobuf-es's errors for bad values. Fast-check properties (`binary-encoder.test.ts`) hold it to
+ * `toBinary`'s bytes for every message type of the protocol, as messages and as init shapes.
  */
 import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
 
@@ -376,19 +380,25 @@ function writeScalar(buf: Buffer, o: number, type: ScalarType, v: unknown): numb
   }
 }
 
-/** The value of a field when it is set (protobuf-es's `isSet`), else undefined. */
-function setValue(f: FieldPlan, m: Record<string, unknown>): unknown {
+/**
+ * The value of a field when it is set (protobuf-es's `isSet`), else undefined. In an init shape
+ * (`init`), undefined and null mean unset, as `create()` ignores them.
+ */
+function setValue(f: FieldPlan, m: Record<string, unknown>, init: boolean): unknown {
   if (f.oneof !== undefined) {
     const group = m[f.oneof] as { case?: string; value?: unknown } | undefined;
-    if (group === undefined || group === null) decline();
+    if (group === undefined || group === null) return init ? undefined : decline();
     if (group.case !== f.name) return undefined;
     // Selected but without a value: toBinary's error, not an empty field.
-    return group.value === undefined ? decline() : group.value;
+    return group.value === undefined || group.value === null ? decline() : group.value;
   }
   const v = m[f.name];
-  if (f.explicit) return v !== undefined && Object.prototype.hasOwnProperty.call(m, f.name) ? v : undefined;
+  if (init) {
+    if (v === undefined || v === null) return undefined;
+    if (f.explicit) return v;
+  } else if (f.explicit) return v !== undefined && Object.prototype.hasOwnProperty.call(m, f.name) ? v : undefined;
   // A field without presence always holds a value in a well-formed message.
-  if (v === undefined) decline();
+  else if (v === undefined) decline();
   switch (f.kind) {
     case SCALAR:
       switch (f.scalar) {
@@ -413,7 +423,8 @@ function setValue(f: FieldPlan, m: Record<string, unknown>): unknown {
       if (!Array.isArray(v)) decline();
       return v.length > 0 ? v : undefined;
     case MAP:
-      if (typeof v !== "object" || v === null) decline();
+      // create() converts the values of an init shape's map only when it is a plain object.
+      if (typeof v !== "object" || v === null || (init && Array.isArray(v))) decline();
       return v;
   }
   return decline();
@@ -447,16 +458,31 @@ function isMessageOf(v: unknown, desc: DescMessage): v is Record<string, unknown
   return typeof v === "object" && v !== null && (v as { $typeName?: unknown }).$typeName === desc.typeName;
 }
 
+/**
+ * Whether `m` is read as an init shape: in init mode, anything but a message of this type, which
+ * `create()` takes as it is (nested values included). A plain object without `$typeName` only.
+ */
+function readAsInit(desc: DescMessage, m: unknown, init: boolean): boolean {
+  if (!init || isMessageOf(m, desc)) return false;
+  if (typeof m !== "object" || m === null || Array.isArray(m) || (m as { $typeName?: unknown }).$typeName !== undefined) decline();
+  return true;
+}
+
 /** Size of a message's fields; records lengths for the writer. */
-function messageSize(desc: DescMessage, m: unknown): number {
+function messageSize(desc: DescMessage, m: unknown, init: boolean): number {
   const plan = planOf(desc);
-  if (plan === null || !isMessageOf(m, desc)) decline();
-  const unknown = m.$unknown as unknown[] | undefined;
-  if (unknown !== undefined && unknown.length > 0) decline();
+  if (plan === null) decline();
+  const asInit = readAsInit(desc, m, init);
+  if (!asInit) {
+    if (!isMessageOf(m, desc)) decline();
+    const unknown = m.$unknown as unknown[] | undefined;
+    if (unknown !== undefined && unknown.length > 0) decline();
+  }
+  const fields = m as Record<string, unknown>;
   let size = 0;
   for (let i = 0; i < plan.length; i++) {
     const f = plan[i]!;
-    const v = setValue(f, m);
+    const v = setValue(f, fields, asInit);
     if (v === undefined) continue;
     switch (f.kind) {
       case SCALAR:
@@ -464,7 +490,7 @@ function messageSize(desc: DescMessage, m: unknown): number {
         size += f.tagSize + scalarSize(f.scalar, v);
         break;
       case MESSAGE:
-        size += f.tagSize + nestedSize(f.message!, v);
+        size += f.tagSize + nestedSize(f.message!, v, asInit);
         break;
       case LIST: {
         const list = v as unknown[];
@@ -483,7 +509,7 @@ function messageSize(desc: DescMessage, m: unknown): number {
       }
       case LIST_MESSAGE: {
         const list = v as unknown[];
-        for (let j = 0; j < list.length; j++) size += f.tagSize + nestedSize(f.message!, list[j]);
+        for (let j = 0; j < list.length; j++) size += f.tagSize + nestedSize(f.message!, list[j], asInit);
         break;
       }
       case MAP: {
@@ -494,7 +520,7 @@ function messageSize(desc: DescMessage, m: unknown): number {
           // key = field 1, value = field 2; both always written (protobuf-es does).
           let n = 1 + scalarSize(f.mapKey, mapKey(f.mapKey, key));
           const value = map[key];
-          if (f.mapValue === MESSAGE) n += 1 + nestedSize(f.message!, value);
+          if (f.mapValue === MESSAGE) n += 1 + nestedSize(f.message!, value, asInit);
           else n += 1 + scalarSize(f.scalar, value);
           lengths[at] = n;
           size += f.tagSize + varint32Size(n) + n;
@@ -507,19 +533,21 @@ function messageSize(desc: DescMessage, m: unknown): number {
 }
 
 /** Length prefix + size of a nested message. */
-function nestedSize(desc: DescMessage, m: unknown): number {
+function nestedSize(desc: DescMessage, m: unknown, init: boolean): number {
   const at = lengths.length;
   lengths.push(0);
-  const n = messageSize(desc, m);
+  const n = messageSize(desc, m, init);
   lengths[at] = n;
   return varint32Size(n) + n;
 }
 
-function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<string, unknown>): number {
+function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<string, unknown>, init: boolean): number {
   const plan = planOf(desc)!;
+  // Measured first, so the same decisions as there, without declining.
+  const asInit = init && !isMessageOf(m, desc);
   for (let i = 0; i < plan.length; i++) {
     const f = plan[i]!;
-    const v = setValue(f, m);
+    const v = setValue(f, m, asInit);
     if (v === undefined) continue;
     switch (f.kind) {
       case SCALAR:
@@ -527,7 +555,7 @@ function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<strin
         o = writeScalar(buf, writeVarint32(buf, o, f.tag), f.scalar, v);
         break;
       case MESSAGE:
-        o = writeNested(buf, writeVarint32(buf, o, f.tag), f.message!, v);
+        o = writeNested(buf, writeVarint32(buf, o, f.tag), f.message!, v, asInit);
         break;
       case LIST: {
         const list = v as unknown[];
@@ -542,7 +570,7 @@ function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<strin
       }
       case LIST_MESSAGE: {
         const list = v as unknown[];
-        for (let j = 0; j < list.length; j++) o = writeNested(buf, writeVarint32(buf, o, f.tag), f.message!, list[j]);
+        for (let j = 0; j < list.length; j++) o = writeNested(buf, writeVarint32(buf, o, f.tag), f.message!, list[j], asInit);
         break;
       }
       case MAP: {
@@ -551,7 +579,7 @@ function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<strin
           o = writeVarint32(buf, writeVarint32(buf, o, f.tag), lengths[cursor++]!);
           o = writeScalar(buf, writeVarint32(buf, o, (1 << 3) | wireType(f.mapKey)), f.mapKey, mapKey(f.mapKey, key));
           const value = map[key];
-          if (f.mapValue === MESSAGE) o = writeNested(buf, writeVarint32(buf, o, (2 << 3) | 2), f.message!, value);
+          if (f.mapValue === MESSAGE) o = writeNested(buf, writeVarint32(buf, o, (2 << 3) | 2), f.message!, value, asInit);
           else o = writeScalar(buf, writeVarint32(buf, o, (2 << 3) | wireType(f.scalar)), f.scalar, value);
         }
         break;
@@ -561,19 +589,21 @@ function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<strin
   return o;
 }
 
-function writeNested(buf: Buffer, o: number, desc: DescMessage, m: unknown): number {
+function writeNested(buf: Buffer, o: number, desc: DescMessage, m: unknown, init: boolean): number {
   o = writeVarint32(buf, o, lengths[cursor++]!);
-  return writeMessage(buf, o, desc, m as Record<string, unknown>);
+  return writeMessage(buf, o, desc, m as Record<string, unknown>, init);
 }
 
 /**
- * Encode `message` (a protobuf-es message of type `schema`) after `reserve` unwritten bytes, or
- * return undefined when this encoder declines it (then use `toBinary`). The bytes after `reserve`
- * are exactly `toBinary(schema, message)`.
+ * Encode `message` after `reserve` unwritten bytes: a protobuf-es message of type `schema`, or an
+ * init shape of one (`create()` input, encoded without creating the message). Undefined when this
+ * encoder declines it (then use `toBinary(schema, create(schema, message))`); otherwise the bytes
+ * after `reserve` are exactly those.
  *
  * @example
  * ```ts
- * const bytes = encodeBinary(InspectTaskResponseSchema, reply) ?? toBinary(InspectTaskResponseSchema, reply);
+ * const reply = { task: { id: "t1", state: TaskState.RUNNING } };
+ * const bytes = encodeBinary(InspectTaskResponseSchema, reply) ?? toBinary(InspectTaskResponseSchema, create(InspectTaskResponseSchema, reply));
  * ```
  */
 export function encodeBinary(schema: DescMessage, message: unknown, reserve = 0): Buffer | undefined {
@@ -581,13 +611,13 @@ export function encodeBinary(schema: DescMessage, message: unknown, reserve = 0)
   cursor = 0;
   let size: number;
   try {
-    size = messageSize(schema, message);
+    size = messageSize(schema, message, true);
   } catch (e) {
     if (e === DECLINE) return undefined;
     throw e;
   }
   const buf = Buffer.allocUnsafe(reserve + size);
-  const end = writeMessage(buf, reserve, schema, message as Record<string, unknown>);
+  const end = writeMessage(buf, reserve, schema, message as Record<string, unknown>, true);
   if (end !== buf.length) throw new Error(`binary encoder: wrote ${end - reserve} of ${size} bytes for ${schema.typeName}`);
   return buf;
 }

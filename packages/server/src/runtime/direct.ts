@@ -478,13 +478,13 @@ export class DirectPath {
           stream.uncork();
         }
       } else {
-        const msg = create(output, message as never);
-        // The fast encoder writes behind room for the prefix; what it declines goes to toBinary.
-        const framed = encodeBinary(output, msg, 5);
+        // The fast encoder takes the handler's init shape as it is and writes behind room for the
+        // prefix; what it declines is created and goes to toBinary.
+        const framed = encodeBinary(output, message, 5);
         if (framed !== undefined) {
           writeEnvelopePrefix(framed, 0, framed.length - 5);
           ok = stream.write(framed);
-        } else ok = writeEncoded(stream, toBinary(output, msg));
+        } else ok = writeEncoded(stream, toBinary(output, create(output, message as never)));
       }
       if (!ok && !(await writable(stream))) throw new StreamClosedError();
     };
