@@ -100,6 +100,8 @@ export class RawExecTask {
   /** Resolves with the exit (never rejects). */
   readonly exited: Promise<TaskExit>;
   readonly stats: StatsFeed;
+  /** When the task started (from its state, so also after a recover); parsed once, InspectTask reads it. */
+  readonly startedAt: Date;
 
   constructor(
     readonly id: string,
@@ -107,6 +109,7 @@ export class RawExecTask {
     readonly state: RawExecState,
   ) {
     this.stats = new StatsFeed(exe);
+    this.startedAt = new Date(state.startedAt);
     // One long Wait per task: the executor answers it when the process ends, so the result is
     // captured while the executor is still there to tell it.
     this.exited = exe.client.wait({}).then(
@@ -117,10 +120,6 @@ export class RawExecTask {
       this.exit = { ...e, at: new Date() };
       this.stats.close();
     });
-  }
-
-  get startedAt(): Date {
-    return new Date(this.state.startedAt);
   }
 
   /** Drops the connection to the executor; the executor and the task keep running. */
