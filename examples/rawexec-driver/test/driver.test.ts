@@ -1,12 +1,14 @@
 // nomadkit-rawexec through the real wire: the plugin_dir executable launched by launchPlugin,
 // exactly as Nomad launches it, driven with the generated client.
 import { spawn, spawnSync } from "node:child_process";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { encode } from "@msgpack/msgpack";
 import type { PluginClient } from "@nomadkit/client";
+import { executorBinPath } from "@nomadkit/server/executor";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PLUGIN_NAME, PLUGIN_VERSION } from "../src/driver.js";
-import { alive, cleanup, execStream, isRoot, newTask, read, sh, start, startPlugin, stdin, until, type TestTask } from "./helpers.js";
+import { PLUGIN, alive, cleanup, execStream, isRoot, newTask, read, sh, start, startPlugin, stdin, until, type TestTask } from "./helpers.js";
 
 let p: PluginClient;
 const started: TestTask[] = [];
@@ -253,5 +255,25 @@ describe("paths", () => {
     const t = await run(sh("exit 0"));
     await p.driver.waitTask({ taskId: t.id });
     await until(() => read(join(t.taskDir, "executor.out")).includes("task launched"), "the executor log");
+  });
+
+  /** The JS file a task's executor process runs (its command line is `node <file> <config>`). */
+  async function executorFile(plugin: PluginClient, t: TestTask): Promise<string | undefined> {
+    await start(plugin, t);
+    const pid = Number((await plugin.driver.inspectTask({ taskId: t.id })).driver?.attributes.executor_pid);
+    const file = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[1];
+    await plugin.driver.destroyTask({ taskId: t.id, force: true });
+    return file;
+  }
+
+  it("runs each task's executor from the executor bundle of the plugin's build", async () => {
+    expect(await executorFile(p, newTask(sh("exec sleep 600")))).toBe(join(dirname(PLUGIN), "..", "dist", "nomadkit-rawexec-executor.cjs"));
+  });
+
+  it("runs executors from NOMADKIT_EXECUTOR_PATH when the operator sets it", async () => {
+    const installed = executorBinPath();
+    expect(installed).toMatch(/dist\/cjs\/executor\/bin\.js$/);
+    const other = await startPlugin({}, { NOMADKIT_EXECUTOR_PATH: installed });
+    expect(await executorFile(other, newTask(sh("exec sleep 600")))).toBe(installed);
   });
 });

@@ -28,8 +28,9 @@ const dirs: string[] = [];
 const pids: number[] = [];
 
 /** Launches the plugin as Nomad's "run" dispense does: start, SetConfig (msgpack), Init. */
-export async function startPlugin(config: { create_network?: boolean } = {}): Promise<PluginClient> {
+export async function startPlugin(config: { create_network?: boolean } = {}, env?: NodeJS.ProcessEnv): Promise<PluginClient> {
   const p = await launchPlugin(PLUGIN, [], {
+    env,
     logger: process.env.NOMADKIT_TEST_LOGS ? (e) => process.stderr.write(`[plugin] ${e.level} ${e.message} ${JSON.stringify(e.fields)}\n`) : undefined,
   });
   plugins.push(p);
