@@ -204,7 +204,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   // A call's context is the driver's context (its prototype) plus the call's signal, read through
   // a getter so the signal is only created if the driver uses it. A class: one small object per
   // call, where Object.create plus defineProperty cost ~20× more on every unary call.
-  class CallContextOf {
+  class DriverCallContext {
     readonly #hc: HandlerContext;
     constructor(hc: HandlerContext) {
       this.#hc = hc;
@@ -213,8 +213,8 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       return this.#hc.signal;
     }
   }
-  Object.setPrototypeOf(CallContextOf.prototype, context);
-  const call = (hc: HandlerContext): CallContext<PC, TC> => new CallContextOf(hc) as unknown as CallContext<PC, TC>;
+  Object.setPrototypeOf(DriverCallContext.prototype, context);
+  const call = (hc: HandlerContext): CallContext<PC, TC> => new DriverCallContext(hc) as unknown as CallContext<PC, TC>;
 
   const requireTask = (taskId: string, field = "task_id"): TaskRecord<TC> => {
     if (taskId === "") throw invalidArgument(field, "must not be empty");
