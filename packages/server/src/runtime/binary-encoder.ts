@@ -543,8 +543,8 @@ function nestedSize(desc: DescMessage, m: unknown, init: boolean): number {
 
 function writeMessage(buf: Buffer, o: number, desc: DescMessage, m: Record<string, unknown>, init: boolean): number {
   const plan = planOf(desc)!;
-  // Measured first, so the same decisions as there, without declining.
-  const asInit = init && !isMessageOf(m, desc);
+  // Measured first: the same decision as there, and it does not decline here.
+  const asInit = readAsInit(desc, m, init);
   for (let i = 0; i < plan.length; i++) {
     const f = plan[i]!;
     const v = setValue(f, m, asInit);
