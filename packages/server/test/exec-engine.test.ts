@@ -1,5 +1,6 @@
 // The exec engine in-process (no gRPC): the consumption-driven backpressure contract, the raw
 // form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
+import { PassThrough, Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
@@ -140,6 +141,30 @@ describe("runExecCommand", () => {
     await expect(
       runExecCommand({ command: ["definitely-not-a-command-xyz"] }, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr }),
     ).rejects.toMatchObject({ rawMessage: 'command[0]: executable "definitely-not-a-command-xyz" not found in PATH' });
+  });
+
+  it("without env, runs the command in the plugin's environment minus go-plugin's variables", async () => {
+    const vars = { NOMAD_PLUGIN_MAGIC_COOKIE: "cookie", PLUGIN_PROTOCOL_VERSIONS: "2", PLUGIN_CLIENT_CERT: "cert", NK_EXEC_MARK: "kept" };
+    Object.assign(process.env, vars);
+    let out = "";
+    try {
+      const stdout = new Writable({
+        write(chunk: Buffer, _enc, done) {
+          out += chunk.toString();
+          done();
+        },
+      });
+      const result = await runExecCommand({ command: ["env"] }, { stdin: Readable.from([]), stdout, stderr: new PassThrough().resume() });
+      expect(result.exitCode).toBe(0);
+    } finally {
+      for (const k of Object.keys(vars)) delete process.env[k];
+    }
+    const names = out
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => l.slice(0, l.indexOf("=")));
+    expect(names).toContain("NK_EXEC_MARK");
+    expect(names.filter((k) => k === "NOMAD_PLUGIN_MAGIC_COOKIE" || k.startsWith("PLUGIN_"))).toEqual([]);
   });
 
   it("passes stdin through pipes and ends with the process", async () => {

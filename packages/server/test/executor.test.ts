@@ -153,6 +153,39 @@ describe("executor: launch and wait", () => {
     await exe.client.updateResources({ resources: {} });
   });
 
+  it("keeps go-plugin's variables out of the executor and out of a task that inherits its environment", async () => {
+    // The driver's own go-plugin variables, as a host would have set them.
+    const own = { NOMAD_PLUGIN_MAGIC_COOKIE: "driver-cookie", PLUGIN_CLIENT_CERT: "driver-cert", PLUGIN_MIN_PORT: "10000" };
+    Object.assign(process.env, own);
+    let exe: ExecutorHandle;
+    try {
+      exe = await launchExecutor({ env: { NK_FROM_DRIVER: "kept", PLUGIN_MAX_PORT: "20000" } });
+    } finally {
+      for (const k of Object.keys(own)) delete process.env[k];
+    }
+    handles.push(exe);
+    const environ = Object.fromEntries(
+      readFileSync(`/proc/${exe.pid}/environ`, "utf8")
+        .split("\0")
+        .filter(Boolean)
+        .map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+    );
+    // The executor gets its own handshake, none of the driver's (nor PLUGIN_* passed in options.env).
+    expect(environ.NOMAD_PLUGIN_MAGIC_COOKIE).not.toBe("driver-cookie");
+    expect(environ).toMatchObject({ NK_FROM_DRIVER: "kept", PLUGIN_PROTOCOL_VERSIONS: "2", PLUGIN_MIN_PORT: "0", PLUGIN_MAX_PORT: "0" });
+    expect(environ.PLUGIN_CLIENT_CERT).toBeUndefined();
+    // A task launched without env inherits the executor's environment minus its go-plugin variables.
+    const out = file("env");
+    await exe.client.launch({ cmd: "/usr/bin/env", env: [], stdoutPath: out });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+    const names = readFileSync(out, "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => l.slice(0, l.indexOf("=")));
+    expect(names).toContain("NK_FROM_DRIVER");
+    expect(names.filter((k) => k === "NOMAD_PLUGIN_MAGIC_COOKIE" || k.startsWith("PLUGIN_"))).toEqual([]);
+  });
+
   it("rejects bad launch requests with errors naming the field", async () => {
     const exe = await executor();
     await expectCode(exe.client.launch({ cmd: "definitely-not-a-command-xyz", env: [PATH] }), Code.InvalidArgument, "cmd");

@@ -5,12 +5,13 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, closeSync, constants, openSync, statSync, write } from "node:fs";
-import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { closeSync, constants, openSync, write } from "node:fs";
 import type { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { withoutGoPluginVariables } from "../goplugin/env.js";
+import { findExecutable } from "./find-executable.js";
 import { PooledReader, releaseChunk, retainsChunks } from "./read-buffers.js";
 import type { TerminalResizes } from "./resize.js";
 import { socketPair } from "./socket-pair.js";
@@ -48,32 +49,6 @@ export interface ExecIO {
   signal?: AbortSignal | undefined;
 }
 
-const PLUGIN_ENV = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
-
-function defaultEnv(): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !PLUGIN_ENV.test(k)) out[k] = v;
-  return out;
-}
-
-/** Find `file` like execvp would, so a missing command is a clear error rather than a dead child. */
-function findExecutable(file: string, env: Record<string, string>, cwd: string | undefined): string {
-  const base = cwd ?? process.cwd();
-  const candidates = file.includes("/")
-    ? [isAbsolute(file) ? file : resolve(base, file)]
-    : (env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").split(delimiter).map((d) => join(resolve(base, d || "."), file));
-  for (const c of candidates) {
-    try {
-      if (!statSync(c).isFile()) continue;
-      accessSync(c, constants.X_OK);
-      return c;
-    } catch {
-      // next candidate
-    }
-  }
-  throw new ConnectError(`command[0]: executable ${JSON.stringify(file)} not found${file.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
-}
-
 function killGroup(pid: number | undefined, fallback: () => void): void {
   try {
     if (pid !== undefined) process.kill(-pid, "SIGKILL");
@@ -105,8 +80,8 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
   if (options.command.length === 0 || options.command[0] === "") {
     throw new ConnectError("command must not be empty", Code.InvalidArgument);
   }
-  const env = options.env ?? defaultEnv();
-  const file = findExecutable(options.command[0]!, env, options.cwd);
+  const env = options.env ?? withoutGoPluginVariables(process.env);
+  const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
   const args = options.command.slice(1);
   if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
   return options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io);

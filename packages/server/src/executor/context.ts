@@ -1,7 +1,9 @@
 import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
-import { accessSync, constants, statSync } from "node:fs";
-import { delimiter, isAbsolute, join, resolve } from "node:path";
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { findExecutable } from "../exec/find-executable.js";
+import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
 import type { NetworkIsolation } from "../network/types.js";
 import { resolveUser, type ResolvedUser } from "./user.js";
@@ -31,9 +33,6 @@ export interface TaskContextOptions {
   /** Network namespace to run in. */
   network?: Partial<NetworkIsolation> | undefined;
 }
-
-// go-plugin's variables must not leak into tasks: a task that is itself a plugin would misbehave.
-const PLUGIN_ENV = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
 
 /**
  * Validates and resolves a task's environment, working directory, user and network namespace.
@@ -79,11 +78,8 @@ export async function prepareTaskContext(options: TaskContextOptions): Promise<T
 }
 
 function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
+  if (env === undefined || (Array.isArray(env) && env.length === 0)) return withoutGoPluginVariables(process.env);
   const out: Record<string, string> = {};
-  if (env === undefined || (Array.isArray(env) && env.length === 0)) {
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !PLUGIN_ENV.test(k)) out[k] = v;
-    return out;
-  }
   if (!Array.isArray(env)) return { ...(env as Record<string, string>) };
   env.forEach((kv, i) => {
     const eq = kv.indexOf("=");
@@ -106,22 +102,7 @@ function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
  * ```
  */
 export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
-  if (!cmd) throw new ConnectError(`${field}: must not be empty`, Code.InvalidArgument);
-  const candidates = cmd.includes("/")
-    ? [isAbsolute(cmd) ? cmd : resolve(ctx.cwd ?? process.cwd(), cmd)]
-    : (ctx.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .split(delimiter)
-        .map((d) => join(resolve(ctx.cwd ?? process.cwd(), d || "."), cmd));
-  for (const c of candidates) {
-    try {
-      if (!statSync(c).isFile()) continue;
-      accessSync(c, constants.X_OK);
-      return c;
-    } catch {
-      // next
-    }
-  }
-  throw new ConnectError(`${field}: executable ${JSON.stringify(cmd)} not found${cmd.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
+  return findExecutable(cmd, ctx.env, ctx.cwd, field);
 }
 
 /**

@@ -8,6 +8,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PluginClient, PluginLogger } from "@nomadkit/client";
 import { ExecutorClient } from "@nomadkit/client/gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { PluginShutdownError } from "@nomadkit/client/runtime";
+import { withoutGoPluginVariables } from "../goplugin/env.js";
 
 // The go-plugin host runtime (process launch, handshake parsing, HTTP/2 connections) is loaded when
 // the first executor is launched or reattached, not when a driver starts: plugin start-up stays short.
@@ -55,8 +56,6 @@ export interface ReattachExecutorOptions {
   /** How often to check whether the executor is still alive; default 500 ms (reattachPlugin's). */
   pollIntervalMs?: number;
 }
-
-const GO_PLUGIN_ENV = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
 
 function ownFile(): string | undefined {
   // CommonJS build: __filename is defined. ESM build (no import.meta allowed): our own frame.
@@ -293,11 +292,8 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
   const host = await loadGoPluginHost();
   const { NOMAD_PLUGIN_COOKIE } = host;
   const entry = options.executorPath ?? executorBinPath();
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries({ ...process.env, ...options.env })) {
-    // The driver's own go-plugin variables (e.g. AutoMTLS) must not leak into the executor.
-    if (!GO_PLUGIN_ENV.test(k)) env[k] = v;
-  }
+  // The driver's own go-plugin variables (e.g. AutoMTLS's) must not leak into the executor.
+  const env: NodeJS.ProcessEnv = withoutGoPluginVariables({ ...process.env, ...options.env });
   env[NOMAD_PLUGIN_COOKIE.key] = NOMAD_PLUGIN_COOKIE.value;
   env.PLUGIN_PROTOCOL_VERSIONS = "2";
   env.PLUGIN_MIN_PORT = "0";

@@ -20,6 +20,26 @@ export const NOMAD_HANDSHAKE: Readonly<HandshakeConfig> = Object.freeze({
     "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
 });
 
+/** Variables go-plugin hosts set for a plugin: Nomad's cookie and go-plugin's `PLUGIN_*` settings. */
+const GO_PLUGIN_VARIABLE = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
+
+/**
+ * The set variables of `env` without the ones a go-plugin host gave this plugin (Nomad's cookie,
+ * `PLUGIN_PROTOCOL_VERSIONS`, the port range, AutoMTLS's `PLUGIN_CLIENT_CERT`, ...): what a process
+ * the plugin starts (a task, an exec'd command, an executor) may inherit. A child that is itself a
+ * go-plugin plugin would otherwise take the host's handshake for its own.
+ *
+ * @example
+ * ```ts
+ * spawn("sh", ["-c", cmd], { env: withoutGoPluginVariables(process.env) });
+ * ```
+ */
+export function withoutGoPluginVariables(env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) if (v !== undefined && !GO_PLUGIN_VARIABLE.test(k)) out[k] = v;
+  return out;
+}
+
 /** go-plugin's core protocol version; the first handshake field. */
 export const CORE_PROTOCOL_VERSION = 1;
 
