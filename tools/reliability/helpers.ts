@@ -194,38 +194,6 @@ export function withinBaseline(now: Record<string, number>, base: Record<string,
   return Object.entries(now).every(([k, v]) => v <= (base[k] ?? 0));
 }
 
-/**
- * An async iterable of requests that stays open until `end()` (Nomad never half-closes the exec
- * request side): push messages as the test goes.
- */
-export class RequestStream<T> implements AsyncIterable<T> {
-  readonly #queue: T[] = [];
-  #wake: (() => void) | undefined;
-  #ended = false;
-
-  push(...msgs: T[]): void {
-    this.#queue.push(...msgs);
-    this.#wake?.();
-  }
-
-  end(): void {
-    this.#ended = true;
-    this.#wake?.();
-  }
-
-  async *[Symbol.asyncIterator](): AsyncGenerator<T> {
-    for (;;) {
-      const m = this.#queue.shift();
-      if (m !== undefined) {
-        yield m;
-        continue;
-      }
-      if (this.#ended) return;
-      await new Promise<void>((r) => (this.#wake = r));
-      this.#wake = undefined;
-    }
-  }
-}
 
 /** Records unhandled rejections of this process while installed. */
 export function recordUnhandledRejections(): { readonly seen: unknown[]; uninstall(): void } {

@@ -22,9 +22,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { encode } from "@msgpack/msgpack";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { PluginLaunchError, launchPlugin, type PluginClient } from "@nomadkit/client";
+import { PluginLaunchError, launchPlugin, type PluginClient, RequestQueue } from "@nomadkit/client";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
-import { LogSink, RequestStream, descendantsOf, fixture, launchRelDriver, ownZombies, until } from "../reliability/helpers.js";
+import { LogSink, descendantsOf, fixture, launchRelDriver, ownZombies, until } from "../reliability/helpers.js";
 
 const SMALL_LIMIT = 64 * 1024;
 const DEFAULT_LIMIT = 4 * 1024 * 1024;
@@ -332,7 +332,7 @@ type Req = Record<string, unknown>;
 
 /** Runs an exec with the given requests (the stream stays open); resolves with its ConnectError. */
 async function execFailure(p: PluginClient, messages: Req[]): Promise<ConnectError> {
-  const requests = new RequestStream<Req>();
+  const requests = new RequestQueue<Req>();
   requests.push(...messages);
   try {
     return await failure(

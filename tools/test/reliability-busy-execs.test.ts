@@ -9,7 +9,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encode } from "@msgpack/msgpack";
 import type { PluginClient } from "@nomadkit/client";
-import { RequestStream, descendantsOf, launchRelDriver, until } from "../reliability/helpers.js";
+import { descendantsOf, launchRelDriver, until } from "../reliability/helpers.js";
+import { RequestQueue } from "@nomadkit/client";
 
 const SESSIONS = 24;
 const CALLS = 50;
@@ -31,7 +32,7 @@ describe(`${SESSIONS} exec sessions streaming bulk output`, () => {
     const bytes: number[] = [];
     const readers = Array.from({ length: SESSIONS }, async (_, i) => {
       const ac = new AbortController();
-      const requests = new RequestStream<object>();
+      const requests = new RequestQueue<object>();
       requests.push({ setup: { taskId: "t", command: ["yes", "bulk output ".repeat(64)], tty: false } });
       bytes[i] = 0;
       try {

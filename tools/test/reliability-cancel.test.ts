@@ -13,10 +13,9 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { encode } from "@msgpack/msgpack";
-import { isCancellation, type PluginClient } from "@nomadkit/client";
+import { isCancellation, type PluginClient, RequestQueue } from "@nomadkit/client";
 import {
   LogSink,
-  RequestStream,
   descendantsOf,
   launchRelDriver,
   pool,
@@ -106,7 +105,7 @@ function plans(): Plan[] {
 async function runOne(plan: Plan): Promise<{ error: unknown; received: number }> {
   const ac = new AbortController();
   const opts = { signal: ac.signal };
-  let requests: RequestStream<object> | undefined;
+  let requests: RequestQueue<object> | undefined;
   let iterable: AsyncIterable<unknown>;
   switch (plan.kind) {
     case "taskStats":
@@ -119,7 +118,7 @@ async function runOne(plan: Plan): Promise<{ error: unknown; received: number }>
       iterable = plugin.driver.taskEvents({}, opts);
       break;
     case "exec":
-      requests = new RequestStream<object>();
+      requests = new RequestQueue<object>();
       requests.push({ setup: { taskId: "t", command: plan.exec.command, tty: plan.exec.tty } });
       if (plan.exec.stdin) requests.push({ stdin: { data: Buffer.from("echo me\n") } });
       iterable = plugin.driver.execTaskStreaming(requests, opts);

@@ -30,10 +30,10 @@ import {
   reattachPlugin,
   type PluginClient,
   type ReattachConfig,
+  RequestQueue,
 } from "@nomadkit/client";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
 import {
-  RequestStream,
   descendantsOf,
   fixture,
   launchRelDriver,
@@ -130,7 +130,7 @@ async function trial(index: number): Promise<TrialResult> {
       inFlight[name] = s.started;
     }
 
-    const requests = new RequestStream<object>();
+    const requests = new RequestQueue<object>();
     requests.push(
       raw ? { setup: { taskId: "t", command: ["echo"] } } : { setup: { taskId: "t", command: ["sh", "-c", "echo $$; exec cat"] } },
     );
@@ -244,7 +244,7 @@ async function openEverything(plugin: PluginClient, logs: { waitFor(m: (e: { mes
     await streamFailure(plugin.driver.fingerprint({}), () => true),
     await streamFailure(plugin.driver.taskEvents({}), () => true),
   ];
-  const requests = new RequestStream<object>();
+  const requests = new RequestQueue<object>();
   requests.push({ setup: { taskId, command: ["sh", "-c", "echo $$; exec cat"] } });
   let execPid = 0;
   const exec = await streamFailure(plugin.driver.execTaskStreaming(requests), (m) => {

@@ -16,7 +16,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { PluginClient } from "@nomadkit/client";
 import { encode } from "@msgpack/msgpack";
-import { RequestStream, descendantsOf, launchRawexec, launchRelDriver, rawexecTask, rng, until } from "../reliability/helpers.js";
+import { descendantsOf, launchRawexec, launchRelDriver, rawexecTask, rng, until } from "../reliability/helpers.js";
+import { RequestQueue } from "@nomadkit/client";
 
 const MiB = 1024 * 1024;
 
@@ -59,7 +60,7 @@ async function execRun(
   command: string[],
   opts: { stdin?: Buffer; chunks?: (n: number) => number; keepStdout?: boolean; pauseEveryBytes?: number; pauseMs?: number; onChunk?: () => void } = {},
 ): Promise<ExecOutcome> {
-  const requests = new RequestStream<object>();
+  const requests = new RequestQueue<object>();
   requests.push({ setup: { taskId, command, tty: false } });
   if (opts.stdin) {
     for (let off = 0; off < opts.stdin.length; ) {

@@ -22,10 +22,10 @@ import * as tls from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
-import { HealthClient, generateSelfSignedCertificate, launchPlugin, type PluginClient } from "@nomadkit/client";
+import { HealthClient, generateSelfSignedCertificate, launchPlugin, type PluginClient, RequestQueue } from "@nomadkit/client";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
 import { executorBinPath } from "@nomadkit/server/executor";
-import { RequestStream, launchRawexec, rawexecBin, rawexecTask, until } from "../reliability/helpers.js";
+import { launchRawexec, rawexecBin, rawexecTask, until } from "../reliability/helpers.js";
 
 const isRoot = process.getuid?.() === 0;
 
@@ -161,7 +161,7 @@ describe.runIf(isRoot)("a task with a user", () => {
 
   /** Exec `id` into the task (streaming, with or without a tty) and return what it printed. */
   async function execIdentity(taskId: string, tty: boolean): Promise<string> {
-    const requests = new RequestStream<object>();
+    const requests = new RequestQueue<object>();
     requests.push({ setup: { taskId, command: ["sh", "-c", 'echo "$(id -u) $(id -g) $(id -G)"'], tty } });
     let out = "";
     let exitCode: number | undefined;

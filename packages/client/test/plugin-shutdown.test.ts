@@ -6,6 +6,7 @@ import { ConnectError } from "@connectrpc/connect";
 import {
   DriverClient,
   PluginShutdownError,
+  RequestQueue,
   createUnixSocketTransport,
   isCancellation,
 } from "../src/index.js";
@@ -21,24 +22,6 @@ async function errorOf<T>(it: AsyncIterator<T>): Promise<unknown> {
       return err;
     }
   }
-}
-
-/** A request stream the test feeds by hand and never ends (like a terminal's stdin). */
-function pushable<T>() {
-  const queue: T[] = [];
-  let wake: (() => void) | undefined;
-  return {
-    push(v: T) {
-      queue.push(v);
-      wake?.();
-    },
-    async *[Symbol.asyncIterator]() {
-      for (;;) {
-        while (queue.length > 0) yield queue.shift()!;
-        await new Promise<void>((r) => (wake = r));
-      }
-    },
-  };
 }
 
 describe("plugin process killed mid-call", () => {
@@ -84,7 +67,7 @@ describe("plugin process killed mid-call", () => {
   });
 
   it("ExecTaskStreaming (bidi) ends with PluginShutdownError", async () => {
-    const stdin = pushable<{ setup?: { taskId: string; command: string[] }; stdin?: { data: Uint8Array } }>();
+    const stdin = new RequestQueue<{ setup?: { taskId: string; command: string[] }; stdin?: { data: Uint8Array } }>();
     stdin.push({ setup: { taskId: "t1", command: ["sh"] } });
     const it = client().execTaskStreaming(stdin)[Symbol.asyncIterator]();
     const first = await it.next();

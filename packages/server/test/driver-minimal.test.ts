@@ -9,7 +9,8 @@ import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
 import type { PluginClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RequestStream, launchFixture } from "./fixtures/driver/harness.js";
+import { launchFixture } from "./fixtures/driver/harness.js";
+import { RequestQueue } from "@nomadkit/client";
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), "fixtures/driver");
 
@@ -55,7 +56,7 @@ describe("a minimal driver", () => {
 
     it("stops a task with a signal and execs into one", async () => {
       await plugin.driver.startTask({ task: { id: "m2", msgpackDriverConfig: encode({ command: "sleep", args: ["600"] }) } });
-      const requests = new RequestStream<object>();
+      const requests = new RequestQueue<object>();
       requests.push({ setup: { taskId: "m2", command: ["sh", "-c", "echo hello stdout; echo hello stderr >&2; exit 43"] } });
       let stdout = "";
       let exit: number | undefined;

@@ -6,14 +6,15 @@ import { create } from "@bufbuild/protobuf";
 import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
 import { describe, expect, it } from "vitest";
 import { TerminalResizes, execStreaming, runExecCommand, type ExecTaskStream } from "../src/exec/index.js";
-import { RequestStream } from "./fixtures/driver/harness.js";
+import { RequestQueue } from "@nomadkit/client";
+
 
 const req = (init: Parameters<typeof create<typeof ExecTaskStreamingRequestSchema>>[1]) => create(ExecTaskStreamingRequestSchema, init);
 const setup = (command: string[], tty = false) => req({ setup: { taskId: "t", command, tty } });
 
 describe("high-level engine", () => {
   it("completes a write only after the message carrying it has been pulled", async () => {
-    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const requests = new RequestQueue<ExecTaskStreamingRequest>();
     requests.push(setup(["x"]));
     const written: string[] = [];
     let finish!: () => void;
@@ -47,7 +48,7 @@ describe("high-level engine", () => {
   });
 
   it("splits large writes into views of at most maxChunkSize", async () => {
-    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const requests = new RequestQueue<ExecTaskStreamingRequest>();
     requests.push(setup(["x"]));
     const big = Buffer.alloc(10_000, 7);
     const sizes: number[] = [];
@@ -82,7 +83,7 @@ describe("high-level engine", () => {
 
 describe("raw engine", () => {
   it("send() resolves once the response has been consumed; requests pass through untouched", async () => {
-    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const requests = new RequestQueue<ExecTaskStreamingRequest>();
     const heartbeat = req({});
     requests.push(setup(["fwd"]), heartbeat);
     let stream!: ExecTaskStream;
@@ -120,7 +121,7 @@ describe("raw engine", () => {
 describe("runExecCommand", () => {
   it("with a tty, keeps output written just before exit even when the reader is slow", async () => {
     const size = 300_000;
-    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const requests = new RequestQueue<ExecTaskStreamingRequest>();
     requests.push(setup(["sh", "-c", `head -c ${size} /dev/zero | tr '\\0' a; exit 3`], true));
     let received = 0;
     let exit: number | undefined;
@@ -168,7 +169,7 @@ describe("runExecCommand", () => {
   });
 
   it("passes stdin through pipes and ends with the process", async () => {
-    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const requests = new RequestQueue<ExecTaskStreamingRequest>();
     requests.push(setup(["sh", "-c", "tr a-z A-Z; echo done >&2"]), req({ stdin: { data: Buffer.from("hello") } }), req({ stdin: { close: true } }));
     let out = "";
     let err = "";

@@ -7,7 +7,8 @@ import { describe, expect, it } from "vitest";
 import { execStreaming } from "../src/exec/index.js";
 import { outputHeader, outputMessage } from "../src/exec/wire.js";
 import { messageFromFrame, wireFrameOf } from "../src/runtime/wire-frame.js";
-import { RequestStream } from "./fixtures/driver/harness.js";
+import { RequestQueue } from "@nomadkit/client";
+
 
 const hex = (b: Uint8Array) => Buffer.from(b).toString("hex");
 /** The enveloped encoding of a message: flags 0, big-endian length, protobuf bytes. */
@@ -79,7 +80,7 @@ describe("relayed frames", () => {
 
 describe("output writes that pile up", () => {
   it("travel as one message of views (up to maxChunkSize), each write completing once its message was pulled", async () => {
-    const requests = new RequestStream<ExecTaskStreamingRequest>();
+    const requests = new RequestQueue<ExecTaskStreamingRequest>();
     requests.push(create(ExecTaskStreamingRequestSchema, { setup: { taskId: "t", command: ["x"] } }));
     const chunks = Array.from({ length: 6 }, (_, i) => Buffer.alloc(1000, i));
     const done: number[] = [];

@@ -15,7 +15,8 @@ import {
   type ExecTaskStreamingResponse,
 } from "@nomadkit/protocol/driver";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RequestStream, grpcDriverClient, launchFixture, memoryOf } from "./fixtures/driver/harness.js";
+import { grpcDriverClient, launchFixture, memoryOf } from "./fixtures/driver/harness.js";
+import { RequestQueue } from "@nomadkit/client";
 
 type Req = MessageInitShape<typeof ExecTaskStreamingRequestSchema>;
 
@@ -63,8 +64,8 @@ async function collect(responses: AsyncIterable<ExecTaskStreamingResponse>, onDa
   return { ...out, stdout: Buffer.concat(out.stdout), stderr: Buffer.concat(out.stderr) };
 }
 
-function exec(first: Req, ...rest: Req[]): { requests: RequestStream<Req>; responses: AsyncIterable<ExecTaskStreamingResponse> } {
-  const requests = new RequestStream<Req>();
+function exec(first: Req, ...rest: Req[]): { requests: RequestQueue<Req>; responses: AsyncIterable<ExecTaskStreamingResponse> } {
+  const requests = new RequestQueue<Req>();
   requests.push(first, ...rest);
   return { requests, responses: plugin.driver.execTaskStreaming(requests) };
 }
@@ -163,7 +164,7 @@ describe("ExecTaskStreaming, high-level form (generated client)", () => {
   });
 
   it("kills the process when the client goes away", async () => {
-    const requests = new RequestStream<Req>();
+    const requests = new RequestQueue<Req>();
     requests.push(setup(["sh", "-c", "echo $$; exec sleep 3600"]));
     const ac = new AbortController();
     let pid = 0;
@@ -263,7 +264,7 @@ describe("ExecTaskStreaming, raw form", () => {
   });
 
   it("hands the driver the message stream as is (heartbeats included) and preferred over high-level", async () => {
-    const requests = new RequestStream<Req>();
+    const requests = new RequestQueue<Req>();
     requests.push(setup(["echo", "hi"], false, "raw-task"), {}, { ttySize: { height: 1, width: 2 } }, {}, stdin("payload"), { stdin: { close: true } });
     const r = await collect(raw.driver.execTaskStreaming(requests));
     requests.end();
@@ -272,7 +273,7 @@ describe("ExecTaskStreaming, raw form", () => {
   });
 
   it("still checks setup first", async () => {
-    const requests = new RequestStream<Req>();
+    const requests = new RequestQueue<Req>();
     requests.push({});
     const err = await failure(collect(raw.driver.execTaskStreaming(requests)));
     requests.end();
@@ -284,7 +285,7 @@ describe("a 256 MiB exec stream read slowly", () => {
   it("arrives intact while the plugin's memory stays bounded", async () => {
     const size = 256 * 1024 * 1024;
     const before = memoryOf(plugin.pid);
-    const requests = new RequestStream<Req>();
+    const requests = new RequestQueue<Req>();
     requests.push(setup(["bash", "-c", `head -c ${size} /dev/urandom | tee >(sha256sum >&2)`]));
     const hash = createHash("sha256");
     let received = 0;

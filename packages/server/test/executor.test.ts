@@ -5,11 +5,12 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { PluginLaunchError, PluginShutdownError } from "@nomadkit/client";
+import { PluginLaunchError, PluginShutdownError, RequestQueue } from "@nomadkit/client";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   CPUUsage_Fields,
   ExecTaskStreamingRequestSchema,
+  type ExecTaskStreamingRequest,
   type ExecTaskStreamingResponse,
 } from "@nomadkit/protocol/driver";
 import { execStreaming } from "../src/exec/index.js";
@@ -72,33 +73,8 @@ async function fileUntil(path: string, done: (s: string) => boolean): Promise<st
   }
 }
 
-/** A request stream the test feeds by hand; like Nomad, it never half-closes until told. */
-function requestQueue() {
-  const items: MessageInitShape<typeof ExecTaskStreamingRequestSchema>[] = [];
-  let wake: (() => void) | undefined;
-  let closed = false;
-  return {
-    push(m: MessageInitShape<typeof ExecTaskStreamingRequestSchema>) {
-      items.push(m);
-      wake?.();
-    },
-    close() {
-      closed = true;
-      wake?.();
-    },
-    async *[Symbol.asyncIterator]() {
-      for (;;) {
-        if (items.length > 0) {
-          yield create(ExecTaskStreamingRequestSchema, items.shift()!);
-          continue;
-        }
-        if (closed) return;
-        await new Promise<void>((r) => (wake = r));
-        wake = undefined;
-      }
-    },
-  };
-}
+/** An exec request, as Nomad sends them. */
+const req = (init: MessageInitShape<typeof ExecTaskStreamingRequestSchema>) => create(ExecTaskStreamingRequestSchema, init);
 
 /** Collects an exec stream's responses: output per stream, close markers, exited messages. */
 async function collectExec(responses: AsyncIterable<ExecTaskStreamingResponse>, onStdout?: (text: string) => void) {
@@ -360,24 +336,24 @@ describe("executor: exec streaming", () => {
   it("runs Nomad's non-tty vector in the task's context", async () => {
     const exe = await executor();
     await exe.client.launch({ cmd: "sleep", args: ["1000"], env: ["GREETING=hello", PATH] });
-    const q = requestQueue();
-    q.push({ setup: { taskId: "t", command: ["/bin/sh", "-c", 'echo "$GREETING" stdout; echo hello stderr >&2; exit 43'], tty: false } });
-    q.push({}); // heartbeat
+    const q = new RequestQueue<ExecTaskStreamingRequest>();
+    q.push(req({ setup: { taskId: "t", command: ["/bin/sh", "-c", 'echo "$GREETING" stdout; echo hello stderr >&2; exit 43'], tty: false } }));
+    q.push(req({})); // heartbeat
     const r = await collectExec(exe.client.execStreaming(q));
-    q.close();
+    q.end();
     expect(r).toEqual({ stdout: "hello stdout\n", stderr: "hello stderr\n", stdoutClosed: 1, stderrClosed: 1, exited: 1, exitCode: 43 });
   });
 
   it("runs Nomad's tty vector: stty size follows the last resize", async () => {
     const exe = await executor();
     await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
-    const q = requestQueue();
-    q.push({ setup: { taskId: "t", command: ["/bin/sh"], tty: true } });
-    q.push({ ttySize: { height: 50, width: 40 } });
-    q.push({ ttySize: { height: 100, width: 100 } });
-    q.push({ stdin: { data: new TextEncoder().encode("stty size; exit 0\n") } });
+    const q = new RequestQueue<ExecTaskStreamingRequest>();
+    q.push(req({ setup: { taskId: "t", command: ["/bin/sh"], tty: true } }));
+    q.push(req({ ttySize: { height: 50, width: 40 } }));
+    q.push(req({ ttySize: { height: 100, width: 100 } }));
+    q.push(req({ stdin: { data: new TextEncoder().encode("stty size; exit 0\n") } }));
     const r = await collectExec(exe.client.execStreaming(q));
-    q.close();
+    q.end();
     expect(r.stdout).toContain("100 100\r\n");
     expect(r.exited).toBe(1);
     expect(r.exitCode).toBe(0);
@@ -386,24 +362,24 @@ describe("executor: exec streaming", () => {
   it("forwardExecStream passes a driver's raw stream through to the executor untranslated", async () => {
     const exe = await executor();
     await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
-    const q = requestQueue();
-    q.push({ setup: { taskId: "t", command: ["/bin/sh", "-c", "cat; echo done >&2; exit 5"], tty: false } });
-    q.push({ stdin: { data: new TextEncoder().encode("from stdin\n") } });
-    q.push({});
-    q.push({ stdin: { close: true } });
+    const q = new RequestQueue<ExecTaskStreamingRequest>();
+    q.push(req({ setup: { taskId: "t", command: ["/bin/sh", "-c", "cat; echo done >&2; exit 5"], tty: false } }));
+    q.push(req({ stdin: { data: new TextEncoder().encode("from stdin\n") } }));
+    q.push(req({}));
+    q.push(req({ stdin: { close: true } }));
     // The engine's raw form, exactly as a driver's execTaskStreamingRaw gets it.
     const r = await collectExec(execStreaming(q, { raw: (stream) => forwardExecStream(stream, exe) }));
-    q.close();
+    q.end();
     expect(r).toEqual({ stdout: "from stdin\n", stderr: "done\n", stdoutClosed: 1, stderrClosed: 1, exited: 1, exitCode: 5 });
   });
 
   it("answers InvalidArgument naming the field for a missing command", async () => {
     const exe = await executor();
     await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
-    const q = requestQueue();
-    q.push({ setup: { taskId: "t", command: ["no-such-cmd-xyz"], tty: false } });
+    const q = new RequestQueue<ExecTaskStreamingRequest>();
+    q.push(req({ setup: { taskId: "t", command: ["no-such-cmd-xyz"], tty: false } }));
     await expectCode(collectExec(exe.client.execStreaming(q)), Code.InvalidArgument, "command[0]");
-    q.close();
+    q.end();
   });
 });
 

@@ -1,9 +1,9 @@
 // nomadkit exec: ExecTaskStreaming with a real terminal.
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { RequestQueue } from "@nomadkit/client";
 import type { ExecTaskStreamingRequestSchema } from "@nomadkit/protocol/driver";
 import { CliError } from "../errors.js";
 import { connectPlugin, rpcError, type GlobalOptions } from "../plugin.js";
-import { PushQueue } from "../queue.js";
 
 type Request = MessageInitShape<typeof ExecTaskStreamingRequestSchema>;
 
@@ -21,7 +21,7 @@ export async function execCommand(
   const tty = !!opts.tty;
   const interactive = !!opts.interactive;
   const c = await connectPlugin(plugin, g);
-  const requests = new PushQueue<Request>();
+  const requests = new RequestQueue<Request>();
   const stop = new AbortController();
   const stdin = process.stdin;
   const rawMode = tty && interactive && stdin.isTTY === true;
@@ -69,7 +69,7 @@ export async function execCommand(
     else throw rpcError(c.name, "Driver.ExecTaskStreaming", e);
   } finally {
     // Nomad never half-closes the request side; end it only now.
-    requests.close();
+    requests.end();
     stop.abort();
     process.stdout.off("resize", onResize);
     process.off("SIGINT", onSigint);
