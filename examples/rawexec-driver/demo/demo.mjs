@@ -2,13 +2,13 @@
 // `npm start`: launches the nomadkit-rawexec plugin exactly as a Nomad client does (the plugin_dir
 // executable, the go-plugin magic cookie, the handshake line, gRPC over a unix socket) and narrates
 // a task's life: identity, capabilities, fingerprint, start, live stats, exec, stop, shutdown.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
-import { launchPlugin } from "@nomadkit/client";
+import { createTaskDirs, launchPlugin } from "@nomadkit/client";
 
 const PLUGIN = fileURLToPath(new URL("../bin/nomadkit-rawexec", import.meta.url));
 const color = process.stdout.isTTY && !process.env.NO_COLOR;
@@ -123,11 +123,11 @@ async function main() {
     const allocId = randomUUID();
     const allocDir = join(root, allocId);
     const name = "ticker";
-    for (const d of ["alloc/logs", `${name}/local`, `${name}/secrets`, `${name}/tmp`]) mkdirSync(join(allocDir, d), { recursive: true });
+    const dirs = createTaskDirs(allocDir, name); // what Nomad makes before StartTask
     // Prints a tick every half second and does a little arithmetic in between, so stats show CPU.
     const script = 'i=0; while :; do i=$((i+1)); echo "tick $i"; j=0; while [ $j -lt 5000 ]; do j=$((j+1)); done; sleep 0.5; done';
     taskId = `${allocId}/${name}/${randomUUID().slice(0, 8)}`;
-    const stdoutPath = join(allocDir, "alloc/logs", `${name}.stdout.0`);
+    const stdoutPath = join(dirs.logsDir, `${name}.stdout.0`);
     const firstEvent = new Promise((r) => (onEvent = r));
     const { handle } = await plugin.driver.startTask({
       task: {
@@ -136,8 +136,8 @@ async function main() {
         allocId,
         allocDir,
         stdoutPath,
-        stderrPath: join(allocDir, "alloc/logs", `${name}.stderr.0`),
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", NOMAD_TASK_NAME: name },
+        stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", NOMAD_TASK_NAME: name, ...dirs.env },
         msgpackDriverConfig: encode({ command: "/bin/sh", args: ["-c", script] }),
       },
     });

@@ -97,7 +97,7 @@ export function createProgram(info: { version?: string } = {}): Command {
   program
     .command("run")
     .description(
-      "start one task like Nomad (SetConfig, Init, StartTask, WaitTask), stream its output, print its exit and exit with its status",
+      "start one task like Nomad (SetConfig, Init, the allocation's directories, StartTask, WaitTask), stream its output, print its exit and exit with its status",
     )
     .argument("<plugin>", "plugin executable or .js file")
     .option(

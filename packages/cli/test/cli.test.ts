@@ -20,6 +20,13 @@ const driver = fileURLToPath(
     import.meta.url,
   ),
 );
+/** The reference driver: it runs tasks in <alloc_dir>/<task>, which Nomad creates. */
+const rawexec = fileURLToPath(
+  new URL(
+    "../../../examples/rawexec-driver/bin/nomadkit-rawexec",
+    import.meta.url,
+  ),
+);
 
 interface Result {
   code: number | null;
@@ -170,6 +177,28 @@ describe("nomadkit", () => {
     expect(r.stderr).toContain("task exited with code 3");
     expect(r.code).toBe(3);
   });
+
+  it("run prepares the task's directories as Nomad does (reference driver)", async () => {
+    const task = join(dir, "rawexec-task.json");
+    writeFileSync(
+      task,
+      JSON.stringify({
+        command: "/bin/sh",
+        args: [
+          "-c",
+          'pwd; echo "$NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $NOMAD_ALLOC_DIR"; touch "$NOMAD_TASK_DIR/x" "$NOMAD_SECRETS_DIR/x" "$NOMAD_ALLOC_DIR/data/x" && echo written; echo oops >&2; exit 4',
+        ],
+      }),
+    );
+    const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "web");
+    expect(r.code, r.stderr).toBe(4);
+    const [pwd, vars, written] = r.stdout.split("\n");
+    expect(pwd).toMatch(/\/nomadkit-run-[^/]+\/web$/);
+    expect(vars).toBe(`${pwd}/local ${pwd}/secrets ${pwd!.replace(/web$/, "alloc")}`);
+    expect(written).toBe("written");
+    expect(r.stderr).toContain("oops\n");
+    expect(r.stderr).toContain("task exited with code 4");
+  }, 60_000);
 
   it("run --state lets exec and stats reach the task; Ctrl-C stops it", async () => {
     const state = join(dir, "run-state.json");

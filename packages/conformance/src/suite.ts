@@ -1,9 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
+  createTaskDirs,
   launchPlugin,
   type CallOptions,
   type PluginClient,
@@ -221,12 +222,10 @@ export class Suite {
   /** Creates an allocation directory and the TaskConfig Nomad would send for a new task. */
   newTask(name: string, opts: { allocId?: string; network?: NetworkIsolationSpec | undefined } = {}): SuiteTask {
     const allocId = opts.allocId ?? randomUUID();
-    const allocDir = join(this.root, allocId);
-    const taskDir = join(allocDir, name);
-    for (const d of ["alloc/logs", "alloc/data", "alloc/tmp"]) mkdirSync(join(allocDir, d), { recursive: true });
-    for (const d of ["local", "secrets", "tmp"]) mkdirSync(join(taskDir, d), { recursive: true });
-    const stdoutPath = join(allocDir, "alloc/logs", `${name}.stdout.0`);
-    const stderrPath = join(allocDir, "alloc/logs", `${name}.stderr.0`);
+    const dirs = createTaskDirs(join(this.root, allocId), name);
+    const allocDir = dirs.allocDir;
+    const stdoutPath = join(dirs.logsDir, `${name}.stdout.0`);
+    const stderrPath = join(dirs.logsDir, `${name}.stderr.0`);
     writeFileSync(stdoutPath, "");
     writeFileSync(stderrPath, "");
     const id = `${allocId}/${name}/${randomUUID().slice(0, 8)}`;
@@ -234,10 +233,8 @@ export class Suite {
     const env: Record<string, string> = {
       PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       NOMAD_ALLOC_ID: allocId,
-      NOMAD_ALLOC_DIR: join(allocDir, "alloc"),
       NOMAD_TASK_NAME: name,
-      NOMAD_TASK_DIR: join(taskDir, "local"),
-      NOMAD_SECRETS_DIR: join(taskDir, "secrets"),
+      ...dirs.env,
       NOMAD_JOB_NAME: "conformance",
       NOMAD_GROUP_NAME: "conformance",
       NOMAD_NAMESPACE: "default",

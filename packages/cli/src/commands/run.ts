@@ -13,6 +13,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createTaskDirs } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import { msgpackConfig, parseEnvPairs, readJsonObject } from "../files.js";
 import {
@@ -107,7 +108,12 @@ export async function runCommand(
     );
 
   const c = await connectPlugin(plugin, g);
+  // The directories Nomad makes before StartTask; drivers may rely on them.
   const allocDir = mkdtempSync(join(tmpdir(), "nomadkit-run-"));
+  const dirs = createTaskDirs(allocDir, opts.name);
+  // Nomad's names for the task's output FIFOs.
+  const stdoutPath = join(dirs.logsDir, `.${opts.name}.stdout.fifo`);
+  const stderrPath = join(dirs.logsDir, `.${opts.name}.stderr.fifo`);
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
   const allocId = randomUUID();
@@ -134,14 +140,8 @@ export async function runCommand(
   process.on("SIGINT", onSigint);
   try {
     await configure(c, opts.config);
-    const stdout = new TaskOutput(
-      join(allocDir, `${opts.name}.stdout`),
-      process.stdout,
-    );
-    const stderr = new TaskOutput(
-      join(allocDir, `${opts.name}.stderr`),
-      process.stderr,
-    );
+    const stdout = new TaskOutput(stdoutPath, process.stdout);
+    const stderr = new TaskOutput(stderrPath, process.stderr);
     try {
       await c.plugin.driver.startTask({
         task: {
@@ -155,13 +155,13 @@ export async function runCommand(
           env: {
             NOMAD_TASK_NAME: opts.name,
             NOMAD_ALLOC_ID: allocId,
-            NOMAD_ALLOC_DIR: allocDir,
+            ...dirs.env,
             ...env,
           },
           msgpackDriverConfig: msgpackConfig(taskConfig),
           allocDir,
-          stdoutPath: join(allocDir, `${opts.name}.stdout`),
-          stderrPath: join(allocDir, `${opts.name}.stderr`),
+          stdoutPath,
+          stderrPath,
         },
       });
     } catch (e) {

@@ -1,0 +1,51 @@
+/**
+ * The directories Nomad's allocation runner creates before it calls StartTask, for tools and
+ * tests that start tasks themselves: a driver may rely on them (the reference driver runs its
+ * tasks in `<alloc_dir>/<task>`).
+ */
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+
+/** What {@link createTaskDirs} made, and the variables Nomad sets for it. */
+export interface TaskDirs {
+  /** The allocation's directory: TaskConfig.alloc_dir. */
+  allocDir: string;
+  /** `<alloc_dir>/alloc`, shared by the allocation's tasks (`data/`, `logs/`, `tmp/`): NOMAD_ALLOC_DIR. */
+  sharedDir: string;
+  /** `<alloc_dir>/alloc/logs`, where Nomad keeps the tasks' logs and their stdout/stderr FIFOs. */
+  logsDir: string;
+  /** `<alloc_dir>/<task>`, the task's directory (`local/`, `secrets/`, `tmp/`, `private/`). */
+  taskDir: string;
+  /** NOMAD_ALLOC_DIR, NOMAD_TASK_DIR (`<task>/local`) and NOMAD_SECRETS_DIR (`<task>/secrets`). */
+  env: { NOMAD_ALLOC_DIR: string; NOMAD_TASK_DIR: string; NOMAD_SECRETS_DIR: string };
+}
+
+/**
+ * Creates, below `allocDir` (made if missing), the directory layout Nomad gives a task named
+ * `taskName` before StartTask. Existing directories are kept. Throws when `taskName` could leave
+ * the allocation directory or a directory cannot be made.
+ *
+ * @example
+ * ```ts
+ * const dirs = createTaskDirs(mkdtempSync(join(tmpdir(), "alloc-")), "web");
+ * await plugin.driver.startTask({
+ *   task: { id, name: "web", allocDir: dirs.allocDir, env: { ...dirs.env }, stdoutPath, stderrPath, msgpackDriverConfig },
+ * });
+ * ```
+ */
+export function createTaskDirs(allocDir: string, taskName: string): TaskDirs {
+  if (taskName === "" || taskName === "." || taskName === ".." || taskName.includes("/") || taskName.includes("\0")) {
+    throw new Error(`task name ${JSON.stringify(taskName)} cannot name a directory below the allocation directory`);
+  }
+  const sharedDir = join(allocDir, "alloc");
+  const taskDir = join(allocDir, taskName);
+  for (const d of ["data", "logs", "tmp"]) mkdirSync(join(sharedDir, d), { recursive: true });
+  for (const d of ["local", "secrets", "tmp", "private"]) mkdirSync(join(taskDir, d), { recursive: true });
+  return {
+    allocDir,
+    sharedDir,
+    logsDir: join(sharedDir, "logs"),
+    taskDir,
+    env: { NOMAD_ALLOC_DIR: sharedDir, NOMAD_TASK_DIR: join(taskDir, "local"), NOMAD_SECRETS_DIR: join(taskDir, "secrets") },
+  };
+}
