@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { encode } from "@msgpack/msgpack";
+import type { Spec } from "@nomadkit/protocol/hclspec";
 import { CliError } from "./errors.js";
 
 /** Reads a JSON object from `path`, naming the flag and file in every error. */
@@ -39,6 +40,27 @@ export function readJsonObject(
 /** msgpack bytes of a JSON config, as Nomad sends `msgpack_config` / `msgpack_driver_config`. */
 export function msgpackConfig(value: Record<string, unknown>): Uint8Array {
   return encode(value);
+}
+
+/**
+ * An operator's JSON config as Nomad sends it to the plugin: refused where Nomad's HCL decoder
+ * refuses it (keys the plugin's schema does not declare, required attributes missing), naming
+ * `source` (the flag and file) and the keys; then shaped by the schema (declared defaults, null for
+ * the rest) and encoded as msgpack.
+ */
+export async function encodeOperatorConfig(
+  source: string,
+  spec: Spec | undefined,
+  value: Record<string, unknown>,
+): Promise<Uint8Array> {
+  // The conformance kit is loaded only by the commands that need it.
+  const { configProblems, encodeConfig } = await import("@nomadkit/conformance");
+  const problems = configProblems(spec, value);
+  if (problems.length > 0)
+    throw new CliError(
+      `${source}: ${problems.join("; ")} (Nomad refuses such a config before the plugin sees it)`,
+    );
+  return encodeConfig(spec, value);
 }
 
 /** Parses `500ms`, `2s`, `1m` or a plain number of milliseconds. */

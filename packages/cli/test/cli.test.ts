@@ -200,6 +200,25 @@ describe("nomadkit", () => {
     expect(r.stderr).toContain("task exited with code 4");
   }, 60_000);
 
+  it("refuses configs Nomad's decoder would refuse, naming the flag, the file and the key", async () => {
+    const task = join(dir, "typo-task.json");
+    writeFileSync(task, JSON.stringify({ command: "/bin/true", agrs: ["x"] }));
+    const r = await nomadkit("run", rawexec, "--task-config", task);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`nomadkit: --task-config ${task}: "agrs" is not declared (declared: args, command)`);
+    expect(r.stderr).not.toContain("started task");
+
+    const none = await nomadkit("run", rawexec);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toContain('task config (no --task-config given): "command" is required');
+
+    const agent = join(dir, "typo-agent.json");
+    writeFileSync(agent, JSON.stringify({ create_netwrok: true }));
+    const fp = await nomadkit("fingerprint", rawexec, "--config", agent);
+    expect(fp.code).toBe(1);
+    expect(fp.stderr).toContain(`nomadkit: --config ${agent}: "create_netwrok" is not declared (declared: create_network)`);
+  }, 60_000);
+
   it("run --state lets exec and stats reach the task; Ctrl-C stops it", async () => {
     const state = join(dir, "run-state.json");
     const run = start([

@@ -50,6 +50,79 @@ function literal(spec: Spec | undefined): unknown {
 }
 
 /**
+ * What Nomad's HCL decoder would refuse in an operator's config before any plugin sees it: keys the
+ * schema does not declare ("Unsupported argument") and required attributes or blocks that are
+ * missing ("Missing required argument"), in objects and in nested blocks. Values' types are left to
+ * the plugin, which decodes them. Each problem names its path (`mount[1].target`). Empty when the
+ * config fits, or without a schema.
+ *
+ * @example
+ * ```ts
+ * configProblems(schema, { command: "/bin/sleep", bogus: 1 });
+ * // ['"bogus" is not declared (declared: args, command)']
+ * ```
+ */
+export function configProblems(spec: Spec | undefined, value: unknown): string[] {
+  const problems: string[] = [];
+  checkValue(spec, value, "", problems);
+  return problems;
+}
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const at = (path: string, key: string) => (path === "" ? key : `${path}.${key}`);
+
+function checkValue(spec: Spec | undefined, value: unknown, path: string, problems: string[]): void {
+  if (value === undefined || value === null) return;
+  switch (spec?.block.case) {
+    case "object": {
+      if (!isPlainObject(value)) return; // a type for the plugin to judge
+      const attrs = spec.block.value.attributes;
+      const declared = Object.keys(attrs).sort();
+      for (const key of Object.keys(value)) {
+        if (!(key in attrs)) problems.push(`"${at(path, key)}" is not declared (declared: ${declared.join(", ") || "nothing"})`);
+      }
+      for (const [key, attr] of Object.entries(attrs)) {
+        if ((value[key] === undefined || value[key] === null) && isRequired(attr)) problems.push(`"${at(path, key)}" is required`);
+        checkValue(attr, value[key], at(path, key), problems);
+      }
+      return;
+    }
+    case "default":
+      return checkValue(spec.block.value.primary, value, path, problems);
+    case "blockValue":
+      return checkValue(spec.block.value.nested, value, path, problems);
+    case "blockList":
+    case "blockSet": {
+      const nested = spec.block.value.nested;
+      if (Array.isArray(value)) value.forEach((v, i) => checkValue(nested, v, `${path}[${i}]`, problems));
+      return;
+    }
+    case "blockMap": {
+      const nested = spec.block.value.nested;
+      if (isPlainObject(value)) for (const [k, v] of Object.entries(value)) checkValue(nested, v, at(path, k), problems);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+/** Whether Nomad's decoder insists on a value for this spec (a default never does). */
+function isRequired(spec: Spec | undefined): boolean {
+  switch (spec?.block.case) {
+    case "Attr":
+    case "blockValue":
+    case "blockAttrs":
+      return spec.block.value.required;
+    case "blockList":
+    case "blockSet":
+      return spec.block.value.minItems > 0n;
+    default:
+      return false;
+  }
+}
+
+/**
  * Encodes a shaped config as msgpack, the bytes Nomad puts in `msgpack_config` / `msgpack_driver_config`.
  *
  * @example

@@ -3,7 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { decode } from "@msgpack/msgpack";
 import { SpecSchema } from "@nomadkit/protocol/hclspec";
 import { describe, expect, it } from "vitest";
-import { encodeConfig, shapeConfig } from "../src/index.js";
+import { configProblems, encodeConfig, shapeConfig } from "../src/index.js";
 
 const attr = (name: string, type: string, required = false) => create(SpecSchema, { block: { case: "Attr", value: { name, type, required } } });
 const schema = create(SpecSchema, {
@@ -37,5 +37,54 @@ describe("shapeConfig", () => {
       create_network: false,
       mount: [],
     });
+  });
+});
+
+describe("configProblems", () => {
+  const object = (attributes: Record<string, ReturnType<typeof attr>>) => create(SpecSchema, { block: { case: "object", value: { attributes } } });
+  const nested = create(SpecSchema, {
+    block: {
+      case: "object",
+      value: {
+        attributes: {
+          command: attr("command", "string", true),
+          mount: create(SpecSchema, {
+            block: { case: "blockList", value: { name: "mount", minItems: 1n, nested: object({ source: attr("source", "string", true), target: attr("target", "string") }) } },
+          }),
+          logging: create(SpecSchema, { block: { case: "blockValue", value: { name: "logging", required: true, nested: object({ driver: attr("driver", "string") }) } } }),
+          labels: create(SpecSchema, { block: { case: "blockMap", value: { name: "labels", labels: ["name"], nested: object({ value: attr("value", "string") }) } } }),
+          retries: create(SpecSchema, {
+            block: { case: "default", value: { primary: attr("retries", "number", true), default: { block: { case: "literal", value: { value: "3" } } } } },
+          }),
+        },
+      },
+    },
+  });
+
+  it("accepts a config that fits, whatever the value types (left to the plugin)", () => {
+    expect(configProblems(schema, { command: "/bin/true", args: ["x"], create_network: true })).toEqual([]);
+    expect(configProblems(schema, { command: 5 })).toEqual([]);
+    expect(configProblems(nested, { command: "x", mount: [{ source: "/a" }], logging: {}, labels: { a: { value: "1" } } })).toEqual([]);
+  });
+
+  it("names undeclared keys with what the schema declares, at any depth", () => {
+    expect(configProblems(schema, { command: "x", bogus: 1 })).toEqual(['"bogus" is not declared (declared: args, command, create_network, mount)']);
+    expect(configProblems(nested, { command: "x", mount: [{ source: "/a" }, { source: "/b", tagret: "/c" }], logging: { drvier: "x" }, labels: { a: { value: "1", extra: 2 } } })).toEqual([
+      '"mount[1].tagret" is not declared (declared: source, target)',
+      '"logging.drvier" is not declared (declared: driver)',
+      '"labels.a.extra" is not declared (declared: value)',
+    ]);
+  });
+
+  it("names missing required attributes and blocks; null counts as missing, a default never does", () => {
+    expect(configProblems(schema, {})).toEqual(['"command" is required']);
+    expect(configProblems(schema, { command: null })).toEqual(['"command" is required']);
+    expect(configProblems(nested, { mount: [{ target: "/t" }] })).toEqual(['"command" is required', '"mount[0].source" is required', '"logging" is required']);
+    expect(configProblems(nested, { command: "x", logging: {} })).toEqual(['"mount" is required']);
+  });
+
+  it("has nothing to say without a schema or for a non-object spec", () => {
+    expect(configProblems(undefined, { anything: 1 })).toEqual([]);
+    expect(configProblems(attr("x", "string"), { anything: 1 })).toEqual([]);
   });
 });

@@ -11,7 +11,7 @@ import {
   FingerprintResponseSchema,
   TaskConfigSchemaResponseSchema,
 } from "@nomadkit/protocol/driver";
-import { msgpackConfig, readJsonObject } from "../files.js";
+import { encodeOperatorConfig, msgpackConfig, readJsonObject } from "../files.js";
 import {
   rpcError,
   withPlugin,
@@ -77,10 +77,17 @@ export async function configure(
   c: Connected,
   configFile: string | undefined,
 ): Promise<void> {
-  const config = configFile ? readJsonObject("--config", configFile) : {};
+  let msgpack = msgpackConfig({});
+  if (configFile) {
+    const config = readJsonObject("--config", configFile);
+    const { spec } = await c.plugin.basePlugin.configSchema({}).catch((e: unknown) => {
+      throw rpcError(c.name, "BasePlugin.ConfigSchema", e);
+    });
+    msgpack = await encodeOperatorConfig(`--config ${configFile}`, spec, config);
+  }
   try {
     await c.plugin.basePlugin.setConfig({
-      msgpackConfig: msgpackConfig(config),
+      msgpackConfig: msgpack,
       pluginApiVersion: PLUGIN_API_VERSION,
     });
   } catch (e) {

@@ -15,7 +15,11 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createTaskDirs } from "@nomadkit/client";
 import { CliError } from "../errors.js";
-import { msgpackConfig, parseEnvPairs, readJsonObject } from "../files.js";
+import {
+  encodeOperatorConfig,
+  parseEnvPairs,
+  readJsonObject,
+} from "../files.js";
 import {
   connectPlugin,
   rpcError,
@@ -140,6 +144,18 @@ export async function runCommand(
   process.on("SIGINT", onSigint);
   try {
     await configure(c, opts.config);
+    const { spec: taskSpec } = await c.plugin.driver
+      .taskConfigSchema({})
+      .catch((e: unknown) => {
+        throw rpcError(c.name, "Driver.TaskConfigSchema", e);
+      });
+    const msgpackDriverConfig = await encodeOperatorConfig(
+      opts.taskConfig
+        ? `--task-config ${opts.taskConfig}`
+        : "task config (no --task-config given)",
+      taskSpec,
+      taskConfig,
+    );
     const stdout = new TaskOutput(stdoutPath, process.stdout);
     const stderr = new TaskOutput(stderrPath, process.stderr);
     try {
@@ -158,7 +174,7 @@ export async function runCommand(
             ...dirs.env,
             ...env,
           },
-          msgpackDriverConfig: msgpackConfig(taskConfig),
+          msgpackDriverConfig,
           allocDir,
           stdoutPath,
           stderrPath,
