@@ -47,24 +47,6 @@ function env(map: Record<string, string>): string[] {
   return Object.entries(map).map(([k, v]) => `${k}=${v}`);
 }
 
-function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(e);
-      },
-    );
-  });
-}
-
 /**
  * Builds the nomadkit-rawexec driver.
  *
@@ -156,8 +138,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       ctx.events.emit({ taskId: task.id, message: `Reattached to executor ${executor.pid} (task pid ${state.pid})` });
     },
 
-    async waitTask(taskId, ctx: Ctx) {
-      return raceAbort(get(taskId).exited, ctx.signal);
+    // The SDK answers a WaitTask Nomad gave up on by itself; the exit promise need not watch ctx.signal.
+    async waitTask(taskId) {
+      return get(taskId).exited;
     },
 
     async stopTask(taskId, { signal, timeoutMs }) {

@@ -24,6 +24,11 @@ let fingerprints = 0;
 const holding: { ctx: CallContext; aborted: Promise<void> }[] = [];
 let onHold: (() => void) | undefined;
 let shutdowns = 0;
+/** waitTask calls of "ignore-…" tasks: they never settle and never look at their signal. */
+let ignoring = 0;
+/** What the server runtime logged at debug (cancelled calls among it). */
+const debugLog: { fields: Record<string, unknown>; message: string | undefined }[] = [];
+let onDebug: (() => void) | undefined;
 const sessions = new Set<http2.ServerHttp2Session>();
 
 beforeAll(async () => {
@@ -34,6 +39,11 @@ beforeAll(async () => {
       fingerprint: () => ({ health: "healthy", attributes: { "driver.inproc.calls": ++fingerprints } }),
       startTask: () => {},
       waitTask: async (taskId, ctx) => {
+        if (taskId.startsWith("ignore-")) {
+          ignoring++;
+          onHold?.();
+          return new Promise<never>(() => {});
+        }
         if (!taskId.startsWith("hold-")) return { exitCode: 0 };
         const aborted = new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve(), { once: true }));
         holding.push({ ctx, aborted });
@@ -47,7 +57,19 @@ beforeAll(async () => {
     }),
     { fingerprintIntervalMs: 20 },
   );
-  const runtime = new ServerRuntime();
+  const drop = () => {};
+  const runtime = new ServerRuntime({
+    logger: {
+      trace: drop,
+      debug: (fields, message) => {
+        debugLog.push({ fields, message });
+        onDebug?.();
+      },
+      info: drop,
+      warn: drop,
+      error: drop,
+    },
+  });
   server = http2.createServer(
     createPluginHandler((router) => {
       registerBasePlugin(router, host.base, runtime);
@@ -132,6 +154,25 @@ describe("createDriverHandlers on a plain h2c server", () => {
     await expect(call).rejects.toMatchObject({ code: Code.Canceled });
     await aborted;
     expect(ctx.signal.aborted).toBe(true);
+  });
+
+  it("answers a cancelled WaitTask itself, as Nomad's shim does, when the driver's waitTask ignores its signal", async () => {
+    await driver.startTask({ task: { id: "ignore-1", name: "ignore" } });
+    const entered = new Promise<void>((resolve) => (onHold = resolve));
+    const ac = new AbortController();
+    const call = driver.waitTask({ taskId: "ignore-1" }, { signal: ac.signal });
+    await entered;
+    expect(ignoring).toBe(1);
+    const isWaitCancelled = (e: (typeof debugLog)[number]) => e.message === "call cancelled" && String(e.fields.rpc).endsWith("/WaitTask");
+    const before = debugLog.filter(isWaitCancelled).length;
+    const answered = new Promise<void>((resolve) => {
+      onDebug = () => debugLog.filter(isWaitCancelled).length > before && resolve();
+    });
+    ac.abort();
+    await expect(call).rejects.toMatchObject({ code: Code.Canceled });
+    // The SDK ended the call on the server side too, though waitTask never settles.
+    await answered;
+    onDebug = undefined;
   });
 
   it("ends the long-lived streams and calls shutdown once on close", async () => {

@@ -25,6 +25,7 @@ import { signalName, signalNumber } from "../executor/signals.js";
 import type { BasePluginHandlers } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import type { DriverHandlers } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { createLogger, type Logger } from "../log/index.js";
+import { untilAborted } from "../runtime/until-aborted.js";
 import { hostCompute, type HostCompute } from "../stats/host.js";
 import { invalidArgument, taskNotFound } from "./errors.js";
 import { TaskEventHub } from "./events.js";
@@ -314,7 +315,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
 
     async waitTask(req, hc) {
       const record = requireTask(req.taskId);
-      const exit = await driver.waitTask(req.taskId, call(hc));
+      // Like Nomad's Go shim: answer as soon as Nomad stops waiting, even if the driver's waitTask
+      // does not watch ctx.signal (a task's exit promise rarely does).
+      const exit = await untilAborted(Promise.resolve(driver.waitTask(req.taskId, call(hc))), hc.signal);
       record.exit = { result: exit, at: new Date() };
       return { result: taskExitResult(exit), err: exit.err ?? "" };
     },

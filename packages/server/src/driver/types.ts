@@ -349,7 +349,7 @@ export interface Driver<PC = unknown, TC = unknown> {
 
   /** Start a task. Throw `RecoverableError` to tell Nomad whether a retry may help. */
   startTask(task: DriverTask<TC>, ctx: CallContext<PC, TC>): Promise<StartTaskResult | void> | StartTaskResult | void;
-  /** Block until the task exits (resolve at once for an exited task). `ctx.signal` aborts when Nomad stops waiting. */
+  /** Block until the task exits (resolve at once for an exited task). When Nomad stops waiting, the SDK answers the call at once, as Nomad's Go shim does, whether or not this settles; `ctx.signal` aborts then. */
   waitTask(taskId: string, ctx: CallContext<PC, TC>): Promise<TaskExit>;
   /** Send `signal`, wait up to `timeoutMs`, then kill. Do not release resources (that is destroyTask). */
   stopTask(taskId: string, options: StopTaskOptions, ctx: CallContext<PC, TC>): Promise<void> | void;

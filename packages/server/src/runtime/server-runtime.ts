@@ -23,6 +23,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/client/runtime";
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { noopLogger, type Logger } from "./logger.js";
+import { Aborted, untilAborted } from "./until-aborted.js";
 
 export type { HandlerContext };
 
@@ -234,36 +235,3 @@ async function* failing<T>(err: unknown): AsyncIterable<T> {
   throw err;
 }
 
-/** Rejection of {@link untilAborted}: the call's signal fired while the handler was still busy. */
-class Aborted {
-  constructor(readonly reason: unknown) {}
-}
-
-/** Resolve with `p`, or reject with {@link Aborted} as soon as `signal` fires. */
-function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    p.then(undefined, () => {});
-    return Promise.reject(new Aborted(abortReason(signal)));
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => {
-      p.then(undefined, () => {});
-      reject(new Aborted(abortReason(signal)));
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(e);
-      },
-    );
-  });
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? cancellationError();
-}
