@@ -405,6 +405,11 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     const noCommand = await nomadkit("exec", driver, "t1");
     expect(noCommand.code).not.toBe(0);
     expect(noCommand.stderr).toContain("command");
+    for (const name of ["..", "a/b"]) {
+      const badName = await nomadkit("run", driver, "--name", name);
+      expect(badName.code).toBe(1);
+      expect(badName.stderr).toContain(`nomadkit: --name ${JSON.stringify(name)}: use letters`);
+    }
   });
 
   it("a plugin that is not a go-plugin plugin", async () => {

@@ -42,6 +42,7 @@ export class RequestQueue<T> implements AsyncIterable<T> {
     return this.#ended;
   }
 
+  /** The queued messages in order, waiting for more until {@link RequestQueue.end}. One consumer. */
   async *[Symbol.asyncIterator](): AsyncGenerator<T> {
     for (;;) {
       if (this.#items.length > 0) {

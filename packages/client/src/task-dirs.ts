@@ -6,6 +6,16 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 
+/** The NOMAD_*_DIR variables of a task. */
+export interface TaskDirsEnv {
+  /** `<alloc_dir>/alloc`, the allocation's shared directory. */
+  NOMAD_ALLOC_DIR: string;
+  /** `<alloc_dir>/<task>/local`, the task's own scratch directory. */
+  NOMAD_TASK_DIR: string;
+  /** `<alloc_dir>/<task>/secrets`, for the task's secrets. */
+  NOMAD_SECRETS_DIR: string;
+}
+
 /** What {@link createTaskDirs} made, and the variables Nomad sets for it. */
 export interface TaskDirs {
   /** The allocation's directory: TaskConfig.alloc_dir. */
@@ -16,8 +26,8 @@ export interface TaskDirs {
   logsDir: string;
   /** `<alloc_dir>/<task>`, the task's directory (`local/`, `secrets/`, `tmp/`, `private/`). */
   taskDir: string;
-  /** NOMAD_ALLOC_DIR, NOMAD_TASK_DIR (`<task>/local`) and NOMAD_SECRETS_DIR (`<task>/secrets`). */
-  env: { NOMAD_ALLOC_DIR: string; NOMAD_TASK_DIR: string; NOMAD_SECRETS_DIR: string };
+  /** The variables Nomad sets for these directories, for TaskConfig.env. */
+  env: TaskDirsEnv;
 }
 
 /**

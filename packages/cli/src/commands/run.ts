@@ -106,9 +106,10 @@ export async function runCommand(
     ? readJsonObject("--task-config", opts.taskConfig)
     : {};
   const env = parseEnvPairs("--env", opts.env);
-  if (!/^[A-Za-z0-9_.-]+$/.test(opts.name))
+  // It names the task's directory below the allocation's.
+  if (!/^[A-Za-z0-9_.-]+$/.test(opts.name) || /^\.\.?$/.test(opts.name))
     throw new CliError(
-      `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-"`,
+      `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-" (not "." or "..")`,
     );
 
   const c = await connectPlugin(plugin, g);
