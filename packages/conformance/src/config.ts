@@ -107,9 +107,14 @@ function checkValue(spec: Spec | undefined, value: unknown, path: string, proble
   }
 }
 
-/** Whether Nomad's decoder insists on a value for this spec (a default never does). */
+/**
+ * Whether Nomad's decoder insists on a value for this spec. A default does when its primary does:
+ * hcldec checks required attributes in the body schema, before any default applies.
+ */
 function isRequired(spec: Spec | undefined): boolean {
   switch (spec?.block.case) {
+    case "default":
+      return isRequired(spec.block.value.primary);
     case "Attr":
     case "blockValue":
     case "blockAttrs":

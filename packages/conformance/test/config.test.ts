@@ -54,7 +54,11 @@ describe("configProblems", () => {
           logging: create(SpecSchema, { block: { case: "blockValue", value: { name: "logging", required: true, nested: object({ driver: attr("driver", "string") }) } } }),
           labels: create(SpecSchema, { block: { case: "blockMap", value: { name: "labels", labels: ["name"], nested: object({ value: attr("value", "string") }) } } }),
           retries: create(SpecSchema, {
-            block: { case: "default", value: { primary: attr("retries", "number", true), default: { block: { case: "literal", value: { value: "3" } } } } },
+            block: { case: "default", value: { primary: attr("retries", "number"), default: { block: { case: "literal", value: { value: "3" } } } } },
+          }),
+          // hcldec: a required primary is required even with a default.
+          image: create(SpecSchema, {
+            block: { case: "default", value: { primary: attr("image", "string", true), default: { block: { case: "literal", value: { value: '"x"' } } } } },
           }),
         },
       },
@@ -64,23 +68,24 @@ describe("configProblems", () => {
   it("accepts a config that fits, whatever the value types (left to the plugin)", () => {
     expect(configProblems(schema, { command: "/bin/true", args: ["x"], create_network: true })).toEqual([]);
     expect(configProblems(schema, { command: 5 })).toEqual([]);
-    expect(configProblems(nested, { command: "x", mount: [{ source: "/a" }], logging: {}, labels: { a: { value: "1" } } })).toEqual([]);
+    expect(configProblems(nested, { command: "x", image: "i", mount: [{ source: "/a" }], logging: {}, labels: { a: { value: "1" } } })).toEqual([]);
   });
 
   it("names undeclared keys with what the schema declares, at any depth", () => {
     expect(configProblems(schema, { command: "x", bogus: 1 })).toEqual(['"bogus" is not declared (declared: args, command, create_network, mount)']);
-    expect(configProblems(nested, { command: "x", mount: [{ source: "/a" }, { source: "/b", tagret: "/c" }], logging: { drvier: "x" }, labels: { a: { value: "1", extra: 2 } } })).toEqual([
+    expect(configProblems(nested, { command: "x", image: "i", mount: [{ source: "/a" }, { source: "/b", tagret: "/c" }], logging: { drvier: "x" }, labels: { a: { value: "1", extra: 2 } } })).toEqual([
       '"mount[1].tagret" is not declared (declared: source, target)',
       '"logging.drvier" is not declared (declared: driver)',
       '"labels.a.extra" is not declared (declared: value)',
     ]);
   });
 
-  it("names missing required attributes and blocks; null counts as missing, a default never does", () => {
+  it("names missing required attributes and blocks; null counts as missing; a default needs its primary's", () => {
     expect(configProblems(schema, {})).toEqual(['"command" is required']);
     expect(configProblems(schema, { command: null })).toEqual(['"command" is required']);
-    expect(configProblems(nested, { mount: [{ target: "/t" }] })).toEqual(['"command" is required', '"mount[0].source" is required', '"logging" is required']);
-    expect(configProblems(nested, { command: "x", logging: {} })).toEqual(['"mount" is required']);
+    expect(configProblems(nested, { mount: [{ target: "/t" }], image: "i" })).toEqual(['"command" is required', '"mount[0].source" is required', '"logging" is required']);
+    expect(configProblems(nested, { command: "x", image: "i", logging: {} })).toEqual(['"mount" is required']);
+    expect(configProblems(nested, { command: "x", mount: [{ source: "/a" }], logging: {} })).toEqual(['"image" is required']);
   });
 
   it("has nothing to say without a schema or for a non-object spec", () => {
