@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
-import { createTaskDirs, launchPlugin } from "@nomadkit/client";
+import { createTaskDirs, launchPlugin, nomadTaskConfig } from "@nomadkit/client";
 
 const PLUGIN = fileURLToPath(new URL("../bin/nomadkit-rawexec", import.meta.url));
 const color = process.stdout.isTTY && !process.env.NO_COLOR;
@@ -126,21 +126,20 @@ async function main() {
     const dirs = createTaskDirs(allocDir, name); // what Nomad makes before StartTask
     // Prints a tick every half second and does a little arithmetic in between, so stats show CPU.
     const script = 'i=0; while :; do i=$((i+1)); echo "tick $i"; j=0; while [ $j -lt 5000 ]; do j=$((j+1)); done; sleep 0.5; done';
-    taskId = `${allocId}/${name}/${randomUUID().slice(0, 8)}`;
     const stdoutPath = join(dirs.logsDir, `${name}.stdout.0`);
-    const firstEvent = new Promise((r) => (onEvent = r));
-    const { handle } = await plugin.driver.startTask({
-      task: {
-        id: taskId,
-        name,
-        allocId,
-        allocDir,
-        stdoutPath,
-        stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", NOMAD_TASK_NAME: name, ...dirs.env },
-        msgpackDriverConfig: encode({ command: "/bin/sh", args: ["-c", script] }),
-      },
+    // The TaskConfig Nomad's task runner would send: ids, NOMAD_* variables, resources, paths.
+    const task = nomadTaskConfig({
+      name,
+      dirs,
+      allocId,
+      jobName: "demo",
+      stdoutPath,
+      stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
+      msgpackDriverConfig: encode({ command: "/bin/sh", args: ["-c", script] }),
     });
+    taskId = task.id;
+    const firstEvent = new Promise((r) => (onEvent = r));
+    const { handle } = await plugin.driver.startTask({ task });
     const state = JSON.parse(dec.decode(handle.driverState));
     field("config", `command = "/bin/sh", args = ["-c", ${JSON.stringify(script)}]`);
     field("task id", taskId);

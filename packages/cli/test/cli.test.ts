@@ -186,13 +186,15 @@ describe("nomadkit", () => {
         command: "/bin/sh",
         args: [
           "-c",
-          'pwd; echo "$NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $NOMAD_ALLOC_DIR"; touch "$NOMAD_TASK_DIR/x" "$NOMAD_SECRETS_DIR/x" "$NOMAD_ALLOC_DIR/data/x" && echo written; echo oops >&2; exit 4',
+          'pwd; echo "$NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $NOMAD_ALLOC_DIR"; touch "$NOMAD_TASK_DIR/x" "$NOMAD_SECRETS_DIR/x" "$NOMAD_ALLOC_DIR/data/x" && echo written; echo "$NOMAD_JOB_NAME $NOMAD_GROUP_NAME $NOMAD_MEMORY_LIMIT $NOMAD_CPU_LIMIT $FROM_FLAG"; echo oops >&2; exit 4',
         ],
       }),
     );
-    const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "web");
+    const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "web", "--env", "FROM_FLAG=yes");
     expect(r.code, r.stderr).toBe(4);
-    const [pwd, vars, written] = r.stdout.split("\n");
+    const [pwd, vars, written, job] = r.stdout.split("\n");
+    // Nomad's variables for the job and the default task resources (100 MHz, 300 MB).
+    expect(job).toBe("nomadkit-run web 300 100 yes");
     expect(pwd).toMatch(/\/nomadkit-run-[^/]+\/web$/);
     expect(vars).toBe(`${pwd}/local ${pwd}/secrets ${pwd!.replace(/web$/, "alloc")}`);
     expect(written).toBe("written");

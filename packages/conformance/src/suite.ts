@@ -1,11 +1,12 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { hostname, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   createTaskDirs,
   launchPlugin,
+  nomadTaskConfig,
   type CallOptions,
   type PluginClient,
   type PluginExit,
@@ -228,39 +229,21 @@ export class Suite {
     const stderrPath = join(dirs.logsDir, `${name}.stderr.0`);
     writeFileSync(stdoutPath, "");
     writeFileSync(stderrPath, "");
-    const id = `${allocId}/${name}/${randomUUID().slice(0, 8)}`;
     const taskConfig = this.opts.taskConfig ?? defaultTaskConfig(this.opts.execShell, this.opts.signal);
-    const env: Record<string, string> = {
-      PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      NOMAD_ALLOC_ID: allocId,
-      NOMAD_TASK_NAME: name,
-      ...dirs.env,
-      NOMAD_JOB_NAME: "conformance",
-      NOMAD_GROUP_NAME: "conformance",
-      NOMAD_NAMESPACE: "default",
-    };
-    const config: MessageInitShape<typeof TaskConfigSchema> = {
-      id,
+    const config = nomadTaskConfig({
       name,
+      dirs,
+      allocId,
       msgpackDriverConfig: encodeConfig(this.taskSpec, taskConfig),
-      env,
-      resources: {
-        allocatedResources: { cpu: { cpuShares: 100n }, memory: { memoryMb: 128n } },
-        linuxResources: { cpuShares: 100n, memoryLimitBytes: 128n * 1024n * 1024n },
-      },
-      user: this.opts.user ?? "",
-      allocDir,
       stdoutPath,
       stderrPath,
-      taskGroupName: "conformance",
       jobName: "conformance",
-      jobId: "conformance",
-      namespace: "default",
-      allocId,
-      nodeName: hostname(),
-      nodeId: "00000000-0000-4000-8000-000000000000",
-    };
-    if (opts.network) config.networkIsolationSpec = opts.network;
+      groupName: "conformance",
+      user: this.opts.user ?? "",
+      memoryMb: 128,
+      networkIsolation: opts.network,
+    });
+    const id = config.id!;
     const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, config, destroyed: false };
     this.tasks.push(task);
     return task;

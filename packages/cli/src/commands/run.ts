@@ -1,6 +1,5 @@
 // nomadkit run: SetConfig, StartTask, WaitTask, like Nomad running one task.
 import { execFileSync } from "node:child_process";
-import { randomBytes, randomUUID } from "node:crypto";
 import {
   closeSync,
   constants,
@@ -13,7 +12,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createTaskDirs } from "@nomadkit/client";
+import { createTaskDirs, nomadTaskConfig } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import {
   encodeOperatorConfig,
@@ -121,8 +120,7 @@ export async function runCommand(
   const stderrPath = join(dirs.logsDir, `.${opts.name}.stderr.fifo`);
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
-  const allocId = randomUUID();
-  const taskId = `${allocId}/${opts.name}/${randomBytes(4).toString("hex")}`;
+  let taskId = "";
   let interrupts = 0;
   const onSigint = () => {
     interrupts++;
@@ -157,30 +155,20 @@ export async function runCommand(
       taskSpec,
       taskConfig,
     );
+    const task = nomadTaskConfig({
+      name: opts.name,
+      dirs,
+      msgpackDriverConfig,
+      stdoutPath,
+      stderrPath,
+      jobName: "nomadkit-run",
+      env,
+    });
+    taskId = task.id!;
     const stdout = new TaskOutput(stdoutPath, process.stdout);
     const stderr = new TaskOutput(stderrPath, process.stderr);
     try {
-      await c.plugin.driver.startTask({
-        task: {
-          id: taskId,
-          name: opts.name,
-          jobName: "nomadkit-run",
-          jobId: "nomadkit-run",
-          taskGroupName: opts.name,
-          namespace: "default",
-          allocId,
-          env: {
-            NOMAD_TASK_NAME: opts.name,
-            NOMAD_ALLOC_ID: allocId,
-            ...dirs.env,
-            ...env,
-          },
-          msgpackDriverConfig,
-          allocDir,
-          stdoutPath,
-          stderrPath,
-        },
-      });
+      await c.plugin.driver.startTask({ task });
     } catch (e) {
       const err = rpcError(c.name, "Driver.StartTask", e);
       if (opts.taskConfig)

@@ -1,0 +1,97 @@
+/**
+ * The TaskConfig Nomad's task runner sends with StartTask, for tools and tests that start tasks
+ * themselves: the ids and names, the NOMAD_* environment, the task's directories, resources and
+ * output paths, so a driver sees what it will see under Nomad.
+ */
+import { randomBytes, randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { NetworkIsolationSpecSchema, TaskConfigSchema } from "@nomadkit/protocol/driver";
+import type { TaskDirs } from "./task-dirs.js";
+
+/** Inputs of {@link nomadTaskConfig}. */
+export interface NomadTaskConfigOptions {
+  /** The task's name; its directories must have been made for it ({@link TaskDirs}). */
+  name: string;
+  /** The task's directories, from `createTaskDirs`. */
+  dirs: TaskDirs;
+  /** The task's `config` block, msgpack-encoded (e.g. with `encodeConfig` of `@nomadkit/conformance`). */
+  msgpackDriverConfig: Uint8Array;
+  /** Where the driver writes the task's stdout and stderr (Nomad: FIFOs in `alloc/logs`). */
+  stdoutPath: string;
+  /** See `stdoutPath`. */
+  stderrPath: string;
+  /** The allocation's id; default a random UUID. */
+  allocId?: string;
+  /** The job's name and id; default `"nomadkit"`. */
+  jobName?: string;
+  /** The task group's name; default the task's name. */
+  groupName?: string;
+  /** The job's namespace; default `"default"`. */
+  namespace?: string;
+  /** The task's `user`; default none. */
+  user?: string;
+  /** CPU in MHz (cpu_shares); default 100, Nomad's default task resources. */
+  cpuMhz?: number;
+  /** Memory in MB; default 300, Nomad's default task resources. */
+  memoryMb?: number;
+  /** Variables over the ones Nomad sets (PATH from this process, NOMAD_*). */
+  env?: Record<string, string>;
+  /** The allocation's network namespace, when the driver created one. */
+  networkIsolation?: MessageInitShape<typeof NetworkIsolationSpecSchema>;
+}
+
+/**
+ * A StartTask `task` the way Nomad builds it: `<alloc>/<task>/<invocation>` id, job, group,
+ * namespace and node names, the NOMAD_* variables (alloc id, task, job and group names, the
+ * directories), PATH, allocated and Linux resources, and the given config and output paths.
+ *
+ * @example
+ * ```ts
+ * const dirs = createTaskDirs(allocDir, "web");
+ * const task = nomadTaskConfig({ name: "web", dirs, msgpackDriverConfig, stdoutPath, stderrPath });
+ * await plugin.driver.startTask({ task });
+ * ```
+ */
+export function nomadTaskConfig(o: NomadTaskConfigOptions): MessageInitShape<typeof TaskConfigSchema> {
+  const allocId = o.allocId ?? randomUUID();
+  const jobName = o.jobName ?? "nomadkit";
+  const groupName = o.groupName ?? o.name;
+  const namespace = o.namespace ?? "default";
+  const cpuShares = BigInt(o.cpuMhz ?? 100);
+  const memoryMb = BigInt(o.memoryMb ?? 300);
+  return {
+    id: `${allocId}/${o.name}/${randomBytes(4).toString("hex")}`,
+    name: o.name,
+    jobName,
+    jobId: jobName,
+    taskGroupName: groupName,
+    namespace,
+    allocId,
+    nodeName: hostname(),
+    nodeId: "00000000-0000-4000-8000-000000000000",
+    env: {
+      PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      NOMAD_ALLOC_ID: allocId,
+      NOMAD_TASK_NAME: o.name,
+      NOMAD_JOB_NAME: jobName,
+      NOMAD_JOB_ID: jobName,
+      NOMAD_GROUP_NAME: groupName,
+      NOMAD_NAMESPACE: namespace,
+      NOMAD_CPU_LIMIT: String(cpuShares),
+      NOMAD_MEMORY_LIMIT: String(memoryMb),
+      ...o.dirs.env,
+      ...o.env,
+    },
+    resources: {
+      allocatedResources: { cpu: { cpuShares }, memory: { memoryMb } },
+      linuxResources: { cpuShares, memoryLimitBytes: memoryMb * 1024n * 1024n },
+    },
+    user: o.user ?? "",
+    allocDir: o.dirs.allocDir,
+    stdoutPath: o.stdoutPath,
+    stderrPath: o.stderrPath,
+    msgpackDriverConfig: o.msgpackDriverConfig,
+    networkIsolationSpec: o.networkIsolation,
+  };
+}
