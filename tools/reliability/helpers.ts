@@ -2,12 +2,12 @@
 // /proc inspection (children, zombies, CPU time), a seeded RNG, bounded polling, a concurrency pool
 // and log collection. Synchronisation is by log lines, messages and /proc state, never by sleeping.
 import { randomUUID } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
-import { launchPlugin, type LaunchPluginOptions, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
+import { createTaskDirs, launchPlugin, nomadTaskConfig, type LaunchPluginOptions, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const repoRoot = resolve(here, "../..");
@@ -207,27 +207,21 @@ export function recordUnhandledRejections(): { readonly seen: unknown[]; uninsta
 export function rawexecTask(
   driverConfig: { command: string; args?: string[] },
   extra: { user?: string; name?: string } = {},
-): { config: Record<string, unknown>; id: string; allocDir: string; cleanup(): void } {
+): { config: ReturnType<typeof nomadTaskConfig>; id: string; allocDir: string; cleanup(): void } {
   const root = mkdtempSync(join(tmpdir(), "nk-rel-alloc-"));
   // A task user must be able to reach its task directory.
   chmodSync(root, 0o755);
-  const allocId = randomUUID();
-  const allocDir = join(root, allocId);
   const name = extra.name ?? "task";
-  for (const d of ["alloc/logs", "alloc/data", "alloc/tmp", `${name}/local`, `${name}/tmp`]) mkdirSync(join(allocDir, d), { recursive: true, mode: 0o777 });
-  const id = `${allocId}/${name}/${randomUUID().slice(0, 8)}`;
-  const config = {
-    id,
+  const dirs = createTaskDirs(join(root, randomUUID()), name);
+  const config = nomadTaskConfig({
     name,
-    allocId,
-    allocDir,
+    dirs,
     msgpackDriverConfig: encode({ args: [], ...driverConfig }),
-    env: { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin" },
-    stdoutPath: join(allocDir, "alloc/logs", `${name}.stdout.0`),
-    stderrPath: join(allocDir, "alloc/logs", `${name}.stderr.0`),
+    stdoutPath: join(dirs.logsDir, `${name}.stdout.0`),
+    stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
     user: extra.user ?? "",
-  };
-  return { config, id, allocDir, cleanup: () => rmSync(root, { recursive: true, force: true }) };
+  });
+  return { config, id: config.id!, allocDir: dirs.allocDir, cleanup: () => rmSync(root, { recursive: true, force: true }) };
 }
 
 /** Launch the reference driver binary as Nomad does (launchPlugin, SetConfig, Init). */

@@ -1,12 +1,12 @@
 // Test helpers: launch nomadkit-rawexec exactly as Nomad does (launchPlugin on the plugin_dir
 // executable), build TaskConfigs like Nomad's task runner, and wait on observable conditions.
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
-import { launchPlugin, type PluginClient } from "@nomadkit/client";
+import { createTaskDirs, launchPlugin, nomadTaskConfig, type PluginClient } from "@nomadkit/client";
 
 type Driver = PluginClient["driver"];
 /** TaskConfig in init form, as StartTask takes it. */
@@ -18,7 +18,6 @@ export type ExecRequest = Parameters<Driver["execTaskStreaming"]>[0] extends Asy
 
 export const PLUGIN = fileURLToPath(new URL("../bin/nomadkit-rawexec", import.meta.url));
 export const isRoot = process.getuid?.() === 0;
-export const PATH = process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin";
 
 /** Every plugin a test launched, killed by {@link cleanup}. */
 const plugins: PluginClient[] = [];
@@ -39,14 +38,12 @@ export async function startPlugin(config: { create_network?: boolean } = {}, env
   return p;
 }
 
-/** An allocation directory laid out like Nomad's (alloc/logs, <task>/local, ...). */
+/** An allocation: its id and a directory for it (the tasks' directories are made by newTask). */
 export function newAlloc(): { allocId: string; allocDir: string } {
   const root = mkdtempSync(join(tmpdir(), "nk-rawexec-"));
   dirs.push(root);
   const allocId = randomUUID();
-  const allocDir = join(root, allocId);
-  for (const d of ["alloc/logs", "alloc/data", "alloc/tmp"]) mkdirSync(join(allocDir, d), { recursive: true });
-  return { allocId, allocDir };
+  return { allocId, allocDir: join(root, allocId) };
 }
 
 export interface TestTask {
@@ -60,32 +57,30 @@ export interface TestTask {
   config: TaskConfigInit;
 }
 
-/** The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`. */
+/** The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`, its directories made. */
 export function newTask(
   driverConfig: Record<string, unknown>,
   extra: Partial<TaskConfigInit> & { alloc?: { allocId: string; allocDir: string } } = {},
 ): TestTask {
   const { alloc = newAlloc(), ...rest } = extra;
   const name = rest.name ?? "web";
-  const taskDir = join(alloc.allocDir, name);
-  for (const d of ["local", "secrets", "tmp"]) mkdirSync(join(taskDir, d), { recursive: true });
-  const stdoutPath = join(alloc.allocDir, "alloc/logs", `${name}.stdout.0`);
-  const stderrPath = join(alloc.allocDir, "alloc/logs", `${name}.stderr.0`);
-  const id = `${alloc.allocId}/${name}/${randomUUID().slice(0, 8)}`;
-  const config: TaskConfigInit = {
-    id,
-    name,
-    // Nomad's HCL decoder fills every attribute of the schema before encoding.
-    msgpackDriverConfig: encode({ args: [], ...driverConfig }),
-    env: { PATH, NOMAD_TASK_NAME: name, NOMAD_ALLOC_ID: alloc.allocId, NOMAD_TASK_DIR: join(taskDir, "local") },
-    allocDir: alloc.allocDir,
-    allocId: alloc.allocId,
-    stdoutPath,
-    stderrPath,
-    resources: { allocatedResources: { cpu: { cpuShares: 100n }, memory: { memoryMb: 64n } } },
+  const taskDirs = createTaskDirs(alloc.allocDir, name);
+  const stdoutPath = join(taskDirs.logsDir, `${name}.stdout.0`);
+  const stderrPath = join(taskDirs.logsDir, `${name}.stderr.0`);
+  const config = {
+    ...nomadTaskConfig({
+      name,
+      dirs: taskDirs,
+      allocId: alloc.allocId,
+      // Nomad's HCL decoder fills every attribute of the schema before encoding.
+      msgpackDriverConfig: encode({ args: [], ...driverConfig }),
+      stdoutPath,
+      stderrPath,
+      memoryMb: 64,
+    }),
     ...rest,
-  };
-  return { id, name, allocId: alloc.allocId, allocDir: alloc.allocDir, taskDir, stdoutPath, stderrPath, config };
+  } as TaskConfigInit;
+  return { id: config.id!, name, allocId: alloc.allocId, allocDir: alloc.allocDir, taskDir: taskDirs.taskDir, stdoutPath, stderrPath, config };
 }
 
 /** `/bin/sh -c script` as a task config. */

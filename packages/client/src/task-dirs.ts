@@ -3,7 +3,7 @@
  * tests that start tasks themselves: a driver may rely on them (the reference driver runs its
  * tasks in `<alloc_dir>/<task>`).
  */
-import { mkdirSync } from "node:fs";
+import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 
 /** The NOMAD_*_DIR variables of a task. */
@@ -32,7 +32,9 @@ export interface TaskDirs {
 
 /**
  * Creates, below `allocDir` (made if missing), the directory layout Nomad gives a task named
- * `taskName` before StartTask. Existing directories are kept. Throws when `taskName` could leave
+ * `taskName` before StartTask, with Nomad's modes (the allocation directory 0755; `data`, `logs`,
+ * the task directory, `local` and `secrets` 0777; both `tmp` 1777), so a task running as another
+ * user can use them. Existing directories and their contents are kept. Throws when `taskName` could leave
  * the allocation directory or a directory cannot be made.
  *
  * @example
@@ -51,6 +53,20 @@ export function createTaskDirs(allocDir: string, taskName: string): TaskDirs {
   const taskDir = join(allocDir, taskName);
   for (const d of ["data", "logs", "tmp"]) mkdirSync(join(sharedDir, d), { recursive: true });
   for (const d of ["local", "secrets", "tmp", "private"]) mkdirSync(join(taskDir, d), { recursive: true });
+  // Nomad's modes, whatever the umask: a task may run as another user (the job's `user`).
+  for (const [dir, mode] of [
+    [allocDir, 0o755],
+    [sharedDir, 0o755],
+    [join(sharedDir, "data"), 0o777],
+    [join(sharedDir, "logs"), 0o777],
+    [join(sharedDir, "tmp"), 0o1777],
+    [taskDir, 0o777],
+    [join(taskDir, "local"), 0o777],
+    [join(taskDir, "secrets"), 0o777],
+    [join(taskDir, "tmp"), 0o1777],
+  ] as const) {
+    chmodSync(dir, mode);
+  }
   return {
     allocDir,
     sharedDir,

@@ -28,6 +28,26 @@ describe("createTaskDirs", () => {
     for (const d of ["alloc/data", "alloc/logs", "alloc/tmp", "web/local", "web/secrets", "web/tmp", "web/private"]) {
       expect(statSync(join(alloc, d)).isDirectory(), d).toBe(true);
     }
+    // Nomad's modes, not the umask's: a task running as another user can reach and write them.
+    const fresh = join(root(), "alloc-2");
+    const mode = (d: string) => (statSync(join(fresh, d)).mode & 0o7777).toString(8);
+    const old = process.umask(0o077);
+    try {
+      createTaskDirs(fresh, "web");
+    } finally {
+      process.umask(old);
+    }
+    expect(["", "alloc", "alloc/data", "alloc/logs", "alloc/tmp", "web", "web/local", "web/secrets", "web/tmp"].map(mode)).toEqual([
+      "755",
+      "755",
+      "777",
+      "777",
+      "1777",
+      "777",
+      "777",
+      "777",
+      "1777",
+    ]);
   });
 
   it("keeps what a second task of the same allocation finds there", () => {

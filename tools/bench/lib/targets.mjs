@@ -2,14 +2,13 @@
 // it, with one running task), the one-hop nomadkit bench driver, the grpc-js peer and the raw
 // HTTP/2 limit server.
 import { spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { launchPlugin } from "@nomadkit/client";
+import { createTaskDirs, launchPlugin, nomadTaskConfig } from "@nomadkit/client";
 import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -31,28 +30,20 @@ export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDi
   const plugin = await launchPlugin(cmd, args, { env: profileEnv(profileDir, preload) });
   const allocDir = mkdtempSync(join(tmpdir(), "nk-bench-alloc-"));
   const taskName = "bench";
-  mkdirSync(join(allocDir, taskName));
-  const allocId = randomUUID();
-  const taskId = `${allocId}/${taskName}/bench`;
+  const dirs = createTaskDirs(allocDir, taskName);
+  const task = nomadTaskConfig({
+    name: taskName,
+    dirs,
+    jobName: "bench",
+    msgpackDriverConfig: encode(taskConfig),
+    stdoutPath: join(dirs.logsDir, `${taskName}.stdout.0`),
+    stderrPath: join(dirs.logsDir, `${taskName}.stderr.0`),
+  });
+  const taskId = task.id;
   try {
     await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
     await plugin.driver.init({}).catch(() => {});
-    await plugin.driver.startTask({
-      task: {
-        id: taskId,
-        name: taskName,
-        jobName: "bench",
-        jobId: "bench",
-        taskGroupName: taskName,
-        namespace: "default",
-        allocId,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-        msgpackDriverConfig: encode(taskConfig),
-        allocDir,
-        stdoutPath: join(allocDir, `${taskName}.stdout`),
-        stderrPath: join(allocDir, `${taskName}.stderr`),
-      },
-    });
+    await plugin.driver.startTask({ task });
     const inspect = await plugin.driver.inspectTask({ taskId });
     const executorPid = Number(inspect.driver?.attributes.executor_pid ?? 0);
     return {
