@@ -137,12 +137,18 @@ describe("createDriverHandlers on a plain h2c server", () => {
     expect(caps.capabilities).toMatchObject({ sendSignals: false, exec: false, mustCreateNetwork: false });
   });
 
-  it("gives each call the driver's context and a signal that aborts when Nomad cancels the call", async () => {
-    await driver.startTask({ task: { id: "hold-1", name: "hold" } });
+  /** Starts task `id` and a WaitTask on it that the test can cancel, once the driver's waitTask runs. */
+  async function cancellableWait(id: string) {
+    await driver.startTask({ task: { id, name: id.split("-")[0] } });
     const entered = new Promise<void>((resolve) => (onHold = resolve));
     const ac = new AbortController();
-    const call = driver.waitTask({ taskId: "hold-1" }, { signal: ac.signal });
+    const call = driver.waitTask({ taskId: id }, { signal: ac.signal });
     await entered;
+    return { call, cancel: () => ac.abort() };
+  }
+
+  it("gives each call the driver's context and a signal that aborts when Nomad cancels the call", async () => {
+    const { call, cancel } = await cancellableWait("hold-1");
     const { ctx, aborted } = holding[0]!;
     expect(ctx.signal.aborted).toBe(false);
     expect(ctx.logger).toBe(host.context.logger);
@@ -150,25 +156,21 @@ describe("createDriverHandlers on a plain h2c server", () => {
     expect(ctx.fingerprint).toBe(host.context.fingerprint);
     expect(ctx.lifetime).toBe(host.context.lifetime);
     expect(ctx.tasks.get("hold-1")?.task.name).toBe("hold");
-    ac.abort();
+    cancel();
     await expect(call).rejects.toMatchObject({ code: Code.Canceled });
     await aborted;
     expect(ctx.signal.aborted).toBe(true);
   });
 
   it("answers a cancelled WaitTask itself, as Nomad's shim does, when the driver's waitTask ignores its signal", async () => {
-    await driver.startTask({ task: { id: "ignore-1", name: "ignore" } });
-    const entered = new Promise<void>((resolve) => (onHold = resolve));
-    const ac = new AbortController();
-    const call = driver.waitTask({ taskId: "ignore-1" }, { signal: ac.signal });
-    await entered;
+    const { call, cancel } = await cancellableWait("ignore-1");
     expect(ignoring).toBe(1);
     const isWaitCancelled = (e: (typeof debugLog)[number]) => e.message === "call cancelled" && String(e.fields.rpc).endsWith("/WaitTask");
     const before = debugLog.filter(isWaitCancelled).length;
     const answered = new Promise<void>((resolve) => {
       onDebug = () => debugLog.filter(isWaitCancelled).length > before && resolve();
     });
-    ac.abort();
+    cancel();
     await expect(call).rejects.toMatchObject({ code: Code.Canceled });
     // The SDK ended the call on the server side too, though waitTask never settles.
     await answered;
