@@ -88,6 +88,21 @@ describe("conformance catches a broken plugin", () => {
   });
 
   it(
+    "reports configs that do not fit the plugin's schemas as Nomad would refuse them, not as plugin behaviour",
+    async () => {
+      const plugin = await runConformance({ plugin: rawexec, pluginConfig: { create_netwrok: true }, checks: ["set-config"], ...generous });
+      expect(byName(plugin)["set-config"]).toMatchObject({ status: "fail" });
+      expect(byName(plugin)["set-config"]!.message).toContain(
+        `the plugin config (pluginConfig, --plugin-config) does not fit the plugin's ConfigSchema: "create_netwrok" is not declared (declared: create_network)`,
+      );
+      const task = await runConformance({ plugin: rawexec, taskConfig: { command: "/bin/sleep", agrs: ["600"] }, checks: ["start-task"], ...generous });
+      expect(byName(task)["start-task"]).toMatchObject({ status: "fail" });
+      expect(byName(task)["start-task"]!.message).toContain(`the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema: "agrs" is not declared (declared: args, command)`);
+    },
+    180_000,
+  );
+
+  it(
     "a plugin that cannot start fails the handshake and skips what depends on it",
     async () => {
       const report = await runConformance({ plugin: "/bin/false", checks: ["handshake", "exec"] });
