@@ -221,7 +221,7 @@ export function rawexecTask(
     stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
     user: extra.user ?? "",
   });
-  return { config, id: config.id!, allocDir: dirs.allocDir, cleanup: () => rmSync(root, { recursive: true, force: true }) };
+  return { config, id: config.id, allocDir: dirs.allocDir, cleanup: () => rmSync(root, { recursive: true, force: true }) };
 }
 
 /** Launch the reference driver binary as Nomad does (launchPlugin, SetConfig, Init). */

@@ -6,8 +6,11 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { NetworkIsolationSpecSchema, TaskConfigSchema } from "@nomadkit/protocol/driver";
+import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema } from "@nomadkit/protocol/driver";
 import type { TaskDirs } from "./task-dirs.js";
+
+/** A StartTask `task` in init form, as {@link nomadTaskConfig} builds it: a plain object whose `id` is set. */
+export type NomadTaskConfig = Exclude<MessageInitShape<typeof TaskConfigSchema>, TaskConfig> & { id: string };
 
 /** Inputs of {@link nomadTaskConfig}. */
 export interface NomadTaskConfigOptions {
@@ -53,7 +56,7 @@ export interface NomadTaskConfigOptions {
  * await plugin.driver.startTask({ task });
  * ```
  */
-export function nomadTaskConfig(o: NomadTaskConfigOptions): MessageInitShape<typeof TaskConfigSchema> {
+export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
   const allocId = o.allocId ?? randomUUID();
   const jobName = o.jobName ?? "nomadkit";
   const groupName = o.groupName ?? o.name;

@@ -243,7 +243,7 @@ export class Suite {
       memoryMb: 128,
       networkIsolation: opts.network,
     });
-    const id = config.id!;
+    const id = config.id;
     const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, config, destroyed: false };
     this.tasks.push(task);
     return task;

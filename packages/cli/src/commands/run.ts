@@ -164,7 +164,7 @@ export async function runCommand(
       jobName: "nomadkit-run",
       env,
     });
-    taskId = task.id!;
+    taskId = task.id;
     const stdout = new TaskOutput(stdoutPath, process.stdout);
     const stderr = new TaskOutput(stderrPath, process.stderr);
     try {
