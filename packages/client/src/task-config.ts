@@ -10,7 +10,13 @@ import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema } from "@
 import type { TaskDirs } from "./task-dirs.js";
 
 /** A StartTask `task` in init form, as {@link nomadTaskConfig} builds it: a plain object whose `id` is set. */
-export type NomadTaskConfig = Exclude<MessageInitShape<typeof TaskConfigSchema>, TaskConfig> & { id: string };
+export type NomadTaskConfig = Exclude<MessageInitShape<typeof TaskConfigSchema>, TaskConfig> & TaskId;
+
+/** The part of {@link NomadTaskConfig} that is always set. */
+export interface TaskId {
+  /** `<alloc id>/<task name>/<invocation>`, as Nomad makes task ids. */
+  id: string;
+}
 
 /** Inputs of {@link nomadTaskConfig}. */
 export interface NomadTaskConfigOptions {
