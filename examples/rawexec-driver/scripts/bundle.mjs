@@ -1,8 +1,8 @@
 // Bundles the plugin (dist/main.js and everything it imports) into one CommonJS file,
 // dist/nomadkit-rawexec.cjs, which bin/nomadkit-rawexec loads, and the task executor into
 // dist/nomadkit-rawexec-executor.cjs. Nomad starts and kills a driver several times while an agent
-// boots; one file loads in about half the time of the ~240 ES modules it replaces. Kept external, resolved from node_modules when first used: node-pty (native) and
-// @peculiar/x509 (AutoMTLS only).
+// boots; one file loads in about half the time of the ~240 ES modules it replaces. Kept external,
+// resolved from node_modules when first used: node-pty (native) and @peculiar/x509 (AutoMTLS only).
 // Without esbuild (a build tool, not a runtime dependency) the bundle is skipped and the bin loads
 // dist/main.js.
 let esbuild;

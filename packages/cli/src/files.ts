@@ -54,13 +54,13 @@ export async function encodeOperatorConfig(
   value: Record<string, unknown>,
 ): Promise<Uint8Array> {
   // The conformance kit is loaded only by the commands that need it.
-  const { configProblems, encodeConfig } = await import("@nomadkit/conformance");
-  const problems = configProblems(spec, value);
-  if (problems.length > 0)
-    throw new CliError(
-      `${source}: ${problems.join("; ")} (Nomad refuses such a config before the plugin sees it)`,
-    );
-  return encodeConfig(spec, value);
+  const { encodeCheckedConfig, ConfigRefusedError } = await import("@nomadkit/conformance");
+  try {
+    return encodeCheckedConfig(spec, value, source);
+  } catch (err) {
+    if (err instanceof ConfigRefusedError) throw new CliError(err.message);
+    throw err;
+  }
 }
 
 /** Parses `500ms`, `2s`, `1m` or a plain number of milliseconds. */

@@ -139,3 +139,35 @@ function isRequired(spec: Spec | undefined): boolean {
 export function encodeConfig(spec: Spec | undefined, value: Record<string, unknown>): Uint8Array {
   return encode(shapeConfig(spec, value));
 }
+
+/**
+ * {@link encodeConfig} for a config Nomad would accept: thrown when {@link configProblems} finds
+ * anything, its message `<source>: <problems>; Nomad refuses such a config`.
+ */
+export class ConfigRefusedError extends Error {
+  /** Always `"ConfigRefusedError"`. */
+  override readonly name = "ConfigRefusedError";
+  constructor(
+    /** What {@link configProblems} found. */
+    readonly problems: string[],
+    source: string,
+  ) {
+    super(`${source}: ${problems.join("; ")}; Nomad refuses such a config`);
+  }
+}
+
+/**
+ * An operator's config as Nomad sends it to the plugin ({@link encodeConfig}), or a
+ * {@link ConfigRefusedError} naming `source` where Nomad's decoder would refuse it.
+ *
+ * @example
+ * ```ts
+ * const bytes = encodeCheckedConfig(spec, { command: "/bin/sleep", agrs: ["60"] }, "task.json");
+ * // throws: task.json: "agrs" is not declared (declared: args, command); Nomad refuses such a config
+ * ```
+ */
+export function encodeCheckedConfig(spec: Spec | undefined, value: Record<string, unknown>, source: string): Uint8Array {
+  const problems = configProblems(spec, value);
+  if (problems.length > 0) throw new ConfigRefusedError(problems, source);
+  return encodeConfig(spec, value);
+}

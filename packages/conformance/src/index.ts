@@ -13,7 +13,7 @@
 export { runConformance, listChecks } from "./runner.js";
 export { formatHeader, formatReport, formatResult, formatSummary } from "./report.js";
 export type { FormatOptions } from "./report.js";
-export { shapeConfig, encodeConfig, configProblems } from "./config.js";
+export { shapeConfig, encodeConfig, configProblems, encodeCheckedConfig, ConfigRefusedError } from "./config.js";
 export { runExecStream } from "./exec.js";
 export type { ExecOutcome, ExecRequest } from "./exec.js";
 export { defaultTaskConfig } from "./suite.js";

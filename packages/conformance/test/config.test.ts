@@ -3,7 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { decode } from "@msgpack/msgpack";
 import { SpecSchema } from "@nomadkit/protocol/hclspec";
 import { describe, expect, it } from "vitest";
-import { configProblems, encodeConfig, shapeConfig } from "../src/index.js";
+import { ConfigRefusedError, configProblems, encodeCheckedConfig, encodeConfig, shapeConfig } from "../src/index.js";
 
 const attr = (name: string, type: string, required = false) => create(SpecSchema, { block: { case: "Attr", value: { name, type, required } } });
 const schema = create(SpecSchema, {
@@ -91,5 +91,21 @@ describe("configProblems", () => {
   it("has nothing to say without a schema or for a non-object spec", () => {
     expect(configProblems(undefined, { anything: 1 })).toEqual([]);
     expect(configProblems(attr("x", "string"), { anything: 1 })).toEqual([]);
+  });
+});
+
+describe("encodeCheckedConfig", () => {
+  it("encodes what fits as encodeConfig does, and refuses the rest naming the source", () => {
+    expect(encodeCheckedConfig(schema, { command: "/bin/true" }, "x")).toEqual(encodeConfig(schema, { command: "/bin/true" }));
+    const err = (() => {
+      try {
+        encodeCheckedConfig(schema, { agrs: [] }, "task.json");
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(ConfigRefusedError);
+    expect((err as ConfigRefusedError).problems).toEqual(['"agrs" is not declared (declared: args, command, create_network, mount)', '"command" is required']);
+    expect((err as Error).message).toBe('task.json: "agrs" is not declared (declared: args, command, create_network, mount); "command" is required; Nomad refuses such a config');
   });
 });
