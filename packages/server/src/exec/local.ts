@@ -214,8 +214,26 @@ interface Pty {
   kill(signal?: string): void;
 }
 
+/**
+ * node-pty, loaded on a terminal's first use. It is a native addon, so bundles leave it outside
+ * (`nomadkit bundle` lists it in its directory's package.json): say how to get it, not just that a
+ * module is missing.
+ */
+async function loadNodePty(): Promise<typeof import("node-pty")> {
+  try {
+    return await import("node-pty");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== "MODULE_NOT_FOUND" && code !== "ERR_MODULE_NOT_FOUND") throw err;
+    throw new ConnectError(
+      "tty: a terminal needs the node-pty package, which is not installed where the plugin runs (for a `nomadkit bundle` directory: run `npm install --omit=dev` in it)",
+      Code.FailedPrecondition,
+    );
+  }
+}
+
 async function runPty(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
-  const pty = await import("node-pty");
+  const pty = await loadNodePty();
   const size = io.resize?.latest;
   const term = pty.spawn(file, args, {
     name: options.term ?? env.TERM ?? "xterm",
