@@ -199,4 +199,13 @@ describe("installed bins", () => {
     const info = JSON.parse(node([bin("nomadkit"), "info", driver, "--json"], { cwd: project, timeout: RUN_TIMEOUT }));
     expect(info).toMatchObject({ type: "DRIVER", name: "consumer-demo", pluginVersion: "1.2.3", pluginApiVersions: ["v0.1.0"] });
   }, RUN_TIMEOUT);
+
+  it("nomadkit bundle (from the tarball) bundles the consumer's driver against installed packages", () => {
+    const out = node([bin("nomadkit"), "bundle", "ts/driver.ts", "--out", "plugin", "--name", "consumer-demo"], { cwd: project, timeout: RUN_TIMEOUT });
+    expect(out).toContain("(PluginInfo: consumer-demo 1.2.3)");
+    const plugin = path.join(project, "plugin/consumer-demo");
+    expect(existsSync(`${plugin}.cjs.v8cache`), "code cache").toBe(true);
+    const info = JSON.parse(node([bin("nomadkit"), "info", plugin, "--json"], { cwd: project, timeout: RUN_TIMEOUT }));
+    expect(info).toMatchObject({ type: "DRIVER", name: "consumer-demo", pluginVersion: "1.2.3" });
+  }, RUN_TIMEOUT);
 });

@@ -1,6 +1,7 @@
 /**
- * The `nomadkit` command line as a library: {@link main} and {@link createProgram}. Most users run
- * the `nomadkit` binary instead (`nomadkit --help`).
+ * The `nomadkit` command line as a library: {@link main}, {@link createProgram} and
+ * {@link bundlePlugin} (for build scripts). Most users run the `nomadkit` binary instead
+ * (`nomadkit --help`).
  *
  * @example
  * ```ts
@@ -13,4 +14,6 @@
  */
 export { createProgram, main } from "./program.js";
 export { CliError } from "./errors.js";
+export { bundlePlugin, ALWAYS_EXTERNAL } from "./bundle/bundle.js";
+export type { BundleOptions, BundleResult } from "./bundle/bundle.js";
 export type { RunState, GlobalOptions } from "./plugin.js";

@@ -106,6 +106,18 @@ export function pluginCommand(plugin: string): { cmd: string; args: string[] } {
   return { cmd: path, args: [] };
 }
 
+/** `--start-timeout` in milliseconds, checked; `undefined` when not given. */
+export function parseStartTimeout(g: GlobalOptions): number | undefined {
+  if (g.startTimeout === undefined) return undefined;
+  const ms = Number(g.startTimeout);
+  if (!Number.isFinite(ms) || ms <= 0) {
+    throw new CliError(
+      `--start-timeout ${JSON.stringify(g.startTimeout)}: expected a positive number of milliseconds`,
+    );
+  }
+  return ms;
+}
+
 /** A connected plugin plus how to let go of it when the command is done. */
 export interface Connected {
   plugin: PluginClient;
@@ -149,15 +161,7 @@ export async function connectPlugin(
     };
   }
   const { cmd, args } = pluginCommand(plugin);
-  let startTimeoutMs: number | undefined;
-  if (g.startTimeout !== undefined) {
-    startTimeoutMs = Number(g.startTimeout);
-    if (!Number.isFinite(startTimeoutMs) || startTimeoutMs <= 0) {
-      throw new CliError(
-        `--start-timeout ${JSON.stringify(g.startTimeout)}: expected a positive number of milliseconds`,
-      );
-    }
-  }
+  const startTimeoutMs = parseStartTimeout(g);
   let client: PluginClient;
   try {
     client = await launchPlugin(cmd, args, {

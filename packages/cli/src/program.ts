@@ -13,6 +13,7 @@ Examples:
   $ nomadkit run ./driver.mjs --config agent.json --task-config task.json --state run.json
   $ nomadkit exec run.json <task-id> -it -- /bin/sh     (in a second terminal, while run is running)
   $ nomadkit stats run.json <task-id>
+  $ nomadkit bundle src/main.ts --out dist/plugin --name my-driver
 `;
 
 function globals(cmd: Command): GlobalOptions {
@@ -156,6 +157,41 @@ export function createProgram(info: { version?: string } = {}): Command {
         await execCommand(plugin, taskId, command, opts, globals(cmd));
       },
     );
+
+  program
+    .command("bundle")
+    .description(
+      "bundle a plugin into a directory Nomad starts quickly: one CommonJS file, a launcher, a V8 code cache of a real start-up, the task executor",
+    )
+    .argument("<entry>", "the plugin's entry file (.ts, .mts, .js, .mjs, .cjs)")
+    .option("-o, --out <dir>", "directory to write into", "dist/plugin")
+    .option(
+      "-n, --name <name>",
+      "file name of the plugin executable (default: the entry's name without extension)",
+    )
+    .option(
+      "--external <package>",
+      "leave a package out of the bundle, loaded from node_modules at run time (repeatable; node-pty and @peculiar/x509 always are)",
+      (v: string, prev: string[]) => [...prev, v],
+      [] as string[],
+    )
+    .option(
+      "--executor",
+      "require bundling @nomadkit/server's task executor (default: when the plugin uses launchExecutor)",
+    )
+    .option("--no-executor", "do not bundle the task executor")
+    .option(
+      "--no-code-cache",
+      "skip launching the bundled plugin (PluginInfo, Shutdown) to make the V8 code cache",
+    )
+    .addHelpText(
+      "after",
+      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, <name>-executor.cjs and a package.json listing the packages left\noutside the bundle. Copy the directory to the client node, run `npm install --omit=dev` there when it lists any, and\nput <name> (or a wrapper naming node) in Nomad's plugin_dir.",
+    )
+    .action(async (entry: string, opts, cmd: Command) => {
+      const { bundleCommand } = await import("./commands/bundle.js");
+      await bundleCommand(entry, opts, globals(cmd));
+    });
 
   program
     .command("stats")
