@@ -267,7 +267,7 @@ describe("paths", () => {
   }
 
   it("runs each task's executor from the executor bundle of the plugin's build", async () => {
-    expect(await executorFile(p, newTask(sh("exec sleep 600")))).toBe(join(dirname(PLUGIN), "..", "dist", "nomadkit-rawexec-executor.cjs"));
+    expect(await executorFile(p, newTask(sh("exec sleep 600")))).toBe(join(dirname(PLUGIN), "..", "dist", "plugin", "nomadkit-rawexec-executor.cjs"));
   });
 
   it("runs executors from NOMADKIT_EXECUTOR_PATH when the operator sets it", async () => {
