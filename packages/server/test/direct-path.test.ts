@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { ExecTaskStreamingRequestSchema, InspectTaskRequestSchema, TaskStatsRequestSchema } from "@nomadkit/protocol/driver";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -21,6 +21,8 @@ import { RecoverableError, ServerRuntime, createPluginHandler, pluginAdapterDefa
 import { serveStreamsDirectly } from "../src/runtime/adapter.js";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
+
+const counter = createContextKey(0);
 
 function routes(router: ConnectRouter) {
   const runtime = new ServerRuntime();
@@ -34,6 +36,11 @@ function routes(router: ConnectRouter) {
         if (req.taskId === "headers") {
           ctx.responseHeader.set("x-answer", "42");
           ctx.responseTrailer.set("x-trailer", "yes");
+        }
+        if (req.taskId === "values") {
+          // One context-values object per call, made on first use: a set is seen by the next get.
+          ctx.values.set(counter, ctx.values.get(counter) + 1);
+          return { task: { id: `count ${ctx.values.get(counter)}` } };
         }
         if (req.taskId === "slow") return new Promise((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason)));
         return { task: { id: req.taskId, name: "web" }, driver: { attributes: { pid: "42" } } };
@@ -196,6 +203,8 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
     const r = await same(`${DRIVER}/InspectTask`, [inspect("t1")]);
     expect(r.trailers["grpc-status"]).toBe("0");
     expect(r.headers["content-type"]).toBe("application/grpc+proto");
+    const v = await same(`${DRIVER}/InspectTask`, [inspect("values")]);
+    expect(Buffer.from(v.body, "hex").toString("latin1")).toContain("count 1");
     const h = await same(`${DRIVER}/InspectTask`, [inspect("headers")]);
     expect(h.headers["x-answer"]).toBe("42");
     expect(h.trailers["x-trailer"]).toBe("yes");

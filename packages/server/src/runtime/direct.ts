@@ -193,7 +193,6 @@ class DirectContext implements HandlerContext {
   readonly requestMethod = "POST";
   readonly protocolName = "grpc";
   readonly url: string;
-  readonly values: ContextValues;
   ended = false;
   readonly #headers: http2.IncomingHttpHeaders;
   readonly #deadlineAt: number | undefined;
@@ -207,6 +206,7 @@ class DirectContext implements HandlerContext {
   /** Set when the client went away before the end. */
   #gone: { reason: unknown } | undefined;
   #endReason: unknown;
+  #values: ContextValues | undefined;
 
   constructor(method: DescMethod, headers: http2.IncomingHttpHeaders, timeoutMs: number | undefined, shutdown: AbortSignal | undefined, values: ContextValues | undefined) {
     this.method = method;
@@ -215,7 +215,12 @@ class DirectContext implements HandlerContext {
     this.url = `http://${headers[":authority"] ?? "localhost"}${headers[":path"] ?? ""}`;
     this.#deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     this.#shutdown = shutdown;
-    this.values = values ?? createContextValues();
+    this.#values = values;
+  }
+
+  /** Made on first use: few handlers read context values, and every open stream would hold them. */
+  get values(): ContextValues {
+    return (this.#values ??= createContextValues());
   }
 
   readonly timeoutMs = (): number | undefined => (this.#deadlineAt === undefined ? undefined : this.#deadlineAt - Date.now());
