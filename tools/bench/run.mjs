@@ -9,13 +9,13 @@
 //     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow]
 //     [--quick] [--json tools/bench/results/latest.json] [--snapshot <name>]
 import { execFileSync } from "node:child_process";
-import { cpus, freemem, loadavg, totalmem } from "node:os";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { cpus, freemem, loadavg, tmpdir, totalmem } from "node:os";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
 import { execThroughputs, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
-import { benchDriverFile, fixedYoungGenerationPreload, launchDriver, minimalPlugin, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
+import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -180,8 +180,10 @@ async function main() {
   try {
     const profileDir = o.profile;
     if (profileDir) mkdirSync(profileDir, { recursive: true });
+    // `preload`: extra files for NODE_OPTIONS=--require (the heap probe of the memory measures).
     const launch = {
-      ref: () => launchDriver("reference driver", referenceDriverBin, [], { taskConfig: { command: "/bin/sleep", args: ["3600"] }, profileDir }),
+      ref: (preload = []) =>
+        launchDriver("reference driver", referenceDriverBin, [], { taskConfig: { command: "/bin/sleep", args: ["3600"] }, profileDir, preload }),
       // The same with the plugin's young generation fixed (the memory/unary trade driver authors may choose).
       refyg: () =>
         launchDriver("reference driver + fixYoungGenerationSize", referenceDriverBin, [], {
@@ -189,13 +191,13 @@ async function main() {
           profileDir,
           preload: [fixedYoungGenerationPreload],
         }),
-      onehop: () => launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir }),
-      grpcjs: () => startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir }),
+      onehop: (preload = []) => launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir, preload }),
+      grpcjs: (preload = []) => startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir, preload }),
       raw: () => startServer("raw http2", "raw-h2-server.mjs", {}, { profileDir }),
     };
     /** Memory measures run on freshly started processes: RSS a process already reached hides growth. */
-    const withFresh = async (k, fn) => {
-      const t = await launch[k]();
+    const withFresh = async (k, fn, preload) => {
+      const t = await launch[k](preload);
       targets[`fresh-${k}`] = t;
       try {
         return await fn(t);
@@ -212,11 +214,19 @@ async function main() {
 
     if (want.has("stats")) {
       M.statsMemory = {
-        what: `VmRSS growth of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection to a freshly started process; VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart) before, and again 1.5 s after`,
+        what: `memory of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection to a freshly started process; V8 heap used after full collections (process.memoryUsage() reported by a preloaded probe on SIGUSR2, tools/bench/lib/heap-probe.cjs), and VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart), before, and again 1.5 s after`,
       };
-      for (const k of ["ref", "onehop", "grpcjs"]) {
-        log(`TaskStats memory via a fresh ${targets[k].name}`);
-        M.statsMemory[k] = await withFresh(k, (t) => statsMemory(t, { streams: o.heapStreams }));
+      const heapDir = mkdtempSync(join(tmpdir(), "nk-bench-heap-"));
+      // Inherited by every process the bench starts; only those with the probe preloaded use it.
+      process.env.NOMADKIT_BENCH_HEAP_DIR = heapDir;
+      try {
+        for (const k of ["ref", "onehop", "grpcjs"]) {
+          log(`TaskStats memory via a fresh ${targets[k].name}`);
+          M.statsMemory[k] = await withFresh(k, (t) => statsMemory(t, { streams: o.heapStreams, heapDir }), [heapProbePreload]);
+        }
+      } finally {
+        delete process.env.NOMADKIT_BENCH_HEAP_DIR;
+        rmSync(heapDir, { recursive: true, force: true });
       }
       M.statsRate = {
         what: `TaskStats messages per second over ${o.statsStreams} streams asking collection_interval 1 ms (both servers clamp to 10 ms, so at most ${o.statsStreams * 100}/s); synthetic samples (the reference driver samples its executor once a second)`,
@@ -322,6 +332,7 @@ async function main() {
   }
   if (M.statsMemory) {
     const s = M.statsMemory;
+    rows.push([`TaskStats heap per open stream (${s.ref.streams})`, fmt.kib(s.ref.heapBytesPerStream), fmt.kib(s.onehop.heapBytesPerStream), fmt.kib(s.grpcjs.heapBytesPerStream), "", ""]);
     rows.push([`TaskStats RSS per open stream (${s.ref.streams})`, fmt.kib(s.ref.bytesPerStream), fmt.kib(s.onehop.bytesPerStream), fmt.kib(s.grpcjs.bytesPerStream), "", ""]);
   }
   if (M.startup) {

@@ -36,7 +36,12 @@ describe("npm run bench", () => {
       expect(m.exec.bytes).toBe(4 * 1024 * 1024);
       for (const k of ["ref", "refyg", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
       for (const k of ["onehop", "grpcjs"]) expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
-      for (const k of ["ref", "onehop", "grpcjs"]) expect(typeof m.statsMemory[k].bytesPerStream).toBe("number");
+      for (const k of ["ref", "onehop", "grpcjs"]) {
+        expect(typeof m.statsMemory[k].bytesPerStream).toBe("number");
+        // The preloaded heap probe answered: live heap before and after the streams.
+        expect(m.statsMemory[k].heapAfter.heapUsed).toBeGreaterThan(0);
+        expect(typeof m.statsMemory[k].heapBytesPerStream).toBe("number");
+      }
       expect(m.startup.pluginMs).toBeGreaterThan(0);
       expect(m.startup.bareNodeMs).toBeGreaterThan(0);
       expect(m.startup.floorMs).toBeGreaterThan(0); // the minimal Node plugin answered PluginInfo

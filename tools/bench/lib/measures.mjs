@@ -1,6 +1,8 @@
 // The six measures. Each returns plain numbers for the JSON report.
 import { spawn } from "node:child_process";
 import { setMaxListeners } from "node:events";
+import { existsSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { launchPlugin } from "@nomadkit/client";
 import {
@@ -280,14 +282,41 @@ async function steadyRss(pid, n = 5) {
  * RSS growth of the serving process per open TaskStats stream (1 s interval): median RSS before,
  * then `streams` streams opened on one connection, median RSS after they settled.
  */
-export async function statsMemory(target, { streams, settleMs = 1500 }) {
+export async function statsMemory(target, { streams, settleMs = 1500, heapDir }) {
   const before = await steadyRss(target.pid);
+  const heapBefore = heapDir ? await liveHeap(target.pid, heapDir) : undefined;
   const s = await openStatsStreams(target, streams, 1000);
   await sleep(settleMs);
   const after = await steadyRss(target.pid);
+  const heapAfter = heapDir ? await liveHeap(target.pid, heapDir) : undefined;
   const received = s.total();
   await s.close();
-  return { bytesPerStream: (after - before) / streams, streams, rssBefore: before, rssAfter: after, messagesSeen: received };
+  return {
+    bytesPerStream: (after - before) / streams,
+    heapBytesPerStream: heapBefore && heapAfter ? (heapAfter.heapUsed - heapBefore.heapUsed) / streams : undefined,
+    streams,
+    rssBefore: before,
+    rssAfter: after,
+    heapBefore,
+    heapAfter,
+    messagesSeen: received,
+  };
+}
+
+/**
+ * process.memoryUsage() of `pid` after full collections, from the preloaded heap probe
+ * (lib/heap-probe.cjs): SIGUSR2, then its file in `heapDir`.
+ */
+async function liveHeap(pid, heapDir) {
+  const file = join(heapDir, `heap-${pid}.json`);
+  rmSync(file, { force: true });
+  process.kill(pid, "SIGUSR2");
+  const deadline = Date.now() + 30_000;
+  while (!existsSync(file)) {
+    if (Date.now() > deadline) throw new Error(`pid ${pid}: no heap report in ${heapDir} (is lib/heap-probe.cjs preloaded?)`);
+    await sleep(20);
+  }
+  return JSON.parse(readFileSync(file, "utf8"));
 }
 
 function spawnTimed(cmd, args) {

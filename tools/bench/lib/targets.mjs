@@ -85,14 +85,17 @@ export function profileEnv(dir, preload = []) {
 /** Preload of the "reference driver + fixYoungGenerationSize" variant. */
 export const fixedYoungGenerationPreload = join(here, "fixed-young-generation.cjs");
 
+/** Preload that reports a process's live heap on SIGUSR2 (TaskStats memory; NOMADKIT_BENCH_HEAP_DIR). */
+export const heapProbePreload = join(here, "heap-probe.cjs");
+
 /**
  * Starts one of tools/bench/servers/*.mjs; it prints its socket path on the first line. Targets
  * expose `socket`; every measure opens its own client connection to it.
  */
-export async function startServer(name, file, options = {}, { profileDir } = {}) {
+export async function startServer(name, file, options = {}, { profileDir, preload = [] } = {}) {
   const child = spawn(process.execPath, [join(here, "../servers", file), JSON.stringify(options)], {
     stdio: ["ignore", "pipe", "inherit"],
-    env: profileDir ? { ...process.env, ...profileEnv(profileDir) } : process.env,
+    env: { ...process.env, ...profileEnv(profileDir, preload) },
   });
   const socket = await new Promise((resolve, reject) => {
     let out = "";
