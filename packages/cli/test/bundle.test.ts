@@ -77,6 +77,25 @@ beforeAll(() => {
     'throw new Error("driver configuration missing: HELLO_HOME");\n',
   );
   writeFileSync(join(work, "a-file"), "");
+  // A package with a native addon (a stand-in .node file; never loaded at bundle time).
+  const addon = join(work, "node_modules/fake-addon");
+  mkdirSync(join(addon, "build"), { recursive: true });
+  writeFileSync(
+    join(addon, "package.json"),
+    JSON.stringify({ name: "fake-addon", version: "2.3.4", main: "index.js" }),
+  );
+  writeFileSync(
+    join(addon, "index.js"),
+    'module.exports = require("./build/addon.node");\n',
+  );
+  writeFileSync(join(addon, "build/addon.node"), "not really a shared object");
+  writeFileSync(
+    join(work, "addon.mjs"),
+    'import { serveDriver, defineDriver } from "@nomadkit/server";\n' +
+      "// Loaded on first use, like node-pty in the SDK.\n" +
+      'export const load = () => import("fake-addon");\n' +
+      'void serveDriver(defineDriver({ name: "addon", version: "0.0.1", async startTask() {}, waitTask: () => new Promise(() => {}), stopTask() {}, destroyTask() {} }));\n',
+  );
 });
 afterAll(() => {
   rmSync(work, { recursive: true, force: true });
@@ -291,6 +310,31 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toContain(
       "nomadkit: --executor: hello.mjs does not use @nomadkit/server's launchExecutor",
     );
+  });
+
+  it("names the package of a native addon to leave outside, and lists it in package.json once it is", () => {
+    let r = nomadkit(work, "bundle", "addon.mjs", "--out", "addon");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('No loader is configured for ".node" files');
+    expect(r.stderr).toContain(
+      "a native addon cannot be bundled: leave its package outside with --external fake-addon",
+    );
+    r = nomadkit(
+      work,
+      "bundle",
+      "addon.mjs",
+      "--out",
+      "addon",
+      "--external",
+      "fake-addon",
+    );
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("(PluginInfo: addon 0.0.1)");
+    const pkg = JSON.parse(
+      readFileSync(join(work, "addon/package.json"), "utf8"),
+    );
+    expect(pkg.dependencies["fake-addon"]).toBe("2.3.4");
   });
 
   it("fails when the bundled plugin cannot start as Nomad starts it, showing its stderr; --no-code-cache skips that run", () => {

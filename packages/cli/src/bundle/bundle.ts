@@ -199,9 +199,25 @@ async function buildBundle(
       color: false,
     });
     throw new CliError(
-      `bundle ${label}: esbuild failed:\n${text.join("").trimEnd()}`,
+      `bundle ${label}: esbuild failed:\n${text.join("").trimEnd()}${nativeAddonHint(errors)}`,
     );
   }
+}
+
+/** For esbuild's "no loader for .node files": which package to leave outside, and how. */
+function nativeAddonHint(errors: import("esbuild").Message[]): string {
+  const packages = new Set<string>();
+  for (const e of errors) {
+    if (!/no loader is configured for "\.node" files/i.test(e.text)) continue;
+    const file = e.location?.file ?? "";
+    const m = /(?:^|[/\\])node_modules[/\\]((?:@[^/\\]+[/\\])?[^/\\]+)/.exec(
+      file,
+    );
+    packages.add(m ? m[1]!.replace(/\\/g, "/") : "<package>");
+  }
+  if (packages.size === 0) return "";
+  const flags = [...packages].map((p) => `--external ${p}`).join(" ");
+  return `\na native addon cannot be bundled: leave its package outside with ${flags} (it then loads from node_modules next to the bundle)`;
 }
 
 /** Packages (not Node built-ins) the bundle imports but does not contain, with their versions. */
