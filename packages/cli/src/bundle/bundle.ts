@@ -4,15 +4,16 @@
 import {
   existsSync,
   mkdirSync,
-  readFileSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { isBuiltin } from "node:module";
-import { basename, dirname, extname, join, resolve } from "node:path";
+import { basename, extname, join, resolve } from "node:path";
 import { CliError } from "../errors.js";
-import { CODE_CACHE_ENV, bundleFiles, launcherSource } from "./launcher.js";
+import { trainCodeCache } from "./code-cache.js";
+import { executorEntry, externalImports } from "./dependencies.js";
+import { buildBundle, loadEsbuild } from "./esbuild.js";
+import { bundleFiles, launcherSource } from "./launcher.js";
 
 /** Packages never bundled: a native addon (tty exec) and AutoMTLS's certificates, loaded on first use. */
 export const ALWAYS_EXTERNAL: readonly string[] = [
@@ -68,30 +69,6 @@ export interface BundleResult {
 
 const ENTRY_EXTENSIONS = [".ts", ".mts", ".cts", ".js", ".mjs", ".cjs"];
 
-/** The version of package `name` as Node would find it from `fromDir` (`*` when unknown). */
-function installedVersion(name: string, fromDir: string): string {
-  for (let dir = fromDir; ; dir = dirname(dir)) {
-    const file = join(dir, "node_modules", name, "package.json");
-    if (existsSync(file)) {
-      try {
-        const version = (
-          JSON.parse(readFileSync(file, "utf8")) as { version?: unknown }
-        ).version;
-        return typeof version === "string" ? version : "*";
-      } catch {
-        return "*";
-      }
-    }
-    if (dirname(dir) === dir) return "*";
-  }
-}
-
-/** `pkg/sub/path` → `pkg`, `@scope/pkg/sub` → `@scope/pkg`. */
-function packageName(specifier: string): string {
-  const parts = specifier.split("/");
-  return specifier.startsWith("@") ? parts.slice(0, 2).join("/") : parts[0]!;
-}
-
 function checkName(name: string): void {
   if (
     !name ||
@@ -104,190 +81,6 @@ function checkName(name: string): void {
       `--name ${JSON.stringify(name)}: expected a file name (no slashes, not . or .., not starting with -)`,
     );
   }
-}
-
-type Esbuild = typeof import("esbuild");
-
-async function loadEsbuild(): Promise<Esbuild> {
-  try {
-    return await import("esbuild");
-  } catch (err) {
-    throw new CliError(
-      `bundle: cannot load esbuild (${(err as Error).message}); reinstall @nomadkit/cli`,
-    );
-  }
-}
-
-/** A bundle {@link buildBundle} wrote. */
-interface Built {
-  /** `cjs` unless the entry needs top-level await (`esm`, no code cache). */
-  format: "cjs" | "esm";
-  file: string;
-  metafile: import("esbuild").Metafile;
-  warnings: string[];
-  cwd: string;
-}
-
-const TOP_LEVEL_AWAIT =
-  /top-level await is (currently )?not supported with the "cjs" output format/i;
-
-/**
- * One file of `entry` and its imports, as start-up wants it: CommonJS (`outfile`), or, for an entry
- * that uses top-level await (which CommonJS cannot express), an ES module next to it (`.mjs`).
- * esbuild's errors become a CliError naming `label`.
- */
-async function buildBundle(
-  esbuild: Esbuild,
-  entry: string,
-  outfile: string,
-  external: readonly string[],
-  label: string,
-): Promise<Built> {
-  const cwd = dirname(entry);
-  const build = async (format: "cjs" | "esm", file: string) => {
-    const result = await esbuild.build({
-      entryPoints: [entry],
-      outfile: file,
-      absWorkingDir: cwd,
-      bundle: true,
-      platform: "node",
-      target: "node20",
-      format,
-      // import() becomes require(): no ES module loader at start-up, and lazily loaded modules stay lazy.
-      supported: { "dynamic-import": false },
-      // Bundled CommonJS packages (pino, say) call require() for Node's modules; an ES module has none.
-      banner:
-        format === "esm"
-          ? {
-              js: 'import { createRequire as nomadkitCreateRequire } from "node:module"; const require = nomadkitCreateRequire(import.meta.url);',
-            }
-          : undefined,
-      external: [...external],
-      // Smaller to parse; identifiers (and so stack traces) stay readable.
-      minifyWhitespace: true,
-      minifySyntax: true,
-      legalComments: "none",
-      metafile: true,
-      logLevel: "silent",
-    });
-    const warnings = await esbuild.formatMessages(result.warnings, {
-      kind: "warning",
-      color: false,
-    });
-    return {
-      format,
-      file,
-      metafile: result.metafile!,
-      warnings: warnings.map((w) => w.trimEnd()),
-      cwd,
-    };
-  };
-  const errorsOf = (err: unknown) =>
-    (err as { errors?: import("esbuild").Message[] }).errors ?? [];
-  try {
-    try {
-      return await build("cjs", outfile);
-    } catch (err) {
-      if (!errorsOf(err).some((e) => TOP_LEVEL_AWAIT.test(e.text))) throw err;
-      return await build("esm", outfile.replace(/\.cjs$/, ".mjs"));
-    }
-  } catch (err) {
-    const errors = errorsOf(err);
-    if (!errors.length) throw err;
-    const text = await esbuild.formatMessages(errors, {
-      kind: "error",
-      color: false,
-    });
-    throw new CliError(
-      `bundle ${label}: esbuild failed:\n${text.join("").trimEnd()}${nativeAddonHint(errors)}`,
-    );
-  }
-}
-
-/** For esbuild's "no loader for .node files": which package to leave outside, and how. */
-function nativeAddonHint(errors: import("esbuild").Message[]): string {
-  const packages = new Set<string>();
-  for (const e of errors) {
-    if (!/no loader is configured for "\.node" files/i.test(e.text)) continue;
-    const file = e.location?.file ?? "";
-    const m = /(?:^|[/\\])node_modules[/\\]((?:@[^/\\]+[/\\])?[^/\\]+)/.exec(
-      file,
-    );
-    packages.add(m ? m[1]!.replace(/\\/g, "/") : "<package>");
-  }
-  if (packages.size === 0) return "";
-  const flags = [...packages].map((p) => `--external ${p}`).join(" ");
-  return `\na native addon cannot be bundled: leave its package outside with ${flags} (it then loads from node_modules next to the bundle)`;
-}
-
-/** Packages (not Node built-ins) the bundle imports but does not contain, with their versions. */
-function externalImports(
-  metafile: import("esbuild").Metafile,
-  cwd: string,
-): Record<string, string> {
-  const found: Record<string, string> = {};
-  for (const [input, { imports }] of Object.entries(metafile.inputs)) {
-    for (const imp of imports) {
-      if (
-        !imp.external ||
-        isBuiltin(imp.path) ||
-        imp.path.startsWith(".") ||
-        imp.path.startsWith("/")
-      )
-        continue;
-      const name = packageName(imp.path);
-      if (found[name] !== undefined) continue;
-      found[name] = installedVersion(name, dirname(resolve(cwd, input)));
-    }
-  }
-  return Object.fromEntries(
-    Object.entries(found).sort(([a], [b]) => a.localeCompare(b)),
-  );
-}
-
-/** `@nomadkit/server`'s executor entry, when the bundle contains its `launchExecutor` module. */
-function executorEntry(
-  metafile: import("esbuild").Metafile,
-  cwd: string,
-): string | undefined {
-  for (const input of Object.keys(metafile.inputs)) {
-    const file = resolve(cwd, input);
-    if (!/[/\\]executor[/\\]launch\.[cm]?js$/.test(file)) continue;
-    const pkgDir = packageRoot(file, "@nomadkit/server");
-    if (pkgDir) return serverExecutorBin(pkgDir);
-  }
-  return undefined;
-}
-
-/** The directory of the package called `name` that contains `file`. */
-function packageRoot(file: string, name: string): string | undefined {
-  for (let dir = dirname(file); dirname(dir) !== dir; dir = dirname(dir)) {
-    const pkg = join(dir, "package.json");
-    if (!existsSync(pkg)) continue;
-    try {
-      if (
-        (JSON.parse(readFileSync(pkg, "utf8")) as { name?: string }).name ===
-        name
-      )
-        return dir;
-    } catch {
-      // keep walking
-    }
-  }
-  return undefined;
-}
-
-function serverExecutorBin(pkgDir: string): string {
-  const bin = (
-    JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8")) as {
-      bin?: Record<string, string>;
-    }
-  ).bin?.["nomadkit-executor"];
-  if (!bin)
-    throw new CliError(
-      `bundle: ${pkgDir}/package.json has no "nomadkit-executor" bin`,
-    );
-  return join(pkgDir, bin);
 }
 
 /**
@@ -448,43 +241,4 @@ export async function bundlePlugin(
     pluginInfo,
     warnings,
   };
-}
-
-/**
- * Launches the bundled plugin the way Nomad does (handshake, health check), asks PluginInfo and shuts
- * it down (GRPCController.Shutdown); the launcher saves V8's code cache as the process exits.
- */
-async function trainCodeCache(
-  launcher: string,
-  startTimeoutMs = 60_000,
-): Promise<BundleResult["pluginInfo"]> {
-  const { launchPlugin } = await import("@nomadkit/client");
-  let plugin;
-  try {
-    // launchPlugin's error carries the plugin's last stderr lines.
-    plugin = await launchPlugin(process.execPath, [launcher], {
-      env: { [CODE_CACHE_ENV]: "write" },
-      startTimeoutMs,
-    });
-  } catch (err) {
-    throw new CliError(
-      `bundle: the bundled plugin did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
-    );
-  }
-  let info;
-  try {
-    info = await plugin.basePlugin.pluginInfo({});
-  } catch (err) {
-    await plugin.kill().catch(() => undefined);
-    throw new CliError(
-      `bundle: the bundled plugin failed PluginInfo: ${(err as Error).message}`,
-    );
-  }
-  const exit = await plugin.kill();
-  if (exit.code !== 0) {
-    throw new CliError(
-      `bundle: the bundled plugin exited with ${exit.code ?? exit.signal} on shutdown`,
-    );
-  }
-  return { name: info.name, version: info.pluginVersion };
 }

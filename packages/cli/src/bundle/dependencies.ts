@@ -1,0 +1,101 @@
+// What a bundle depends on outside itself: the packages it leaves to node_modules (with the
+// versions it was made against) and @nomadkit/server's task executor when it launches executors.
+import { existsSync, readFileSync } from "node:fs";
+import { isBuiltin } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import type { Metafile } from "esbuild";
+import { CliError } from "../errors.js";
+
+/** The version of package `name` as Node would find it from `fromDir` (`*` when unknown). */
+function installedVersion(name: string, fromDir: string): string {
+  for (let dir = fromDir; ; dir = dirname(dir)) {
+    const file = join(dir, "node_modules", name, "package.json");
+    if (existsSync(file)) {
+      try {
+        const version = (
+          JSON.parse(readFileSync(file, "utf8")) as { version?: unknown }
+        ).version;
+        return typeof version === "string" ? version : "*";
+      } catch {
+        return "*";
+      }
+    }
+    if (dirname(dir) === dir) return "*";
+  }
+}
+
+/** `pkg/sub/path` → `pkg`, `@scope/pkg/sub` → `@scope/pkg`. */
+function packageName(specifier: string): string {
+  const parts = specifier.split("/");
+  return specifier.startsWith("@") ? parts.slice(0, 2).join("/") : parts[0]!;
+}
+
+/** Packages (not Node built-ins) the bundle imports but does not contain, with their versions. */
+export function externalImports(
+  metafile: Metafile,
+  cwd: string,
+): Record<string, string> {
+  const found: Record<string, string> = {};
+  for (const [input, { imports }] of Object.entries(metafile.inputs)) {
+    for (const imp of imports) {
+      if (
+        !imp.external ||
+        isBuiltin(imp.path) ||
+        imp.path.startsWith(".") ||
+        imp.path.startsWith("/")
+      )
+        continue;
+      const name = packageName(imp.path);
+      if (found[name] !== undefined) continue;
+      found[name] = installedVersion(name, dirname(resolve(cwd, input)));
+    }
+  }
+  return Object.fromEntries(
+    Object.entries(found).sort(([a], [b]) => a.localeCompare(b)),
+  );
+}
+
+/** `@nomadkit/server`'s executor entry, when the bundle contains its `launchExecutor` module. */
+export function executorEntry(
+  metafile: Metafile,
+  cwd: string,
+): string | undefined {
+  for (const input of Object.keys(metafile.inputs)) {
+    const file = resolve(cwd, input);
+    if (!/[/\\]executor[/\\]launch\.[cm]?js$/.test(file)) continue;
+    const pkgDir = packageRoot(file, "@nomadkit/server");
+    if (pkgDir) return serverExecutorBin(pkgDir);
+  }
+  return undefined;
+}
+
+/** The directory of the package called `name` that contains `file`. */
+function packageRoot(file: string, name: string): string | undefined {
+  for (let dir = dirname(file); dirname(dir) !== dir; dir = dirname(dir)) {
+    const pkg = join(dir, "package.json");
+    if (!existsSync(pkg)) continue;
+    try {
+      if (
+        (JSON.parse(readFileSync(pkg, "utf8")) as { name?: string }).name ===
+        name
+      )
+        return dir;
+    } catch {
+      // keep walking
+    }
+  }
+  return undefined;
+}
+
+function serverExecutorBin(pkgDir: string): string {
+  const bin = (
+    JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8")) as {
+      bin?: Record<string, string>;
+    }
+  ).bin?.["nomadkit-executor"];
+  if (!bin)
+    throw new CliError(
+      `bundle: ${pkgDir}/package.json has no "nomadkit-executor" bin`,
+    );
+  return join(pkgDir, bin);
+}
