@@ -145,6 +145,8 @@ describe("nomadkit bundle", () => {
       "@peculiar/x509": x509,
       "node-pty": pty,
     });
+    // node-pty builds its addon in an install script, which npm 12 runs only when allowed.
+    expect(pkg.allowScripts).toEqual({ "node-pty": true });
     expect(report(join(out, "hello"))).toMatchObject({
       code: 1,
       stderr: expect.stringContaining("hello: code cache used"),

@@ -6,22 +6,41 @@ import { dirname, join, resolve } from "node:path";
 import type { Metafile } from "esbuild";
 import { CliError } from "../errors.js";
 
-/** The version of package `name` as Node would find it from `fromDir` (`*` when unknown). */
-function installedVersion(name: string, fromDir: string): string {
+/** A package left outside the bundle, as installed where the bundle was made. */
+export interface ExternalPackage {
+  /** Its version (`*` when it could not be read). */
+  version: string;
+  /**
+   * Whether it runs an install script (a native addon's build): the bundle's package.json allows
+   * it, since npm 12 runs only the dependency install scripts a project allows.
+   */
+  installScripts: boolean;
+}
+
+/** Package `name` as Node would find it from `fromDir`. */
+function installedPackage(name: string, fromDir: string): ExternalPackage {
   for (let dir = fromDir; ; dir = dirname(dir)) {
     const file = join(dir, "node_modules", name, "package.json");
     if (existsSync(file)) {
       try {
-        const version = (
-          JSON.parse(readFileSync(file, "utf8")) as { version?: unknown }
-        ).version;
-        return typeof version === "string" ? version : "*";
+        const pkg = JSON.parse(readFileSync(file, "utf8")) as {
+          version?: unknown;
+          scripts?: Record<string, unknown>;
+        };
+        const scripts = pkg.scripts ?? {};
+        return {
+          version: typeof pkg.version === "string" ? pkg.version : "*",
+          installScripts: ["preinstall", "install", "postinstall"].some(
+            (k) => typeof scripts[k] === "string",
+          ),
+        };
       } catch {
-        return "*";
+        break;
       }
     }
-    if (dirname(dir) === dir) return "*";
+    if (dirname(dir) === dir) break;
   }
+  return { version: "*", installScripts: false };
 }
 
 /** `pkg/sub/path` → `pkg`, `@scope/pkg/sub` → `@scope/pkg`. */
@@ -30,12 +49,12 @@ function packageName(specifier: string): string {
   return specifier.startsWith("@") ? parts.slice(0, 2).join("/") : parts[0]!;
 }
 
-/** Packages (not Node built-ins) the bundle imports but does not contain, with their versions. */
+/** Packages (not Node built-ins) the bundle imports but does not contain, by name, sorted. */
 export function externalImports(
   metafile: Metafile,
   cwd: string,
-): Record<string, string> {
-  const found: Record<string, string> = {};
+): Record<string, ExternalPackage> {
+  const found: Record<string, ExternalPackage> = {};
   for (const [input, { imports }] of Object.entries(metafile.inputs)) {
     for (const imp of imports) {
       if (
@@ -47,7 +66,7 @@ export function externalImports(
         continue;
       const name = packageName(imp.path);
       if (found[name] !== undefined) continue;
-      found[name] = installedVersion(name, dirname(resolve(cwd, input)));
+      found[name] = installedPackage(name, dirname(resolve(cwd, input)));
     }
   }
   return Object.fromEntries(
