@@ -203,6 +203,9 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toContain(
       "nomadkit: warning: hello-tla.mjs uses top-level await, so the bundle is an ES module (hello-tla.mjs)",
     );
+    expect(r.stderr).toContain(
+      'nomadkit: warning: the plugin calls itself "hello" (PluginInfo), which Nomad\'s plugin block and jobs use; name its executable the same (--name hello)',
+    );
     expect(r.stdout).toContain("(PluginInfo: hello 0.1.0)");
     const copy = join(away, "tla");
     cpSync(join(work, "tla"), copy, { recursive: true });

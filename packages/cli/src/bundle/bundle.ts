@@ -242,6 +242,11 @@ export async function bundlePlugin(
       }
       written.splice(2, 0, out(files.codeCache));
     }
+    if (pluginInfo.name !== name) {
+      warnings.push(
+        `the plugin calls itself ${JSON.stringify(pluginInfo.name)} (PluginInfo), which Nomad's plugin block and jobs use; name its executable the same (--name ${pluginInfo.name}) so plugin_dir says which plugin it is`,
+      );
+    }
   }
   return {
     launcher: out(files.launcher),
