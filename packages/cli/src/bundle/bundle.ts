@@ -2,6 +2,7 @@
 // entry file and everything it imports, a launcher executable, a V8 code cache made from a real
 // start-up, the task executor bundled too, and a package.json naming what stayed outside.
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   rmSync,
@@ -188,14 +189,15 @@ export async function bundlePlugin(
     rmSync(out(files.executor), { force: true });
   }
 
-  writeFileSync(out(files.launcher), launcherSource(name, main.format), {
-    mode: 0o755,
-  });
+  writeFileSync(out(files.launcher), launcherSource(name, main.format));
+  // Also when an earlier run's launcher is being replaced (a mode applies only to new files).
+  chmodSync(out(files.launcher), 0o755);
   written.unshift(out(files.launcher));
-  // The launcher has no extension: this keeps it CommonJS whatever package the directory sits in.
   const outside = Object.entries(externals).sort(([a], [b]) =>
     a.localeCompare(b),
   );
+  // `type`: the launcher has no extension, so this keeps it CommonJS whatever package the
+  // directory sits in.
   writeFileSync(
     out("package.json"),
     JSON.stringify(
