@@ -46,6 +46,11 @@ function routes(router: ConnectRouter) {
         return { task: { id: req.taskId, name: "web" }, driver: { attributes: { pid: "42" } } };
       },
       async *taskStats(req) {
+        if (req.taskId === "stuck") {
+          // One sample, then a wait that never ends and never looks at the call's signal.
+          yield { stats: { id: "stuck" } };
+          await new Promise(() => {});
+        }
         for (let i = 0; i < 3; i++) yield { stats: { id: `${req.taskId}-${i}`, timestamp: { seconds: 1n, nanos: i } } };
         if (req.taskId === "fail") throw new RecoverableError("stats source gone", false);
       },
@@ -247,6 +252,14 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
   it("deadline from grpc-timeout", async () => {
     const r = await same(`${DRIVER}/InspectTask`, [inspect("slow")], { headers: { "grpc-timeout": "50m" } });
     expect(r.trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+  });
+
+  it("a streaming handler that ignores its signal does not hold its call past the deadline", async () => {
+    // Only the direct path: connect's own pipeline would wait for the handler forever.
+    const req = frame(toBinary(TaskStatsRequestSchema, create(TaskStatsRequestSchema, { taskId: "stuck" })));
+    const r = await call(direct.socket, `${DRIVER}/TaskStats`, [req], { headers: { "grpc-timeout": "300m" } });
+    expect(r.trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+    expect(Buffer.from(r.body, "hex").toString("latin1")).toContain("stuck");
   });
 
   it("server streaming, ending OK and with an error", async () => {

@@ -23,7 +23,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/client/runtime";
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { noopLogger, type Logger } from "./logger.js";
-import { Aborted, untilAborted } from "./until-aborted.js";
+import { Aborted, abortedBy } from "./until-aborted.js";
 
 export type { HandlerContext };
 
@@ -103,7 +103,7 @@ export class ServerRuntime {
   ): (request: MessageShape<I>, context: HandlerContext) => AsyncIterable<MessageInitShape<O>> {
     return (request, context) => {
       if (handler === undefined) return failing(unimplemented(method));
-      return this.#guardStream(method, context, () => handler(request, context));
+      return this.#guardStream(method, context, handler, request);
     };
   }
 
@@ -129,7 +129,7 @@ export class ServerRuntime {
   ): (requests: AsyncIterable<MessageShape<I>>, context: HandlerContext) => AsyncIterable<MessageInitShape<O>> {
     return (requests, context) => {
       if (handler === undefined) return failing(unimplemented(method));
-      return this.#guardStream(method, context, () => handler(requests, context));
+      return this.#guardStream(method, context, handler, requests);
     };
   }
 
@@ -166,13 +166,21 @@ export class ServerRuntime {
     return new ConnectError(message, Code.Unknown, undefined, undefined, err);
   }
 
-  #guardStream<O>(method: DescMethod, context: HandlerContext, start: () => AsyncIterable<O>): AsyncIterable<O> {
+  #guardStream<I, O>(
+    method: DescMethod,
+    context: HandlerContext,
+    handler: (input: I, context: HandlerContext) => AsyncIterable<O>,
+    input: I,
+  ): AsyncIterable<O> {
     const rt = this;
     return (async function* () {
+      const signal = context.signal;
       let iter: AsyncIterator<O> | undefined;
       // True once the handler's iterator has finished on its own (returned or threw).
       let handlerDone = false;
       let ended = false;
+      // Rejects the pending next() of the handler, which may never settle if it ignores its signal.
+      let interrupt: ((reason: Aborted) => void) | undefined;
       // Cancelled or abandoned: end the handler's stream (its finally blocks run), but do not wait
       // for it, since a handler that ignores its signal may never get there.
       const end = () => {
@@ -180,14 +188,25 @@ export class ServerRuntime {
         ended = true;
         iter.return().then(undefined, () => {});
       };
-      // On the abort itself: when the client cancels while a response write waits for HTTP/2 flow
-      // control, connect-node never resumes this generator, so the finally below would never run and
-      // the handler (an exec session, its process, a stream subscription) would leak.
-      context.signal.addEventListener("abort", end, { once: true });
+      // One listener for the whole call, on the abort itself: when the client cancels while a
+      // response write waits for HTTP/2 flow control, connect-node never resumes this generator, so
+      // the finally below would never run and the handler (an exec session, its process, a stream
+      // subscription) would leak. A call waiting on the handler stops waiting.
+      const onAbort = () => {
+        end();
+        interrupt?.(abortedBy(signal));
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
       try {
-        iter = start()[Symbol.asyncIterator]();
+        iter = handler(input, context)[Symbol.asyncIterator]();
         for (;;) {
-          const r = await untilAborted(iter.next(), context.signal);
+          if (signal.aborted) throw abortedBy(signal);
+          const pending = iter.next();
+          const r = await new Promise<IteratorResult<O>>((resolve, reject) => {
+            interrupt = reject;
+            pending.then(resolve, reject);
+          });
+          interrupt = undefined;
           if (r.done) {
             handlerDone = true;
             return;
@@ -198,7 +217,7 @@ export class ServerRuntime {
         if (!(err instanceof Aborted)) handlerDone = true;
         throw rt.toConnectError(err instanceof Aborted ? err.reason : err, method, context);
       } finally {
-        context.signal.removeEventListener("abort", end);
+        signal.removeEventListener("abort", onAbort);
         end();
       }
     })();

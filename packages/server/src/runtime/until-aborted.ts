@@ -17,12 +17,12 @@ export class Aborted {
 export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {
     p.then(undefined, () => {});
-    return Promise.reject(new Aborted(abortReason(signal)));
+    return Promise.reject(abortedBy(signal));
   }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => {
       p.then(undefined, () => {});
-      reject(new Aborted(abortReason(signal)));
+      reject(abortedBy(signal));
     };
     signal.addEventListener("abort", onAbort, { once: true });
     p.then(
@@ -38,6 +38,7 @@ export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> 
   });
 }
 
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? cancellationError();
+/** The {@link Aborted} for a signal that fired: its reason, or a plain cancellation. */
+export function abortedBy(signal: AbortSignal): Aborted {
+  return new Aborted(signal.reason ?? cancellationError());
 }
