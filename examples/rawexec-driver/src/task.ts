@@ -20,12 +20,16 @@ export interface RawExecState {
 const STATS_INTERVAL_MS = 1000;
 
 /**
- * Keeps one Stats stream open to the executor while someone asks for stats, and hands out each
- * sample once: a caller gets the newest unseen sample, or waits for the next.
+ * Keeps one Stats stream open to the executor while someone asks for stats, and hands each sample
+ * to every TaskStats stream once: a stream (told apart by its call's signal) gets the newest sample
+ * it has not seen, or waits for the next.
  */
 class StatsFeed {
   private latest: ExecutorStats | undefined;
-  private fresh = false;
+  /** Number of the latest sample; 0 before the first. */
+  private seq = 0;
+  /** The number of the last sample each stream got. */
+  private readonly seen = new WeakMap<AbortSignal, number>();
   private error: unknown;
   private running = false;
   private wakeups: (() => void)[] = [];
@@ -49,7 +53,7 @@ class StatsFeed {
         for await (const r of this.exe.client.stats(req, { signal: this.stop.signal })) {
           if (!r.stats) continue;
           this.latest = r.stats;
-          this.fresh = true;
+          this.seq++;
           this.wake();
         }
       } catch (err) {
@@ -61,11 +65,14 @@ class StatsFeed {
     })();
   }
 
-  /** The next sample; rejects when the executor cannot deliver one or `signal` aborts. */
+  /**
+   * The next sample for the stream whose call `signal` belongs to; rejects when the executor cannot
+   * deliver one or `signal` aborts.
+   */
   async next(signal: AbortSignal): Promise<ExecutorStats> {
     for (;;) {
-      if (this.fresh && this.latest) {
-        this.fresh = false;
+      if (this.latest !== undefined && (this.seen.get(signal) ?? 0) < this.seq) {
+        this.seen.set(signal, this.seq);
         return this.latest;
       }
       if (this.error !== undefined) {

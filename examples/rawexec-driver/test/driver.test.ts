@@ -250,6 +250,30 @@ describe("stats", () => {
   });
 });
 
+describe("stats, two streams on one task", () => {
+  it("gives every stream every sample (two consumers at once: the agent's stats hook and a reattached `nomadkit stats`, say)", async () => {
+    const t = await run(sh("exec sleep 600"));
+    const ac = new AbortController();
+    const collect = async () => {
+      const seen: string[] = [];
+      for await (const r of p.driver.taskStats({ taskId: t.id, collectionInterval: { nanos: 200_000_000 } }, { signal: ac.signal })) {
+        const ts = r.stats!.timestamp!;
+        seen.push(`${ts.seconds}.${ts.nanos}`);
+        if (seen.length === 3) return seen;
+      }
+      throw new Error("stream ended");
+    };
+    try {
+      const [a, b] = await Promise.all([collect(), collect()]);
+      // One executor sample per second, shared: both streams saw the same samples, not half each.
+      expect(a.filter((x) => b.includes(x)).length, `${a} vs ${b}`).toBeGreaterThanOrEqual(1);
+    } finally {
+      ac.abort();
+    }
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+});
+
 describe("paths", () => {
   it("keeps the executor's log next to the task", async () => {
     const t = await run(sh("exit 0"));
