@@ -9,6 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import * as v8 from "node:v8";
+import { runInNewContext } from "node:vm";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -23,6 +25,18 @@ import { serveStreamsDirectly } from "../src/runtime/adapter.js";
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
 const counter = createContextKey(0);
+
+/** The "hold" TaskStats call: one message, known only through a WeakRef, then a wait. */
+const hold = {
+  ref: undefined as WeakRef<object> | undefined,
+  asked: () => {},
+  released: Promise.resolve(),
+};
+function heldMessage() {
+  const message = { stats: { id: "held", resourceUsageByPid: { "1": { cpu: { percent: 1 } } } } };
+  hold.ref = new WeakRef(message);
+  return message;
+}
 
 function routes(router: ConnectRouter) {
   const runtime = new ServerRuntime();
@@ -46,6 +60,13 @@ function routes(router: ConnectRouter) {
         return { task: { id: req.taskId, name: "web" }, driver: { attributes: { pid: "42" } } };
       },
       async *taskStats(req) {
+        if (req.taskId === "hold") {
+          yield heldMessage();
+          // Runs once the first message is written and the next asked for.
+          hold.asked();
+          await hold.released;
+          return;
+        }
         if (req.taskId === "stuck") {
           // One sample, then a wait that never ends and never looks at the call's signal.
           yield { stats: { id: "stuck" } };
@@ -252,6 +273,24 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
   it("deadline from grpc-timeout", async () => {
     const r = await same(`${DRIVER}/InspectTask`, [inspect("slow")], { headers: { "grpc-timeout": "50m" } });
     expect(r.trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+  });
+
+  it("does not keep a stream's last message alive while the handler works on the next", async () => {
+    v8.setFlagsFromString("--expose-gc");
+    const gc = runInNewContext("gc") as () => void;
+    let release!: () => void;
+    const asked = new Promise<void>((r) => (hold.asked = r));
+    hold.released = new Promise<void>((r) => (release = r));
+    const req = frame(toBinary(TaskStatsRequestSchema, create(TaskStatsRequestSchema, { taskId: "hold" })));
+    const done = call(direct.socket, `${DRIVER}/TaskStats`, [req]);
+    await asked;
+    // WeakRefs are cleared between jobs: collect, let the job end, collect again.
+    gc();
+    await new Promise((r) => setImmediate(r));
+    gc();
+    expect(hold.ref?.deref()).toBeUndefined();
+    release();
+    expect((await done).trailers["grpc-status"]).toBe("0");
   });
 
   it("a streaming handler that ignores its signal does not hold its call past the deadline", async () => {

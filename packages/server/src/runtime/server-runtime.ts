@@ -199,10 +199,11 @@ export class ServerRuntime {
       signal.addEventListener("abort", onAbort, { once: true });
       try {
         iter = handler(input, context)[Symbol.asyncIterator]();
+        let r: IteratorResult<O> | undefined;
         for (;;) {
           if (signal.aborted) throw abortedBy(signal);
           const pending = iter.next();
-          const r = await new Promise<IteratorResult<O>>((resolve, reject) => {
+          r = await new Promise<IteratorResult<O>>((resolve, reject) => {
             interrupt = reject;
             pending.then(resolve, reject);
           });
@@ -211,7 +212,11 @@ export class ServerRuntime {
             handlerDone = true;
             return;
           }
-          yield r.value;
+          // Neither kept alive by this suspended frame while the handler works on the next message.
+          let value: O | undefined = r.value;
+          r = undefined;
+          yield value;
+          value = undefined;
         }
       } catch (err) {
         if (!(err instanceof Aborted)) handlerDone = true;
