@@ -214,7 +214,7 @@ async function main() {
 
     if (want.has("stats")) {
       M.statsMemory = {
-        what: `memory of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection to a freshly started process; V8 heap used after full collections (process.memoryUsage() reported by a preloaded probe on SIGUSR2, tools/bench/lib/heap-probe.cjs), and VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart), before, and again 1.5 s after`,
+        what: `memory of the serving process per open TaskStats stream (1 s interval): ${o.heapStreams} streams opened on one connection to a freshly started process; V8 heap used after full collections and the new space's size (process.memoryUsage() and heap spaces reported by a preloaded probe on SIGUSR2, tools/bench/lib/heap-probe.cjs), and VmRSS from /proc/<pid>/status (median of 5 samples 100 ms apart), before, and again 1.5 s after`,
       };
       const heapDir = mkdtempSync(join(tmpdir(), "nk-bench-heap-"));
       // Inherited by every process the bench starts; only those with the probe preloaded use it.
@@ -334,6 +334,13 @@ async function main() {
     const s = M.statsMemory;
     rows.push([`TaskStats heap per open stream (${s.ref.streams})`, fmt.kib(s.ref.heapBytesPerStream), fmt.kib(s.onehop.heapBytesPerStream), fmt.kib(s.grpcjs.heapBytesPerStream), "", ""]);
     rows.push([`TaskStats RSS per open stream (${s.ref.streams})`, fmt.kib(s.ref.bytesPerStream), fmt.kib(s.onehop.bytesPerStream), fmt.kib(s.grpcjs.bytesPerStream), "", ""]);
+    // RSS growth is mostly the young generation V8 grows while the streams open, not live objects.
+    const newSpace = (r) => {
+      const size = (h) => h?.spaces?.find(([name]) => name === "new_space")?.[1];
+      const [a, b] = [size(r.heapBefore), size(r.heapAfter)];
+      return a === undefined || b === undefined ? "-" : `${fmt.bytes(a)} → ${fmt.bytes(b)}`;
+    };
+    rows.push(["  V8 new space (young generation)", newSpace(s.ref), newSpace(s.onehop), newSpace(s.grpcjs), "", "before → after"]);
   }
   if (M.startup) {
     const s = M.startup;

@@ -41,6 +41,8 @@ describe("npm run bench", () => {
         // The preloaded heap probe answered: live heap before and after the streams.
         expect(m.statsMemory[k].heapAfter.heapUsed).toBeGreaterThan(0);
         expect(typeof m.statsMemory[k].heapBytesPerStream).toBe("number");
+        const newSpace = m.statsMemory[k].heapAfter.spaces.find(([name]: [string]) => name === "new_space");
+        expect(newSpace[1]).toBeGreaterThan(0);
       }
       expect(m.startup.pluginMs).toBeGreaterThan(0);
       expect(m.startup.bareNodeMs).toBeGreaterThan(0);
