@@ -3,7 +3,12 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { CPUUsage_Fields, MemoryUsage_Fields } from "@nomadkit/protocol/driver";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { CPUUsage_Fields, MemoryUsage_Fields, TaskStatsResponseSchema, TaskStatsSchema } from "@nomadkit/protocol/driver";
+import fc from "fast-check";
+import { normalizeTaskStats } from "../src/driver/stats.js";
+import { encodeBinary } from "../src/runtime/binary-encoder.js";
+import type { TaskStatsInput } from "../src/driver/types.js";
 import {
   ProcessTreeSampler,
   hostCompute,
@@ -66,6 +71,67 @@ describe("total_ticks and host compute", () => {
     const real = hostCompute();
     expect(real.numCores).toBeGreaterThan(0);
     expect(real.totalComputeMhz).toBeGreaterThan(0);
+  });
+});
+
+describe("normalizing a TaskStats sample", () => {
+  const host = hostCompute({ totalComputeMhz: 4000, numCores: 2 });
+  const cpu = fc.record(
+    {
+      percent: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 400, noNaN: true })),
+      totalTicks: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 1e6, noNaN: true })),
+      userMode: fc.double({ min: 0, max: 1e6, noNaN: true }),
+      measuredFields: fc.subarray([CPUUsage_Fields.PERCENT, CPUUsage_Fields.TOTAL_TICKS, CPUUsage_Fields.USER_MODE]),
+    },
+    { requiredKeys: [] },
+  );
+  const memory = fc.record(
+    { rss: fc.bigInt({ min: 0n, max: 2n ** 40n }), measuredFields: fc.subarray([MemoryUsage_Fields.RSS, MemoryUsage_Fields.SWAP]) },
+    { requiredKeys: [] },
+  );
+  const usage = fc.record({ cpu, memory }, { requiredKeys: [] });
+  const byPid = fc.dictionary(fc.integer({ min: 1, max: 99999 }).map(String), usage, { maxKeys: 3 });
+  const when = fc.date({ min: new Date(0), max: new Date(2 ** 40), noInvalidDate: true });
+  // Every shape TaskStatsInput allows, the message form included.
+  const input: fc.Arbitrary<TaskStatsInput> = fc.oneof(
+    fc.record({ cpu, memory, byPid, timestamp: when }, { requiredKeys: ["timestamp"] }),
+    fc.record({ agg: usage, byPid, timestamp: when }, { requiredKeys: ["agg", "timestamp"] }),
+    fc
+      .record({ aggResourceUsage: usage, resourceUsageByPid: byPid, timestamp: when }, { requiredKeys: ["timestamp"] })
+      .map(({ timestamp, ...rest }) => ({ ...rest, timestamp: { seconds: BigInt(Math.floor(timestamp.getTime() / 1000)), nanos: 0 } })),
+    fc
+      .record({ aggResourceUsage: usage, resourceUsageByPid: byPid, timestamp: when }, { requiredKeys: ["timestamp"] })
+      .map(({ timestamp, ...rest }) => create(TaskStatsSchema, { ...rest, timestamp: { seconds: BigInt(Math.floor(timestamp.getTime() / 1000)) } })),
+  );
+
+  it("makes a complete TaskStats from every shape of sample, sent as protobuf-es would, without touching the sample", () => {
+    fc.assert(
+      fc.property(input, (sample) => {
+        const before = structuredClone(sample);
+        const message = normalizeTaskStats("t1", sample, host);
+        const sent = encodeBinary(TaskStatsResponseSchema, { stats: message });
+        expect(sent).toEqual(Buffer.from(toBinary(TaskStatsResponseSchema, create(TaskStatsResponseSchema, { stats: message }))));
+        expect(sample).toEqual(before);
+        expect(message.id).toBe("t1");
+        expect(message.timestamp).toBeDefined();
+        for (const u of [message.aggResourceUsage, ...Object.values(message.resourceUsageByPid)]) {
+          expect(u?.cpu).toBeDefined();
+          expect(u?.memory).toBeDefined();
+          // Derived where missing (a percent too small for a tick still derives 0).
+          if (u!.cpu!.totalTicks === 0) expect(totalTicks(u!.cpu!.percent, host)).toBe(0);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("derives total_ticks from percent only where it is missing, and stamps a sample without a time", () => {
+    const m = normalizeTaskStats("t1", { cpu: { percent: 50 }, memory: { rss: 1024n } }, host);
+    expect(m.aggResourceUsage?.cpu?.totalTicks).toBe(totalTicks(50, host));
+    expect(normalizeTaskStats("t1", { cpu: { percent: 50, totalTicks: 7 } }, host).aggResourceUsage?.cpu?.totalTicks).toBe(7);
+    // No timestamp in the sample: now.
+    const seconds = Number(normalizeTaskStats("t1", {}, host).timestamp?.seconds);
+    expect(Math.abs(seconds - Date.now() / 1000)).toBeLessThan(60);
   });
 });
 

@@ -4,7 +4,7 @@
  * `memory`, and `total_ticks` derived from `percent` when the driver left it out.
  */
 import { clone, create, isMessage, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate, timestampNow, type Duration } from "@bufbuild/protobuf/wkt";
+import { TimestampSchema, timestampFromDate, timestampNow, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { ClientTopology } from "@nomadkit/protocol/base";
 import {
   CPUUsageSchema,
@@ -89,8 +89,9 @@ export function normalizeTaskStats(taskId: string, input: TaskStatsInput, host: 
     agg = usage(m.aggResourceUsage, host);
     for (const [pid, u] of Object.entries(m.resourceUsageByPid)) byPid[pid] = usage(u, host);
   } else {
-    const s = input as { timestamp?: Date; agg?: ResourceUsageInput; byPid?: Record<string, ResourceUsageInput> } & ResourceUsageInput;
-    if (s.timestamp !== undefined) timestamp = timestampFromDate(s.timestamp);
+    const s = input as { timestamp?: Date | Timestamp; agg?: ResourceUsageInput; byPid?: Record<string, ResourceUsageInput> } & ResourceUsageInput;
+    // A Date, or the Timestamp of a TaskStats init shape that set nothing else.
+    if (s.timestamp !== undefined) timestamp = s.timestamp instanceof Date ? timestampFromDate(s.timestamp) : create(TimestampSchema, s.timestamp);
     agg = usage("agg" in s ? s.agg : { cpu: s.cpu, memory: s.memory }, host);
     for (const [pid, u] of Object.entries(s.byPid ?? {})) byPid[pid] = usage(u, host);
   }
