@@ -42,7 +42,7 @@ import type {
   TaskInspection,
   TaskStateName,
 } from "./types.js";
-import { anySignal, sleep } from "./util.js";
+import { anySignal, StreamWaits } from "./util.js";
 
 /** The plugin API version Nomad negotiates for drivers. */
 export const DRIVER_PLUGIN_API_VERSION = "v0.1.0";
@@ -392,11 +392,16 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       requireTask(req.taskId);
       const intervalMs = statsIntervalMs(req.collectionInterval);
       const ctx = call(hc);
-      for (;;) {
-        const sample = await taskStats(req.taskId, ctx);
-        yield { stats: normalizeTaskStats(req.taskId, sample, context.hostCompute) };
-        if (!(await sleep(intervalMs, hc.signal, lifetime.signal))) return;
-        requireTask(req.taskId);
+      const waits = new StreamWaits(hc.signal, lifetime.signal);
+      try {
+        for (;;) {
+          const sample = await taskStats(req.taskId, ctx);
+          yield { stats: normalizeTaskStats(req.taskId, sample, context.hostCompute) };
+          if (!(await waits.next(intervalMs))) return;
+          requireTask(req.taskId);
+        }
+      } finally {
+        waits.close();
       }
     };
   }

@@ -8,14 +8,15 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { DriverTaskEventSchema, type DriverTaskEvent } from "@nomadkit/protocol/driver";
 import type { Logger } from "../log/index.js";
 import type { TaskEventEmitter, TaskEventInput } from "./types.js";
-import { wake } from "./util.js";
+import { StreamWaits } from "./util.js";
 
 /** Events kept while no stream is open, and per slow stream. */
 const MAX_BACKLOG = 1024;
 
 interface Subscriber {
   queue: DriverTaskEvent[];
-  notify: (() => void) | undefined;
+  /** The stream's wait for its next event; a poke while it is not waiting finds the queue later. */
+  waits: StreamWaits;
 }
 
 /** Fan-out of task events to the open TaskEvents streams. */
@@ -45,9 +46,7 @@ export class TaskEventHub implements TaskEventEmitter {
     }
     for (const s of this.#subs) {
       this.#push(s.queue, msg);
-      const n = s.notify;
-      s.notify = undefined;
-      n?.();
+      s.waits.poke();
     }
   }
 
@@ -61,7 +60,7 @@ export class TaskEventHub implements TaskEventEmitter {
 
   /** One TaskEvents stream; ends when any of `signals` aborts. */
   async *stream(...signals: (AbortSignal | undefined)[]): AsyncGenerator<DriverTaskEvent, void, undefined> {
-    const sub: Subscriber = { queue: this.#backlog.splice(0), notify: undefined };
+    const sub: Subscriber = { queue: this.#backlog.splice(0), waits: new StreamWaits(...signals) };
     this.#subs.add(sub);
     try {
       for (;;) {
@@ -70,10 +69,10 @@ export class TaskEventHub implements TaskEventEmitter {
           yield next;
           continue;
         }
-        const woke = await wake(Infinity, (fn) => ((sub.notify = fn), () => (sub.notify = undefined)), ...signals);
-        if (!woke) return;
+        if (!(await sub.waits.next())) return;
       }
     } finally {
+      sub.waits.close();
       this.#subs.delete(sub);
       // Undelivered events go back to the backlog for the next stream.
       if (sub.queue.length > 0) this.#backlog.unshift(...sub.queue.splice(0).slice(-MAX_BACKLOG));

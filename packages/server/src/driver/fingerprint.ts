@@ -7,7 +7,7 @@ import { create, equals, type MessageInitShape } from "@bufbuild/protobuf";
 import { AttributeSchema } from "@nomadkit/protocol/structs";
 import { FingerprintResponseSchema, FingerprintResponse_HealthState, type FingerprintResponse } from "@nomadkit/protocol/driver";
 import type { AttributeValue, Fingerprint, FingerprintControl } from "./types.js";
-import { wake } from "./util.js";
+import { StreamWaits } from "./util.js";
 
 /** Default period between fingerprints. */
 export const DEFAULT_FINGERPRINT_INTERVAL_MS = 30_000;
@@ -114,36 +114,36 @@ export class FingerprintSource implements FingerprintControl {
 
   /** One Fingerprint stream. */
   async *stream(...signals: (AbortSignal | undefined)[]): AsyncGenerator<FingerprintResponse, void, undefined> {
-    let last: FingerprintResponse | undefined;
-    let periodic = true;
-    for (;;) {
-      const seen = this.#version;
-      const fp = await this.current(periodic);
-      if (signals.some((s) => s?.aborted)) return;
-      if (periodic || last === undefined || !equals(FingerprintResponseSchema, last, fp)) {
-        last = fp;
-        yield fp;
+    const waits = new StreamWaits(...signals);
+    let poked = false;
+    const onUpdate = (): void => {
+      poked = true;
+      waits.poke();
+    };
+    this.#waiters.add(onUpdate);
+    try {
+      let last: FingerprintResponse | undefined;
+      let periodic = true;
+      for (;;) {
+        const seen = this.#version;
+        const fp = await this.current(periodic);
+        if (signals.some((s) => s?.aborted)) return;
+        if (periodic || last === undefined || !equals(FingerprintResponseSchema, last, fp)) {
+          last = fp;
+          yield fp;
+        }
+        if (this.#version !== seen) {
+          // An update arrived while we were computing or sending: act on it without waiting.
+          periodic = false;
+          continue;
+        }
+        poked = false;
+        if (!(await waits.next(this.intervalMs))) return;
+        periodic = !poked;
       }
-      if (this.#version !== seen) {
-        // An update arrived while we were computing or sending: act on it without waiting.
-        periodic = false;
-        continue;
-      }
-      let poked = false;
-      const woke = await wake(
-        this.intervalMs,
-        (fn) => {
-          const w = () => {
-            poked = true;
-            fn();
-          };
-          this.#waiters.add(w);
-          return () => this.#waiters.delete(w);
-        },
-        ...signals,
-      );
-      if (!woke) return;
-      periodic = !poked;
+    } finally {
+      this.#waiters.delete(onUpdate);
+      waits.close();
     }
   }
 }

@@ -1,34 +1,76 @@
 /** Small async helpers for the driver streams. */
 
 /**
- * Resolve after `ms`, or as soon as any of `signals` aborts. Resolves true when the time passed,
- * false when aborted; never rejects, so stream loops can simply return.
+ * The waits of one stream (a TaskStats stream waits once per sample, a TaskEvents stream once per
+ * event): it listens to `signals` once for the stream's life and reuses one timer, instead of adding
+ * and removing abort listeners and making a timer on every wait. One wait at a time.
+ *
+ * @example
+ * ```ts
+ * const waits = new StreamWaits(call.signal, lifetime);
+ * try {
+ *   while (await waits.next(1000)) yield sample(); // false once a signal aborted
+ * } finally {
+ *   waits.close();
+ * }
+ * ```
  */
-export function sleep(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<boolean> {
-  return wake(ms, undefined, ...signals);
-}
+export class StreamWaits {
+  readonly #signals: AbortSignal[];
+  #pending: ((woke: boolean) => void) | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #timerMs = 0;
+  #ended = false;
+  readonly #onAbort = (): void => this.close();
+  readonly #onTime = (): void => this.#settle(true);
 
-/**
- * Resolve true after `ms` (if finite), or when `poke` registers a wake-up call, or false when any of
- * `signals` aborts.
- */
-export function wake(ms: number, poke: ((fn: () => void) => () => void) | undefined, ...signals: (AbortSignal | undefined)[]): Promise<boolean> {
-  const live = signals.filter((s): s is AbortSignal => s !== undefined);
-  if (live.some((s) => s.aborted)) return Promise.resolve(false);
-  return new Promise<boolean>((resolve) => {
-    let timer: NodeJS.Timeout | undefined;
-    let unpoke: (() => void) | undefined;
-    const done = (v: boolean) => {
-      clearTimeout(timer);
-      unpoke?.();
-      for (const s of live) s.removeEventListener("abort", onAbort);
-      resolve(v);
-    };
-    const onAbort = () => done(false);
-    for (const s of live) s.addEventListener("abort", onAbort, { once: true });
-    if (Number.isFinite(ms)) timer = setTimeout(() => done(true), Math.max(0, ms));
-    if (poke !== undefined) unpoke = poke(() => done(true));
-  });
+  constructor(...signals: (AbortSignal | undefined)[]) {
+    this.#signals = signals.filter((s): s is AbortSignal => s !== undefined);
+    if (this.#signals.some((s) => s.aborted)) this.#ended = true;
+    else for (const s of this.#signals) s.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  /**
+   * Resolve true after `ms` (never, when infinite) or at the next `poke()`; false once any signal
+   * aborted or `close()` was called. Never rejects, so a stream loop can simply return.
+   */
+  next(ms = Infinity): Promise<boolean> {
+    if (this.#ended) return Promise.resolve(false);
+    if (this.#pending !== undefined) throw new Error("StreamWaits: one wait at a time");
+    return new Promise<boolean>((resolve) => {
+      this.#pending = resolve;
+      if (!Number.isFinite(ms)) return;
+      const delay = Math.max(1, ms);
+      // A timer that fired (or is still due, after a poke) is re-armed rather than replaced.
+      if (this.#timer !== undefined && this.#timerMs === delay) this.#timer.refresh();
+      else {
+        clearTimeout(this.#timer);
+        this.#timer = setTimeout(this.#onTime, delay);
+        this.#timerMs = delay;
+      }
+    });
+  }
+
+  /** End the pending wait with true; nothing when no wait is pending. */
+  readonly poke = (): void => this.#settle(true);
+
+  /** Detach from the signals, stop the timer, and end the pending wait (and every later one) with false. */
+  close(): void {
+    if (!this.#ended) {
+      this.#ended = true;
+      for (const s of this.#signals) s.removeEventListener("abort", this.#onAbort);
+    }
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#settle(false);
+  }
+
+  #settle(woke: boolean): void {
+    const pending = this.#pending;
+    if (pending === undefined) return;
+    this.#pending = undefined;
+    pending(woke);
+  }
 }
 
 /** A signal that aborts when any of `signals` does; `dispose` detaches the listeners. */
