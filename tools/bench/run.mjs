@@ -329,6 +329,8 @@ async function main() {
   if (M.statsRate) {
     const s = M.statsRate;
     rows.push([`TaskStats msgs/s (${s.onehop.streams} streams, 10 ms)`, "-", fmt.rate(s.onehop.msgsPerSec, "/s"), fmt.rate(s.grpcjs.msgsPerSec, "/s"), `${s.onehop.streams * 100}/s (ideal)`, `nomadkit/grpc-js ${X(s.onehop.msgsPerSec / s.grpcjs.msgsPerSec)}`]);
+    const us = (r) => `${r.serverCpuMicrosPerMsg.toFixed(1)} µs`;
+    rows.push(["  server CPU per message", "-", us(s.onehop), us(s.grpcjs), "", `nomadkit/grpc-js ${X(s.onehop.serverCpuMicrosPerMsg / s.grpcjs.serverCpuMicrosPerMsg)} (lower is better)`]);
   }
   if (M.statsMemory) {
     const s = M.statsMemory;

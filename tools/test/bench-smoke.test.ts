@@ -35,7 +35,10 @@ describe("npm run bench", () => {
       for (const k of ["raw", "ref", "onehop", "grpcjs"]) expect(m.exec[k].mbPerSec).toBeGreaterThan(0);
       expect(m.exec.bytes).toBe(4 * 1024 * 1024);
       for (const k of ["ref", "refyg", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
-      for (const k of ["onehop", "grpcjs"]) expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
+      for (const k of ["onehop", "grpcjs"]) {
+        expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
+        expect(m.statsRate[k].serverCpuMicrosPerMsg).toBeGreaterThan(0);
+      }
       for (const k of ["ref", "onehop", "grpcjs"]) {
         expect(typeof m.statsMemory[k].bytesPerStream).toBe("number");
         // The preloaded heap probe answered: live heap before and after the streams.
