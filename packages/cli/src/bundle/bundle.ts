@@ -196,6 +196,9 @@ export async function bundlePlugin(
   const outside = Object.entries(externals).sort(([a], [b]) =>
     a.localeCompare(b),
   );
+  const dependencies = Object.fromEntries(
+    outside.map(([pkg, { version }]) => [pkg, version]),
+  );
   // `type`: the launcher has no extension, so this keeps it CommonJS whatever package the
   // directory sits in.
   writeFileSync(
@@ -208,9 +211,7 @@ export async function bundlePlugin(
         type: "commonjs",
         bin: { [name]: `./${name}` },
         engines: { node: ">=20" },
-        dependencies: Object.fromEntries(
-          outside.map(([pkg, { version }]) => [pkg, version]),
-        ),
+        dependencies,
         // npm 12 runs a dependency's install script (node-pty builds its addon) only when allowed.
         allowScripts: Object.fromEntries(
           outside
@@ -253,9 +254,7 @@ export async function bundlePlugin(
   return {
     launcher: out(files.launcher),
     files: written,
-    externals: Object.fromEntries(
-      outside.map(([pkg, { version }]) => [pkg, version]),
-    ),
+    externals: dependencies,
     executor: executorSource !== undefined,
     pluginInfo,
     warnings,

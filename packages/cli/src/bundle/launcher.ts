@@ -31,6 +31,7 @@ export function bundleFiles(name: string): {
 
 function launch(
   name: string,
+  files: ReturnType<typeof bundleFiles>,
   cacheEnv: string,
   importModule?: (url: string) => Promise<unknown>,
 ): void {
@@ -43,10 +44,10 @@ function launch(
     );
     process.exit(1);
   };
-  const bundleFile = join(__dirname, `${name}.cjs`);
-  const cacheFile = `${bundleFile}.v8cache`;
+  const bundleFile = join(__dirname, files.bundle);
+  const cacheFile = join(__dirname, files.codeCache);
   // The task executor bundled with the plugin, for launchExecutor, unless the operator chose one.
-  const executorFile = join(__dirname, `${name}-executor.cjs`);
+  const executorFile = join(__dirname, files.executor);
   if (!process.env.NOMADKIT_EXECUTOR_PATH && existsSync(executorFile))
     process.env.NOMADKIT_EXECUTOR_PATH = executorFile;
   if (importModule) {
@@ -54,7 +55,7 @@ function launch(
     if (process.env[cacheEnv] === "report")
       process.stderr.write(`${name}: code cache none (ES module bundle)\n`);
     const { pathToFileURL } = require("node:url") as typeof import("node:url");
-    importModule(pathToFileURL(join(__dirname, `${name}.mjs`)).href).catch(
+    importModule(pathToFileURL(join(__dirname, files.esmBundle)).href).catch(
       fail,
     );
     return;
@@ -130,12 +131,13 @@ export function launcherSource(
   name: string,
   format: "cjs" | "esm" = "cjs",
 ): string {
-  const args = [name, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
+  const files = bundleFiles(name);
+  const args = [name, files, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
   // Written out, not compiled: the CommonJS build of this package would turn import() into require().
   if (format === "esm") args.push("(url) => import(url)");
   return [
     "#!/usr/bin/env node",
-    `// ${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${name}.${format === "cjs" ? "cjs" : "mjs"}; put it`,
+    `// ${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,
     "// (or a symlink, or a wrapper naming node) in Nomad's plugin_dir. Started by hand it says so and exits 1.",
     '"use strict";',
     `(${launch.toString()})(${args.join(", ")});`,
