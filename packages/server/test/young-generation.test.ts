@@ -35,6 +35,22 @@ describe("fixYoungGenerationSize", () => {
     );
     expect(fixed.after).toBeLessThanOrEqual(Math.max(2, fixed.before * 2));
   });
+
+  it("loads the built-ins a plugin serves with before it changes a flag (V8 then rejects Node's code cache for them)", () => {
+    // The built-in modules already loaded at the moment the flag changes.
+    const r = inNode<{ atChange: string[]; initially: string[] }>(`
+      const v8 = (await import("node:v8")).default;
+      const loaded = () => process.moduleLoadList.filter((m) => m.startsWith("NativeModule ")).map((m) => m.slice(13));
+      const initially = loaded();
+      const set = v8.setFlagsFromString;
+      let atChange;
+      v8.setFlagsFromString = (flags) => { atChange ??= loaded(); return set.call(v8, flags); };
+      yg.fixYoungGenerationSize();
+      console.log(JSON.stringify({ atChange, initially }));
+    `);
+    expect(r.initially).not.toContain("http2");
+    expect(r.atChange).toEqual(expect.arrayContaining(["http2", "child_process", "net", "tls", "os", "fs/promises", "worker_threads"]));
+  });
 });
 
 describe("holdYoungGenerationSize", () => {

@@ -18,12 +18,34 @@
 import { createRequire } from "node:module";
 import { runInNewContext } from "node:vm";
 
+// Node compiles its built-in modules from a code cache made under V8's default flags, and V8
+// rejects a code cache made under other flags: once any flag differs, every built-in loaded after
+// compiles from source (the executor started ~15-20 ms slower). So before the first change, load
+// the built-ins a nomadkit plugin loads anyway (serving HTTP/2, spawning, logging): they keep
+// their cache. Flags set back to their defaults (`--no-expose-gc`) restore it for later ones.
+const PLUGIN_BUILTINS = [
+  "node:http2",
+  "node:child_process",
+  "node:os",
+  "node:fs/promises",
+  "node:timers/promises",
+  "node:diagnostics_channel",
+  "node:assert",
+  "node:worker_threads",
+  "node:perf_hooks",
+  "node:cluster",
+];
+
 // node:v8 takes ~4 ms to load (it brings heap snapshot, histogram and perf modules with it), and a
 // driver needs it only once it streams exec output: loaded on first use, not at plugin start-up.
 let v8: typeof import("node:v8") | undefined;
 function setFlagsFromString(flags: string): void {
-  // Any absolute path will do: built-in modules resolve the same from everywhere.
-  v8 ??= createRequire("/")("node:v8") as typeof import("node:v8");
+  if (v8 === undefined) {
+    // Any absolute path will do: built-in modules resolve the same from everywhere.
+    const require = createRequire("/");
+    for (const builtin of PLUGIN_BUILTINS) require(builtin);
+    v8 = require("node:v8") as typeof import("node:v8");
+  }
   v8.setFlagsFromString(flags);
 }
 
@@ -50,7 +72,10 @@ function startupGrowthFactor(): number {
  * Idempotent; the nomadkit executor calls it.
  *
  * It changes a V8 flag, and V8 rejects code caches made under other flags: a bin that compiles
- * its bundle with a code cache must make that cache with this call in place too.
+ * its bundle with a code cache must make that cache with this call in place too. Node's own
+ * built-in modules are cached that way as well; the ones a plugin loads anyway (`node:http2`,
+ * `node:child_process`, ...) are loaded before the flag changes, others loaded later compile
+ * from source.
  *
  * @example
  * ```ts
