@@ -281,7 +281,7 @@ async function main() {
   if (want.has("idle")) {
     log("idle RSS");
     M.idleRss = {
-      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn and the minimal Node plugin 1 s after PluginInfo, medians; "settled": the first two again after 12 s (first run)',
+      what: 'VmRSS (/proc/<pid>/status) of the reference driver 1 s after PluginInfo versus `node -e "setInterval(()=>{},1e6)"` 1 s after spawn and the minimal Node plugin 1 s after PluginInfo, medians; "settled": the first two again after 12 s (first run); "serving": another reference driver 1 s after it answered SetConfig, sent its first Fingerprint and opened TaskEvents (as Nomad keeps a driver), not a target',
       ...(await idleRss(referenceDriverBin, { runs: o.idleRuns, settledMs: o.quick ? 0 : 12_000, floor: minimalPlugin() })),
     };
   }
@@ -353,6 +353,7 @@ async function main() {
     const s = M.idleRss;
     rows.push(["idle RSS (1 s after PluginInfo)", fmt.bytes(s.pluginBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, X(s.ratio)]);
     rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.bytes(s.floorBytes), `floor/bare ${X(s.floorRatio)}; ref/floor ${X(s.pluginBytes / s.floorBytes)}`]);
+    rows.push(["  serving as Nomad keeps it (SetConfig, Fingerprint, TaskEvents)", fmt.bytes(s.servingBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, `${X(s.servingRatio)} (not a target)`]);
     if (s.settled) rows.push([`idle RSS (after ${s.settled.afterMs / 1000} s)`, fmt.bytes(s.settled.pluginBytes), "-", "-", `${fmt.bytes(s.settled.bareNodeBytes)} (bare node)`, X(s.settled.ratio)]);
   }
   if (M.slowReader) {

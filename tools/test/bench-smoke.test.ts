@@ -54,6 +54,9 @@ describe("npm run bench", () => {
       for (const k of ["ref", "grpcjs"]) expect(m.unary[k].serverCpuMicrosPerCall).toBeGreaterThan(0);
       expect(m.idleRss.pluginBytes).toBeGreaterThan(0);
       expect(m.idleRss.bareNodeBytes).toBeGreaterThan(0);
+      // The driver as Nomad keeps it answered SetConfig and sent a Fingerprint.
+      expect(m.idleRss.servingBytes).toBeGreaterThan(0);
+      expect(stdout).toContain("serving as Nomad keeps it");
       for (const k of ["ref", "refyg", "grpcjs"]) expect(typeof m.slowReader[k].growthBytes).toBe("number");
       expect(stdout).toContain("+ fixYoungGenerationSize");
       expect(stdout).toContain("floor: minimal Node plugin");

@@ -4,6 +4,7 @@ import { setMaxListeners } from "node:events";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { encode } from "@msgpack/msgpack";
 import { launchPlugin } from "@nomadkit/client";
 import {
   ExecTaskStreamingRequestSchema,
@@ -380,17 +381,21 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
   const plugin = [];
   const bare = [];
   const floorBytes = [];
+  const serving = [];
   let settled;
   for (let i = 0; i < runs; i++) {
     const p = await launchPlugin(bin, [], {});
     await p.basePlugin.pluginInfo({});
     const f = await launchPlugin(floor.bin, [], { env: floor.env });
     await f.basePlugin.pluginInfo({});
+    const n = await servingAsNomad(bin);
     const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1e6)"], { stdio: "ignore" });
     await sleep(settleMs);
     plugin.push(procMemory(p.pid).rss);
     bare.push(procMemory(child.pid).rss);
     floorBytes.push(procMemory(f.pid).rss);
+    serving.push(procMemory(n.plugin.pid).rss);
+    await n.stop();
     if (i === 0 && settledMs > settleMs) {
       await sleep(settledMs - settleMs);
       settled = { afterMs: settledMs, pluginBytes: procMemory(p.pid).rss, bareNodeBytes: procMemory(child.pid).rss };
@@ -408,7 +413,41 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
     settled,
     floorBytes: median(floorBytes),
     floorRatio: median(floorBytes) / median(bare),
+    servingBytes: median(serving),
+    servingRatio: median(serving) / median(bare),
   };
+}
+
+/**
+ * A driver plugin as Nomad keeps one once the agent is up: SetConfig answered, the Fingerprint
+ * stream's first message received and the TaskEvents stream open (no tasks).
+ */
+async function servingAsNomad(bin) {
+  const plugin = await launchPlugin(bin, [], {});
+  const ac = new AbortController();
+  try {
+    await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
+    const events = plugin.driver.taskEvents({}, { signal: ac.signal })[Symbol.asyncIterator]();
+    const eventsDone = events.next().catch(() => {});
+    const fingerprints = plugin.driver.fingerprint({}, { signal: ac.signal })[Symbol.asyncIterator]();
+    const first = await fingerprints.next();
+    if (first.done || first.value.health === undefined) throw new Error(`${bin}: Fingerprint ended without a message`);
+    const fingerprintsDone = (async () => {
+      for (;;) if ((await fingerprints.next()).done) return;
+    })().catch(() => {});
+    return {
+      plugin,
+      async stop() {
+        ac.abort();
+        await Promise.race([Promise.all([eventsDone, fingerprintsDone]), sleep(2000)]);
+        await plugin.kill();
+      },
+    };
+  } catch (err) {
+    ac.abort();
+    await plugin.kill().catch(() => {});
+    throw err;
+  }
 }
 
 /** Peak RSS growth (summed over the target's processes) during one slowly-read exec. */
