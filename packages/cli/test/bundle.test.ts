@@ -263,6 +263,15 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(existsSync(join(work, "rawexec/rawexec-executor.cjs"))).toBe(true);
+    // Bundled from the same (ES module) build of @nomadkit/server as the plugin, whose unused
+    // exports esbuild drops: no module of a CommonJS build is in it (esbuild names wrapped
+    // modules by path).
+    const executorText = readFileSync(
+      join(work, "rawexec/rawexec-executor.cjs"),
+      "utf8",
+    );
+    expect(executorText).toMatch(/@bufbuild\/protobuf\/dist\/esm\//);
+    expect(executorText).not.toMatch(/dist\/(cjs|commonjs)\//);
     expect(existsSync(join(work, "rawexec/rawexec.cjs.v8cache"))).toBe(false);
     const pkg = JSON.parse(
       readFileSync(join(work, "rawexec/package.json"), "utf8"),

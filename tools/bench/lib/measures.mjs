@@ -375,7 +375,8 @@ async function pluginCycle(bin, env) {
  * Idle RSS of a freshly started plugin (1 s after PluginInfo) versus an idle bare node (1 s after
  * spawn) and `floor` (the minimal Node plugin, 1 s after PluginInfo), medians of `runs`; the first
  * run also waits until `settledMs` and reads the plugin and bare node again (V8's memory reducer
- * shrinks an idle heap after about 8 s).
+ * shrinks an idle heap after about 8 s). "serving": the same driver as Nomad keeps one
+ * ({@link servingAsNomad}), 1 s after its first Fingerprint.
  */
 export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_000, floor }) {
   const plugin = [];
