@@ -2,7 +2,8 @@
 // young generation's size keeps it from growing under an allocation pattern that grows it otherwise
 // (control runs show it does), and scavengeEvery frees dead buffers that V8 alone lets pile up.
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -50,6 +51,38 @@ describe("fixYoungGenerationSize", () => {
     `);
     expect(r.initially).not.toContain("http2");
     expect(r.atChange).toEqual(expect.arrayContaining(["http2", "child_process", "net", "tls", "os", "fs/promises", "worker_threads"]));
+  });
+
+  it("puts the flag back as the process exits, so a code cache saved then matches a start (V8 stamps caches with the flags)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-yg-cache-"));
+    try {
+      const cacheFile = join(dir, "cache");
+      const compile = `
+        const { Script } = await import("node:vm");
+        const { readFileSync, writeFileSync, existsSync } = await import("node:fs");
+        const cacheFile = ${JSON.stringify(cacheFile)};
+        const script = new Script("(function f() { return [1, 2, 3].map((x) => x * 2); })()", {
+          filename: "cached.js",
+          cachedData: existsSync(cacheFile) ? readFileSync(cacheFile) : undefined,
+        });
+        script.runInThisContext();
+      `;
+      // Like a launcher's training run: the cache is saved on exit, by a listener added before the flag changes.
+      inNode<null>(`
+        ${compile}
+        process.once("exit", () => writeFileSync(cacheFile, script.createCachedData()));
+        yg.fixYoungGenerationSize();
+        console.log("null");
+      `);
+      const start = inNode<{ rejected: boolean }>(`
+        ${compile}
+        yg.fixYoungGenerationSize();
+        console.log(JSON.stringify({ rejected: script.cachedDataRejected }));
+      `);
+      expect(start.rejected).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -51,6 +51,20 @@ function setFlagsFromString(flags: string): void {
 
 let fixed = false;
 let holds = 0;
+let restoresOnExit = false;
+
+/**
+ * Set V8's semi-space growth factor. V8 stamps a code cache with the flags in effect when it is
+ * made and rejects it under others, and a launcher that saves one as the process exits (`nomadkit
+ * bundle`'s training run) needs the flags its start compiled under: so the first change also puts
+ * the start's factor back on exit, ahead of every exit listener added before it.
+ */
+function setGrowthFactor(factor: number): void {
+  setFlagsFromString(`--semi-space-growth-factor=${factor}`);
+  if (restoresOnExit) return;
+  restoresOnExit = true;
+  process.prependOnceListener("exit", () => setFlagsFromString(`--semi-space-growth-factor=${startupGrowthFactor()}`));
+}
 
 /**
  * The growth factor in effect before any hold: V8's default 2, or what node was started with
@@ -71,8 +85,9 @@ function startupGrowthFactor(): number {
  * in the plugin's entry file, before the driver's modules load (their start-up grows it too).
  * Idempotent; the nomadkit executor calls it.
  *
- * It changes a V8 flag, and V8 rejects code caches made under other flags: a bin that compiles
- * its bundle with a code cache must make that cache with this call in place too. Node's own
+ * It changes a V8 flag, and V8 rejects code caches made under other flags. A bin that compiles its
+ * bundle with a code cache checks it before this call; the flag is set back as the process exits,
+ * so a cache saved then (as `nomadkit bundle`'s training run does) matches. Node's own
  * built-in modules are cached that way as well; the ones a plugin loads anyway (`node:http2`,
  * `node:child_process`, ...) are loaded before the flag changes, others loaded later compile
  * from source.
@@ -88,7 +103,7 @@ function startupGrowthFactor(): number {
 export function fixYoungGenerationSize(): void {
   if (fixed) return;
   fixed = true;
-  setFlagsFromString("--semi-space-growth-factor=1");
+  setGrowthFactor(1);
 }
 
 /**
@@ -107,12 +122,12 @@ export function fixYoungGenerationSize(): void {
  * ```
  */
 export function holdYoungGenerationSize(): () => void {
-  if (holds++ === 0 && !fixed) setFlagsFromString("--semi-space-growth-factor=1");
+  if (holds++ === 0 && !fixed) setGrowthFactor(1);
   let released = false;
   return () => {
     if (released) return;
     released = true;
-    if (--holds === 0 && !fixed) setFlagsFromString(`--semi-space-growth-factor=${startupGrowthFactor()}`);
+    if (--holds === 0 && !fixed) setGrowthFactor(startupGrowthFactor());
   };
 }
 
