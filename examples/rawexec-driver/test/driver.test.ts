@@ -290,8 +290,8 @@ describe("paths", () => {
     return file;
   }
 
-  it("runs each task's executor from the executor bundle of the plugin's build", async () => {
-    expect(await executorFile(p, newTask(sh("exec sleep 600")))).toBe(join(dirname(PLUGIN), "..", "dist", "plugin", "nomadkit-rawexec-executor.cjs"));
+  it("runs each task's executor from the executor launcher of the plugin's build (its bundle and code cache)", async () => {
+    expect(await executorFile(p, newTask(sh("exec sleep 600")))).toBe(join(dirname(PLUGIN), "..", "dist", "plugin", "nomadkit-rawexec-executor"));
   });
 
   it("runs executors from NOMADKIT_EXECUTOR_PATH when the operator sets it", async () => {

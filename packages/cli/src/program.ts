@@ -182,11 +182,11 @@ export function createProgram(info: { version?: string } = {}): Command {
     .option("--no-executor", "do not bundle the task executor")
     .option(
       "--no-code-cache",
-      "skip launching the bundled plugin (PluginInfo, Shutdown) to make the V8 code cache",
+      "skip launching the bundled plugin (PluginInfo, Shutdown) and executor to make their V8 code caches",
     )
     .addHelpText(
       "after",
-      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, <name>-executor.cjs and a package.json listing the packages left\noutside the bundle. Copy the directory to the client node, run `npm install --omit=dev` there when it lists any, and\nput <name> (or a wrapper naming node) in Nomad's plugin_dir.",
+      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, a package.json listing the packages left outside the bundle and, for\na driver that launches task executors, <name>-executor, <name>-executor.cjs and <name>-executor.cjs.v8cache. Copy the\ndirectory to the client node, run `npm install --omit=dev` there when it lists any, and put <name> (or a wrapper\nnaming node) in Nomad's plugin_dir.",
     )
     .action(async (entry: string, opts, cmd: Command) => {
       const { bundleCommand } = await import("./commands/bundle.js");

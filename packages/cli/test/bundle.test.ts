@@ -291,6 +291,53 @@ describe("nomadkit bundle", () => {
     expect(ex.stderr).toContain(REFUSAL);
   });
 
+  it("gives the bundled executor a launcher and a code cache made from a run of it, which the plugin's launcher points at", () => {
+    const entry = join(root, "examples/rawexec-driver/dist/main.js");
+    const r = nomadkit(
+      work,
+      "bundle",
+      entry,
+      "--out",
+      "rawexec-cached",
+      "--name",
+      "nomadkit-rawexec",
+    );
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const dir = join(work, "rawexec-cached");
+    expect(existsSync(join(dir, "nomadkit-rawexec-executor.cjs.v8cache"))).toBe(
+      true,
+    );
+    // Made from that run and used: V8 rejects a cache saved under other flags, and the executor
+    // changes one (fixYoungGenerationSize) after compiling, which it undoes on exit.
+    const ex = report(join(dir, "nomadkit-rawexec-executor"));
+    expect(ex.stderr).toContain("nomadkit-rawexec-executor: code cache used");
+    expect(ex.stderr).toContain(REFUSAL);
+    expect(ex.code).toBe(1);
+    // The plugin's launcher offers launchExecutor the executor's launcher first.
+    expect(readFileSync(join(dir, "nomadkit-rawexec"), "utf8")).toContain(
+      '"executors":["nomadkit-rawexec-executor","nomadkit-rawexec-executor.cjs"]',
+    );
+    // Without the run, neither cache, and a launcher left from it is not kept stale.
+    const again = nomadkit(
+      work,
+      "bundle",
+      entry,
+      "--out",
+      "rawexec-cached",
+      "--name",
+      "nomadkit-rawexec",
+      "--no-code-cache",
+    );
+    expect(again.code).toBe(0);
+    expect(existsSync(join(dir, "nomadkit-rawexec-executor.cjs.v8cache"))).toBe(
+      false,
+    );
+    expect(report(join(dir, "nomadkit-rawexec-executor")).stderr).toContain(
+      "nomadkit-rawexec-executor: code cache none",
+    );
+  });
+
   it("names the file or flag when it cannot bundle", () => {
     let r = nomadkit(work, "bundle", "missing.mjs");
     expect(r.code).toBe(1);

@@ -11,10 +11,14 @@ import {
 } from "node:fs";
 import { basename, extname, join, resolve } from "node:path";
 import { CliError } from "../errors.js";
-import { trainCodeCache } from "./code-cache.js";
+import { trainCodeCache, trainExecutorCodeCache } from "./code-cache.js";
 import { executorEntry, externalImports } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
-import { bundleFiles, launcherSource } from "./launcher.js";
+import {
+  bundleFiles,
+  executorLauncherSource,
+  launcherSource,
+} from "./launcher.js";
 
 /** Packages never bundled: a native addon (tty exec) and AutoMTLS's certificates, loaded on first use. */
 export const ALWAYS_EXTERNAL: readonly string[] = [
@@ -33,14 +37,16 @@ export interface BundleOptions {
   /** More packages to leave out of the bundle (native addons, say); they load from `node_modules` next to the bundle. */
   external?: readonly string[];
   /**
-   * Bundle `@nomadkit/server`'s task executor as `<name>-executor.cjs` (the launcher points
-   * `launchExecutor` at it). Default: when the plugin imports `launchExecutor`'s module.
+   * Bundle `@nomadkit/server`'s task executor as `<name>-executor.cjs` with its own launcher,
+   * `<name>-executor` (the plugin's launcher points `launchExecutor` at it). Default: when the
+   * plugin imports `launchExecutor`'s module.
    */
   executor?: boolean;
   /**
    * Launch the bundled plugin as Nomad does, ask PluginInfo, shut it down and save the V8 code
-   * cache of that start-up. It is also the bundle's smoke test: a plugin that cannot get that far
-   * fails the bundle step. Default `true`.
+   * cache of that start-up; likewise the bundled executor (one short process). It is also the
+   * bundle's smoke test: a plugin or executor that cannot get that far fails the bundle step.
+   * Default `true`.
    */
   codeCache?: boolean;
   /** How long the code-cache run waits for the plugin's handshake; default 60 000 ms. */
@@ -88,7 +94,8 @@ function checkName(name: string): void {
  * Bundles a plugin into a directory Nomad can run from its `plugin_dir`: `<name>` (the launcher,
  * executable), `<name>.cjs` (the entry and everything it imports, in one CommonJS file),
  * `<name>.cjs.v8cache` (V8's code cache of a real start-up, used only with exactly that bundle and
- * Node.js; an entry with top-level await gets `<name>.mjs` instead, without a cache), `<name>-executor.cjs` (the task executor, when the plugin launches executors) and a
+ * Node.js; an entry with top-level await gets `<name>.mjs` instead, without a cache), `<name>-executor.cjs` (the task executor, when the plugin launches executors), its launcher
+ * `<name>-executor` and code cache `<name>-executor.cjs.v8cache` (one short run of a process), and a
  * `package.json` whose dependencies are the packages left outside (`node-pty`, say; those with
  * install scripts also under `allowScripts`), so `npm install --omit=dev` in a copy of the
  * directory completes it. A plugin bundled this way
@@ -174,6 +181,8 @@ export async function bundlePlugin(
       `--executor: ${options.entry} does not use @nomadkit/server's launchExecutor; nothing to bundle`,
     );
   }
+  // Its launcher runs it from a code cache like the plugin's (CommonJS bundles only).
+  let executorLauncher: string | undefined;
   if (executorSource) {
     const ex = await buildBundle(
       esbuild,
@@ -185,9 +194,16 @@ export async function bundlePlugin(
     written.push(ex.file);
     warnings.push(...ex.warnings);
     Object.assign(externals, externalImports(ex.metafile, ex.cwd));
+    if (ex.format === "cjs") {
+      executorLauncher = out(files.executorLauncher);
+      writeFileSync(executorLauncher, executorLauncherSource(name));
+      written.push(executorLauncher);
+    }
   } else {
     rmSync(out(files.executor), { force: true });
   }
+  if (executorLauncher === undefined)
+    rmSync(out(files.executorLauncher), { force: true });
 
   writeFileSync(out(files.launcher), launcherSource(name, main.format));
   // Also when an earlier run's launcher is being replaced (a mode applies only to new files).
@@ -226,6 +242,7 @@ export async function bundlePlugin(
   written.push(out("package.json"));
 
   rmSync(out(files.codeCache), { force: true });
+  rmSync(out(files.executorCodeCache), { force: true });
   let pluginInfo: BundleResult["pluginInfo"];
   if (options.codeCache !== false) {
     try {
@@ -244,6 +261,24 @@ export async function bundlePlugin(
         );
       }
       written.splice(2, 0, out(files.codeCache));
+    }
+    if (executorLauncher !== undefined) {
+      try {
+        await trainExecutorCodeCache(
+          executorLauncher,
+          entry,
+          options.startTimeoutMs,
+        );
+      } catch (err) {
+        rmSync(out(files.executorCodeCache), { force: true });
+        throw err;
+      }
+      if (!existsSync(out(files.executorCodeCache))) {
+        throw new CliError(
+          `bundle: the executor exited without writing ${out(files.executorCodeCache)}`,
+        );
+      }
+      written.push(out(files.executorCodeCache));
     }
     if (pluginInfo.name !== name) {
       warnings.push(

@@ -19,6 +19,8 @@ export function bundleFiles(name: string): {
   esmBundle: string;
   codeCache: string;
   executor: string;
+  executorLauncher: string;
+  executorCodeCache: string;
 } {
   return {
     launcher: name,
@@ -26,12 +28,23 @@ export function bundleFiles(name: string): {
     esmBundle: `${name}.mjs`,
     codeCache: `${name}.cjs.v8cache`,
     executor: `${name}-executor.cjs`,
+    executorLauncher: `${name}-executor`,
+    executorCodeCache: `${name}-executor.cjs.v8cache`,
   };
+}
+
+/** What one launcher runs, relative to its directory. */
+interface LaunchFiles {
+  bundle: string;
+  esmBundle: string;
+  codeCache: string;
+  /** The task executor's entries for launchExecutor, the first that exists wins (a plugin's launcher). */
+  executors: string[];
 }
 
 function launch(
   name: string,
-  files: ReturnType<typeof bundleFiles>,
+  files: LaunchFiles,
   cacheEnv: string,
   importModule?: (url: string) => Promise<unknown>,
 ): void {
@@ -47,9 +60,12 @@ function launch(
   const bundleFile = join(__dirname, files.bundle);
   const cacheFile = join(__dirname, files.codeCache);
   // The task executor bundled with the plugin, for launchExecutor, unless the operator chose one.
-  const executorFile = join(__dirname, files.executor);
-  if (!process.env.NOMADKIT_EXECUTOR_PATH && existsSync(executorFile))
-    process.env.NOMADKIT_EXECUTOR_PATH = executorFile;
+  if (!process.env.NOMADKIT_EXECUTOR_PATH) {
+    const executor = files.executors
+      .map((f) => join(__dirname, f))
+      .find((f) => existsSync(f));
+    if (executor !== undefined) process.env.NOMADKIT_EXECUTOR_PATH = executor;
+  }
   if (importModule) {
     // Top-level await made the bundle an ES module (<name>.mjs): Node.js 20 has no code cache for those.
     if (process.env[cacheEnv] === "report")
@@ -132,13 +148,44 @@ export function launcherSource(
   format: "cjs" | "esm" = "cjs",
 ): string {
   const files = bundleFiles(name);
-  const args = [name, files, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
+  const own: LaunchFiles = {
+    bundle: files.bundle,
+    esmBundle: files.esmBundle,
+    codeCache: files.codeCache,
+    executors: [files.executorLauncher, files.executor],
+  };
+  const args = [name, own, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
   // Written out, not compiled: the CommonJS build of this package would turn import() into require().
   if (format === "esm") args.push("(url) => import(url)");
   return [
     "#!/usr/bin/env node",
     `// ${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,
     "// (or a symlink, or a wrapper naming node) in Nomad's plugin_dir. Started by hand it says so and exits 1.",
+    '"use strict";',
+    `(${launch.toString()})(${args.join(", ")});`,
+    "",
+  ].join("\n");
+}
+
+/**
+ * The task executor's launcher for a plugin called `name`: `<name>-executor`, which runs
+ * `<name>-executor.cjs` with its own code cache (`launchExecutor` starts it with node).
+ */
+export function executorLauncherSource(name: string): string {
+  const files = bundleFiles(name);
+  const own: LaunchFiles = {
+    bundle: files.executor,
+    esmBundle: files.executor,
+    codeCache: files.executorCodeCache,
+    executors: [],
+  };
+  const args = [files.executorLauncher, own, CODE_CACHE_ENV].map((a) =>
+    JSON.stringify(a),
+  );
+  return [
+    "#!/usr/bin/env node",
+    `// ${files.executorLauncher}: the task executor of the Nomad plugin ${name}, made by \`nomadkit bundle\`. Keep this`,
+    `// file next to ${files.executor}; the plugin's launcher points launchExecutor at it.`,
     '"use strict";',
     `(${launch.toString()})(${args.join(", ")});`,
     "",
