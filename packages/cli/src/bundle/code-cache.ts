@@ -1,7 +1,6 @@
 // The code-cache run: the bundled plugin started once as Nomad starts it; its launcher saves what V8
 // compiled on the way. Also the bundle's smoke test.
 import { createRequire } from "node:module";
-import { pathToFileURL } from "node:url";
 import { CliError } from "../errors.js";
 import { CODE_CACHE_ENV } from "./launcher.js";
 
@@ -73,8 +72,8 @@ export async function trainExecutorCodeCache(
 ): Promise<void> {
   let server: ExecutorModule;
   try {
-    const file = createRequire(from).resolve("@nomadkit/server/executor");
-    server = (await import(pathToFileURL(file).href)) as ExecutorModule;
+    // Its CommonJS build: require() works the same from this package's ES module and CommonJS builds.
+    server = createRequire(from)("@nomadkit/server/executor") as ExecutorModule;
   } catch (err) {
     throw new CliError(
       `bundle: cannot load @nomadkit/server/executor from ${from} to start the bundled executor: ${(err as Error).message}\n(--no-code-cache skips this run)`,
