@@ -98,7 +98,7 @@ export async function trainExecutorCodeCache(
   } catch (err) {
     await executor.kill().catch(() => undefined);
     throw new CliError(
-      `bundle: the bundled executor failed to run a process: ${(err as Error).message}`,
+      `bundle: the bundled executor failed to run a process: ${(err as Error).message}\n(--no-code-cache skips this run)`,
     );
   }
   // It exits by itself after Shutdown (its launcher writes the cache then); kill() only if it has
