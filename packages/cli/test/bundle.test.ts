@@ -248,18 +248,21 @@ describe("nomadkit bundle", () => {
     expect(r.code).toBe(1);
   });
 
-  it("bundles @nomadkit/server's task executor for a driver that launches executors", () => {
-    const entry = join(root, "examples/rawexec-driver/dist/main.js");
-    const r = nomadkit(
+  /** `nomadkit bundle` of the reference driver (it launches task executors) into `work/<out>`. */
+  const bundleRawexec = (out: string, name: string, ...flags: string[]) =>
+    nomadkit(
       work,
       "bundle",
-      entry,
+      join(root, "examples/rawexec-driver/dist/main.js"),
       "--out",
-      "rawexec",
+      out,
       "--name",
-      "rawexec",
-      "--no-code-cache",
+      name,
+      ...flags,
     );
+
+  it("bundles @nomadkit/server's task executor for a driver that launches executors", () => {
+    const r = bundleRawexec("rawexec", "rawexec", "--no-code-cache");
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(existsSync(join(work, "rawexec/rawexec-executor.cjs"))).toBe(true);
@@ -292,16 +295,7 @@ describe("nomadkit bundle", () => {
   });
 
   it("gives the bundled executor a launcher and a code cache made from a run of it, which the plugin's launcher points at", () => {
-    const entry = join(root, "examples/rawexec-driver/dist/main.js");
-    const r = nomadkit(
-      work,
-      "bundle",
-      entry,
-      "--out",
-      "rawexec-cached",
-      "--name",
-      "nomadkit-rawexec",
-    );
+    const r = bundleRawexec("rawexec-cached", "nomadkit-rawexec");
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     const dir = join(work, "rawexec-cached");
@@ -319,13 +313,8 @@ describe("nomadkit bundle", () => {
       '"executors":["nomadkit-rawexec-executor","nomadkit-rawexec-executor.cjs"]',
     );
     // Without the run, neither cache, and a launcher left from it is not kept stale.
-    const again = nomadkit(
-      work,
-      "bundle",
-      entry,
-      "--out",
+    const again = bundleRawexec(
       "rawexec-cached",
-      "--name",
       "nomadkit-rawexec",
       "--no-code-cache",
     );
