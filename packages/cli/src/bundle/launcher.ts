@@ -139,6 +139,25 @@ function launch(
   }
 }
 
+/** A launcher script: a `node` shebang, `comment`, then `launch` called with these arguments. */
+function launcherText(
+  name: string,
+  files: LaunchFiles,
+  comment: readonly string[],
+  esm = false,
+): string {
+  const args = [name, files, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
+  // Written out, not compiled: the CommonJS build of this package would turn import() into require().
+  if (esm) args.push("(url) => import(url)");
+  return [
+    "#!/usr/bin/env node",
+    ...comment.map((line) => `// ${line}`),
+    '"use strict";',
+    `(${launch.toString()})(${args.join(", ")});`,
+    "",
+  ].join("\n");
+}
+
 /**
  * The launcher's text for a plugin called `name`: a CommonJS script with a `node` shebang that runs
  * `<name>.cjs` (or, for `format` `esm`, `<name>.mjs`) from its own directory.
@@ -148,23 +167,20 @@ export function launcherSource(
   format: "cjs" | "esm" = "cjs",
 ): string {
   const files = bundleFiles(name);
-  const own: LaunchFiles = {
-    bundle: files.bundle,
-    esmBundle: files.esmBundle,
-    codeCache: files.codeCache,
-    executors: [files.executorLauncher, files.executor],
-  };
-  const args = [name, own, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
-  // Written out, not compiled: the CommonJS build of this package would turn import() into require().
-  if (format === "esm") args.push("(url) => import(url)");
-  return [
-    "#!/usr/bin/env node",
-    `// ${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,
-    "// (or a symlink, or a wrapper naming node) in Nomad's plugin_dir. Started by hand it says so and exits 1.",
-    '"use strict";',
-    `(${launch.toString()})(${args.join(", ")});`,
-    "",
-  ].join("\n");
+  return launcherText(
+    name,
+    {
+      bundle: files.bundle,
+      esmBundle: files.esmBundle,
+      codeCache: files.codeCache,
+      executors: [files.executorLauncher, files.executor],
+    },
+    [
+      `${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,
+      "(or a symlink, or a wrapper naming node) in Nomad's plugin_dir. Started by hand it says so and exits 1.",
+    ],
+    format === "esm",
+  );
 }
 
 /**
@@ -173,21 +189,17 @@ export function launcherSource(
  */
 export function executorLauncherSource(name: string): string {
   const files = bundleFiles(name);
-  const own: LaunchFiles = {
-    bundle: files.executor,
-    esmBundle: files.executor,
-    codeCache: files.executorCodeCache,
-    executors: [],
-  };
-  const args = [files.executorLauncher, own, CODE_CACHE_ENV].map((a) =>
-    JSON.stringify(a),
+  return launcherText(
+    files.executorLauncher,
+    {
+      bundle: files.executor,
+      esmBundle: files.executor, // never imported: the executor bundle is CommonJS
+      codeCache: files.executorCodeCache,
+      executors: [],
+    },
+    [
+      `${files.executorLauncher}: the task executor of the Nomad plugin ${name}, made by \`nomadkit bundle\`. Keep this`,
+      `file next to ${files.executor}; the plugin's launcher points launchExecutor at it.`,
+    ],
   );
-  return [
-    "#!/usr/bin/env node",
-    `// ${files.executorLauncher}: the task executor of the Nomad plugin ${name}, made by \`nomadkit bundle\`. Keep this`,
-    `// file next to ${files.executor}; the plugin's launcher points launchExecutor at it.`,
-    '"use strict";',
-    `(${launch.toString()})(${args.join(", ")});`,
-    "",
-  ].join("\n");
 }
