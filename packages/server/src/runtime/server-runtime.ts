@@ -23,7 +23,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/client/runtime";
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { noopLogger, type Logger } from "./logger.js";
-import { Aborted, abortedBy } from "./until-aborted.js";
+import { GuardedStream } from "./guarded-stream.js";
 
 export type { HandlerContext };
 
@@ -172,60 +172,11 @@ export class ServerRuntime {
     handler: (input: I, context: HandlerContext) => AsyncIterable<O>,
     input: I,
   ): AsyncIterable<O> {
-    const rt = this;
-    return (async function* () {
-      const signal = context.signal;
-      let iter: AsyncIterator<O> | undefined;
-      // True once the handler's iterator has finished on its own (returned or threw).
-      let handlerDone = false;
-      let ended = false;
-      // Rejects the pending next() of the handler, which may never settle if it ignores its signal.
-      let interrupt: ((reason: Aborted) => void) | undefined;
-      // Cancelled or abandoned: end the handler's stream (its finally blocks run), but do not wait
-      // for it, since a handler that ignores its signal may never get there.
-      const end = () => {
-        if (handlerDone || ended || iter?.return === undefined) return;
-        ended = true;
-        iter.return().then(undefined, () => {});
-      };
-      // One listener for the whole call, on the abort itself: when the client cancels while a
-      // response write waits for HTTP/2 flow control, connect-node never resumes this generator, so
-      // the finally below would never run and the handler (an exec session, its process, a stream
-      // subscription) would leak. A call waiting on the handler stops waiting.
-      const onAbort = () => {
-        end();
-        interrupt?.(abortedBy(signal));
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      try {
-        iter = handler(input, context)[Symbol.asyncIterator]();
-        let r: IteratorResult<O> | undefined;
-        for (;;) {
-          if (signal.aborted) throw abortedBy(signal);
-          const pending = iter.next();
-          r = await new Promise<IteratorResult<O>>((resolve, reject) => {
-            interrupt = reject;
-            pending.then(resolve, reject);
-          });
-          interrupt = undefined;
-          if (r.done) {
-            handlerDone = true;
-            return;
-          }
-          // Neither kept alive by this suspended frame while the handler works on the next message.
-          let value: O | undefined = r.value;
-          r = undefined;
-          yield value;
-          value = undefined;
-        }
-      } catch (err) {
-        if (!(err instanceof Aborted)) handlerDone = true;
-        throw rt.toConnectError(err instanceof Aborted ? err.reason : err, method, context);
-      } finally {
-        signal.removeEventListener("abort", onAbort);
-        end();
-      }
-    })();
+    return new GuardedStream(
+      () => handler(input, context),
+      context.signal,
+      (err) => this.toConnectError(err, method, context),
+    );
   }
 }
 
