@@ -1,12 +1,13 @@
 #!/usr/bin/env node
 // nomadkit benchmark (`npm run bench`, issue 7): exec throughput, unary rate, TaskStats streams,
 // start-up, idle RSS and slow-reader memory, each next to its peers (@grpc/grpc-js serving the same
-// handlers, a raw node:http2 limit, bare node), printed as a table and written as JSON.
+// handlers, a raw node:http2 limit, bare node), and the task executor's start and memory per task,
+// printed as a table and written as JSON.
 // Not a test: numbers depend on the machine; targets are reported as PASS/MISS, never asserted.
 //
 //   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 2] [--slow-bytes <exec-bytes>]
-//     [--slow-rate 128MiB] [--startup-runs 11] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
-//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow]
+//     [--slow-rate 128MiB] [--startup-runs 11] [--executor-runs 11] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
+//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow,executor]
 //     [--quick] [--json tools/bench/results/latest.json] [--snapshot <name>]
 import { execFileSync } from "node:child_process";
 import { cpus, freemem, loadavg, tmpdir, totalmem } from "node:os";
@@ -14,12 +15,12 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
-import { execThroughputs, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
-import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, repoRoot, startServer } from "./lib/targets.mjs";
+import { execThroughputs, executorCosts, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
+import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, referenceExecutor, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const ALL = ["exec", "unary", "stats", "startup", "idle", "slow"];
+const ALL = ["exec", "unary", "stats", "startup", "idle", "slow", "executor"];
 
 function parseArgs(argv) {
   const o = {
@@ -28,6 +29,7 @@ function parseArgs(argv) {
     slowBytes: undefined,
     slowRate: 128 * MiB,
     startupRuns: 11,
+    executorRuns: 11,
     unarySeconds: 3,
     unaryWarmup: 3,
     unaryConcurrency: 16,
@@ -60,6 +62,7 @@ function parseArgs(argv) {
       case "--slow-bytes": o.slowBytes = parseSize(val(), flag); break;
       case "--slow-rate": o.slowRate = parseSize(val(), flag); break;
       case "--startup-runs": o.startupRuns = num(flag, val()); break;
+      case "--executor-runs": o.executorRuns = num(flag, val()); break;
       case "--unary-seconds": o.unarySeconds = num(flag, val()); break;
       case "--unary-concurrency": o.unaryConcurrency = num(flag, val()); break;
       case "--unary-warmup": o.unaryWarmup = num(flag, val()); break;
@@ -87,6 +90,7 @@ function parseArgs(argv) {
   if (o.quick) {
     o.execRuns = 1;
     o.startupRuns = Math.min(o.startupRuns, 3);
+    o.executorRuns = Math.min(o.executorRuns, 3);
     o.idleRuns = 1;
     o.unarySeconds = Math.min(o.unarySeconds, 0.5);
     o.unaryWarmup = Math.min(o.unaryWarmup, 0.5);
@@ -105,6 +109,7 @@ function readHelp() {
   --slow-bytes SIZE       output of the slow-reader exec; default --exec-bytes
   --slow-rate SIZE        slow reader's rate per second; default 128MiB
   --startup-runs N        start-up cycles (median); default 11
+  --executor-runs N       task executor launches (median); default 11
   --unary-seconds S       measuring time of each unary round (5 rounds, --quick: 1); default 3
   --unary-concurrency N   unary calls in flight; default 16
   --unary-warmup S        warm-up before measuring the unary rate; default 3
@@ -286,6 +291,15 @@ async function main() {
     };
   }
 
+  if (want.has("executor")) {
+    const ex = referenceExecutor();
+    log(`task executor x${o.executorRuns}`);
+    M.executor = {
+      what: `the task executor each StartTask starts and waits for, ${ex.what}, started by launchExecutor as the driver starts it: launch → go-plugin handshake → client connected, versus spawn of \`node -e 0\` until exit (medians of ${o.executorRuns}, alternating); and per task, 1 s after it launched \`sleep 3600\`, VmRSS and private memory (smaps_rollup Private_Clean + Private_Dirty, what its exit gives back) next to an idle bare node (medians of ${o.quick ? 1 : 3}); not targets`,
+      ...(await executorCosts(ex.path, { runs: o.executorRuns, memoryRuns: o.quick ? 1 : 3 })),
+    };
+  }
+
   // Targets.
   const T = report.targets;
   const target = (name, value, limit, pass, shown) => T.push({ name, value, limit, pass, shown });
@@ -355,6 +369,11 @@ async function main() {
     rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.bytes(s.floorBytes), `floor/bare ${X(s.floorRatio)}; ref/floor ${X(s.pluginBytes / s.floorBytes)}`]);
     rows.push(["  serving as Nomad keeps it (SetConfig, Fingerprint, TaskEvents)", fmt.bytes(s.servingBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, `${X(s.servingRatio)} (not a target)`]);
     if (s.settled) rows.push([`idle RSS (after ${s.settled.afterMs / 1000} s)`, fmt.bytes(s.settled.pluginBytes), "-", "-", `${fmt.bytes(s.settled.bareNodeBytes)} (bare node)`, X(s.settled.ratio)]);
+  }
+  if (M.executor) {
+    const s = M.executor;
+    rows.push([`task executor start (median of ${s.runs})`, fmt.ms(s.launchMs), "-", "-", `${fmt.ms(s.bareNodeMs)} (node -e 0)`, `${X(s.launchRatio)} (every StartTask waits for it; not a target)`]);
+    rows.push(["  memory per task: RSS / private", `${fmt.bytes(s.rssBytes)} / ${fmt.bytes(s.privateBytes)}`, "-", "-", `${fmt.bytes(s.bareNodeRssBytes)} / ${fmt.bytes(s.bareNodePrivateBytes)} (bare node)`, `private ${X(s.privateBytes / s.bareNodePrivateBytes)} (node's binary pages are shared)`]);
   }
   if (M.slowReader) {
     const s = M.slowReader;

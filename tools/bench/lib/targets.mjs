@@ -2,7 +2,7 @@
 // it, with one running task), the one-hop nomadkit bench driver, the grpc-js peer and the raw
 // HTTP/2 limit server.
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,6 +15,14 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const repoRoot = resolve(here, "../../..");
 export const referenceDriverBin = join(repoRoot, "examples/rawexec-driver/bin/nomadkit-rawexec");
 export const benchDriverFile = join(here, "../servers/nomadkit-driver.mjs");
+/**
+ * The task executor the reference driver starts for each task: the launcher `nomadkit bundle`
+ * wrote next to its bundle, or, before a bundle exists, @nomadkit/server's own executor entry.
+ */
+export function referenceExecutor() {
+  const launcher = join(repoRoot, "examples/rawexec-driver/dist/plugin/nomadkit-rawexec-executor");
+  return existsSync(launcher) ? { path: launcher, what: "the reference driver's bundled executor (dist/plugin/nomadkit-rawexec-executor)" } : { path: undefined, what: "@nomadkit/server's executor entry (no bundle built)" };
+}
 
 /**
  * The floor for start-up and idle memory: servers/minimal-plugin.cjs (node:http2 and canned
