@@ -162,6 +162,34 @@ describe("executor: launch and wait", () => {
     expect(names.filter((k) => k === "NOMAD_PLUGIN_MAGIC_COOKIE" || k.startsWith("PLUGIN_"))).toEqual([]);
   });
 
+  it("caps the executor's malloc arenas for the executor only, and keeps an operator's own cap for its tasks too", async () => {
+    const environOf = (pid: number) =>
+      Object.fromEntries(
+        readFileSync(`/proc/${pid}/environ`, "utf8")
+          .split("\0")
+          .filter(Boolean)
+          .map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+      );
+    const taskEnv = async (exe: ExecutorHandle, name: string) => {
+      const out = file(name);
+      await exe.client.launch({ cmd: "/usr/bin/env", env: [], stdoutPath: out });
+      expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+      return readFileSync(out, "utf8").split("\n").filter((l) => l.startsWith("MALLOC_ARENA_MAX=") || l.startsWith("NOMADKIT_EXECUTOR_MALLOC"));
+    };
+    expect(process.env.MALLOC_ARENA_MAX).toBeUndefined();
+    // Set by launchExecutor: glibc reads it as the executor starts; a task inheriting the
+    // executor's environment does not get it.
+    const capped = await launchExecutor();
+    handles.push(capped);
+    expect(environOf(capped.pid).MALLOC_ARENA_MAX).toBe("2");
+    expect(await taskEnv(capped, "env-capped")).toEqual([]);
+    // The operator's (or the driver's) own setting wins and reaches the task as before.
+    const own = await launchExecutor({ env: { MALLOC_ARENA_MAX: "4" } });
+    handles.push(own);
+    expect(environOf(own.pid).MALLOC_ARENA_MAX).toBe("4");
+    expect(await taskEnv(own, "env-own")).toEqual(["MALLOC_ARENA_MAX=4"]);
+  });
+
   it("rejects bad launch requests with errors naming the field", async () => {
     const exe = await executor();
     await expectCode(exe.client.launch({ cmd: "definitely-not-a-command-xyz", env: [PATH] }), Code.InvalidArgument, "cmd");
@@ -185,7 +213,7 @@ describe("executor: launch and wait", () => {
     const reader = createReadStream(fifo);
     const chunks: Buffer[] = [];
     reader.on("data", (b) => chunks.push(b as Buffer));
-    const ended = new Promise((r) => reader.on("end", r));
+    const ended = new Promise<void>((r) => reader.on("end", () => r()));
     await exe.client.launch({
       cmd: "sh",
       args: ["-c", "echo to-stdout; echo to-stderr >&2"],

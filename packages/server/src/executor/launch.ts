@@ -9,6 +9,7 @@ import type { PluginClient, PluginLogger } from "@nomadkit/client";
 import { ExecutorClient } from "@nomadkit/client/gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { PluginShutdownError } from "@nomadkit/client/runtime";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
+import { capMallocArenas } from "./malloc-arenas.js";
 
 // The go-plugin host runtime (process launch, handshake parsing, HTTP/2 connections) is loaded when
 // the first executor is launched or reattached, not when a driver starts: plugin start-up stays short.
@@ -278,7 +279,9 @@ export async function reattachExecutor(reattach: ExecutorReattach, options: Reat
  * Starts a detached executor process for one task and connects to it. The executor runs in its
  * own session and process group with no stdio tied to this process after the go-plugin
  * handshake, so the driver may exit or be killed (even SIGKILL) while the executor and its task
- * keep running; reattach with {@link reattachExecutor} from `handle.reattach`.
+ * keep running; reattach with {@link reattachExecutor} from `handle.reattach`. Unless the
+ * environment sets `MALLOC_ARENA_MAX`, the executor runs with glibc's malloc arenas capped at 2
+ * (~1 MiB less memory per task); its tasks do not inherit that setting.
  *
  * @example
  * ```ts
@@ -298,6 +301,7 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
   env.PLUGIN_PROTOCOL_VERSIONS = "2";
   env.PLUGIN_MIN_PORT = "0";
   env.PLUGIN_MAX_PORT = "0";
+  capMallocArenas(env);
   const args = [...(options.nodeArgs ?? []), entry, JSON.stringify(options.config ?? {})];
   const child = spawn(options.nodePath ?? process.execPath, args, {
     env,

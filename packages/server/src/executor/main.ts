@@ -5,6 +5,7 @@ import { registerExecutor } from "../gen/hashicorp/nomad/plugins/executor/proto/
 import { ServerRuntime } from "../runtime/server-runtime.js";
 import { ExecutorService } from "./service.js";
 import { hostCompute } from "../stats/host.js";
+import { dropOwnMallocArenaCap } from "./malloc-arenas.js";
 
 /** Configuration of an executor process; the driver passes it as the JSON first argument. */
 export interface ExecutorConfig {
@@ -99,6 +100,8 @@ function safeDestination(config: ExecutorConfig): { write(line: string): void } 
  * ```
  */
 export async function runExecutorMain(options: RunExecutorOptions = {}): Promise<ServedPlugin> {
+  // Before a task or exec session could inherit it: the arena cap was for this process only.
+  dropOwnMallocArenaCap();
   // The driver may be gone: writing to its pipes must not crash the executor.
   const ignore = () => {};
   process.stdout.on("error", ignore);
