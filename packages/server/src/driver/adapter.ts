@@ -395,8 +395,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       const waits = new StreamWaits(hc.signal, lifetime.signal);
       try {
         for (;;) {
-          const sample = await taskStats(req.taskId, ctx);
-          yield { stats: normalizeTaskStats(req.taskId, sample, context.hostCompute) };
+          // Held only until it is sent, not by this frame while it waits for the next interval: a
+          // suspended generator keeps its local variables (the driver's sample) alive.
+          yield { stats: normalizeTaskStats(req.taskId, await taskStats(req.taskId, ctx), context.hostCompute) };
           if (!(await waits.next(intervalMs))) return;
           requireTask(req.taskId);
         }

@@ -16,7 +16,9 @@
  * ```
  */
 export class StreamWaits {
-  readonly #signals: AbortSignal[];
+  // As given (a rest parameter's array is exactly sized; one built by filter() has room for 16):
+  // undefined entries are skipped where it is read. One of these lives as long as its stream.
+  readonly #signals: readonly (AbortSignal | undefined)[];
   #pending: ((woke: boolean) => void) | undefined;
   #timer: NodeJS.Timeout | undefined;
   #timerMs = 0;
@@ -25,9 +27,9 @@ export class StreamWaits {
   readonly #onTime = (): void => this.#settle(true);
 
   constructor(...signals: (AbortSignal | undefined)[]) {
-    this.#signals = signals.filter((s): s is AbortSignal => s !== undefined);
-    if (this.#signals.some((s) => s.aborted)) this.#ended = true;
-    else for (const s of this.#signals) s.addEventListener("abort", this.#onAbort, { once: true });
+    this.#signals = signals;
+    if (signals.some((s) => s?.aborted)) this.#ended = true;
+    else for (const s of signals) s?.addEventListener("abort", this.#onAbort, { once: true });
   }
 
   /**
@@ -58,7 +60,7 @@ export class StreamWaits {
   close(): void {
     if (!this.#ended) {
       this.#ended = true;
-      for (const s of this.#signals) s.removeEventListener("abort", this.#onAbort);
+      for (const s of this.#signals) s?.removeEventListener("abort", this.#onAbort);
     }
     clearTimeout(this.#timer);
     this.#timer = undefined;

@@ -1,0 +1,68 @@
+// An open TaskStats stream waits for its next interval holding as little as possible: Nomad keeps
+// one open per task, and a driver's sample (a whole process tree's usage, say) must not stay
+// alive in the stream's suspended frame until the next one replaces it.
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import { create } from "@bufbuild/protobuf";
+import { TaskStatsRequestSchema } from "@nomadkit/protocol/driver";
+import type { HandlerContext } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { createDriverHandlers, defineDriver } from "../src/driver/index.js";
+
+/** V8's gc(), made in a context created while --expose-gc is set (then cleared again). */
+function fullGc(): () => void {
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc") as () => void;
+  setFlagsFromString("--no-expose-gc");
+  return gc;
+}
+
+describe("TaskStats stream", () => {
+  it("does not keep the driver's last sample alive while it waits for the next interval", async () => {
+    // FinalizationRegistry rather than WeakRef: a WeakRef keeps its target alive until the current
+    // job ends, which a test runner's job may not do for a while.
+    let made = 0;
+    let collected = 0;
+    const registry = new FinalizationRegistry<void>(() => void collected++);
+    const host = createDriverHandlers(
+      defineDriver({
+        name: "retention",
+        version: "0.0.1",
+        fingerprint: () => ({ health: "healthy" }),
+        startTask: () => {},
+        waitTask: () => new Promise<never>(() => {}),
+        stopTask: () => {},
+        destroyTask: () => {},
+        taskStats: () => {
+          const sample = { cpu: { percent: 12.5 }, memory: { rss: 1n << 20n }, byPid: { "1": { cpu: { percent: 12.5 } } } };
+          made++;
+          registry.register(sample, undefined);
+          return sample;
+        },
+      }),
+    );
+    try {
+      await host.driver.startTask!({ task: { id: "t1", name: "t" } } as never, {} as HandlerContext);
+      const ac = new AbortController();
+      const hc = { signal: ac.signal } as HandlerContext;
+      const stream = host.driver.taskStats!(create(TaskStatsRequestSchema, { taskId: "t1", collectionInterval: { seconds: 3600n } }), hc)[Symbol.asyncIterator]();
+      const first = await stream.next();
+      expect(first.value).toMatchObject({ stats: { id: "t1", aggResourceUsage: { cpu: { percent: 12.5 } } } });
+      // Ask for the next sample: the stream now waits an hour for it.
+      const second = stream.next();
+      await new Promise((r) => setImmediate(r));
+      expect(made).toBe(1);
+      const gc = fullGc();
+      // Finalization callbacks run as tasks of their own after a collection.
+      for (let i = 0; i < 20 && collected === 0; i++) {
+        gc();
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      expect(collected).toBe(1);
+      ac.abort();
+      expect(await second).toMatchObject({ done: true });
+    } finally {
+      await host.close();
+    }
+  });
+});
