@@ -51,6 +51,11 @@ function routes(router: ConnectRouter) {
           ctx.responseHeader.set("x-answer", "42");
           ctx.responseTrailer.set("x-trailer", "yes");
         }
+        if (req.taskId === "request") {
+          // What the handler sees of the request, made on first use from what the call kept.
+          const seen = [...ctx.requestHeader].filter(([k]) => k.startsWith("x-nk-")).map(([k, v]) => `${k}=${v}`);
+          return { task: { id: ctx.url, name: seen.join(";") } };
+        }
         if (req.taskId === "values") {
           // One context-values object per call, made on first use: a set is seen by the next get.
           ctx.values.set(counter, ctx.values.get(counter) + 1);
@@ -231,6 +236,10 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
     expect(r.headers["content-type"]).toBe("application/grpc+proto");
     const v = await same(`${DRIVER}/InspectTask`, [inspect("values")]);
     expect(Buffer.from(v.body, "hex").toString("latin1")).toContain("count 1");
+    const q = await same(`${DRIVER}/InspectTask`, [inspect("request")], { headers: { "x-nk-one": "1", "x-nk-two": ["a", "b"] } });
+    const seen = Buffer.from(q.body, "hex").toString("latin1");
+    expect(seen).toContain(`http://localhost${DRIVER}/InspectTask`);
+    expect(seen).toContain("x-nk-one=1;x-nk-two=a, b");
     const h = await same(`${DRIVER}/InspectTask`, [inspect("headers")]);
     expect(h.headers["x-answer"]).toBe("42");
     expect(h.trailers["x-trailer"]).toBe("yes");

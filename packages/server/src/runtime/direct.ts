@@ -14,7 +14,6 @@ import type * as http2 from "node:http2";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import { webHeaders } from "@nomadkit/client/runtime";
 import { encodeBinary } from "./binary-encoder.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
@@ -192,9 +191,16 @@ class DirectContext implements HandlerContext {
   readonly service: DescService;
   readonly requestMethod = "POST";
   readonly protocolName = "grpc";
-  readonly url: string;
   ended = false;
-  readonly #headers: http2.IncomingHttpHeaders;
+  /**
+   * The request's headers as name, value, name, value...: what `requestHeader` is made of on first
+   * use. Node's header object is a dictionary about three times the size, and every open stream
+   * would keep it.
+   */
+  readonly #headerPairs: (string | string[])[];
+  readonly #authority: string | undefined;
+  readonly #path: string | undefined;
+  readonly #encrypted: boolean;
   readonly #deadlineAt: number | undefined;
   readonly #shutdown: AbortSignal | undefined;
   #requestHeader: Headers | undefined;
@@ -208,11 +214,31 @@ class DirectContext implements HandlerContext {
   #endReason: unknown;
   #values: ContextValues | undefined;
 
-  constructor(method: DescMethod, headers: http2.IncomingHttpHeaders, timeoutMs: number | undefined, shutdown: AbortSignal | undefined, values: ContextValues | undefined) {
+  constructor(
+    method: DescMethod,
+    headers: http2.IncomingHttpHeaders,
+    encrypted: boolean,
+    timeoutMs: number | undefined,
+    shutdown: AbortSignal | undefined,
+    values: ContextValues | undefined,
+  ) {
     this.method = method;
     this.service = method.parent;
-    this.#headers = headers;
-    this.url = `http://${headers[":authority"] ?? "localhost"}${headers[":path"] ?? ""}`;
+    const names = Object.keys(headers);
+    const pairs = new Array<string | string[]>(names.length * 2);
+    let n = 0;
+    for (const name of names) {
+      const value = headers[name];
+      // Pseudo-headers are not headers (connect leaves them out too).
+      if (value === undefined || name.charCodeAt(0) === 58 /* ":" */) continue;
+      pairs[n++] = name;
+      pairs[n++] = value;
+    }
+    pairs.length = n;
+    this.#headerPairs = pairs;
+    this.#authority = headers[":authority"];
+    this.#path = headers[":path"];
+    this.#encrypted = encrypted;
     this.#deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     this.#shutdown = shutdown;
     this.#values = values;
@@ -225,8 +251,23 @@ class DirectContext implements HandlerContext {
 
   readonly timeoutMs = (): number | undefined => (this.#deadlineAt === undefined ? undefined : this.#deadlineAt - Date.now());
 
+  /** As connect-node makes it (a normalised URL: no default port). */
+  get url(): string {
+    return new URL(this.#path ?? "", `${this.#encrypted ? "https" : "http"}://${this.#authority ?? "localhost"}`).toString();
+  }
+
   get requestHeader(): Headers {
-    return (this.#requestHeader ??= webHeaders(this.#headers));
+    if (this.#requestHeader === undefined) {
+      const h = new Headers();
+      const pairs = this.#headerPairs;
+      for (let i = 0; i < pairs.length; i += 2) {
+        const value = pairs[i + 1]!;
+        if (typeof value === "string") h.append(pairs[i] as string, value);
+        else for (const v of value) h.append(pairs[i] as string, v);
+      }
+      this.#requestHeader = h;
+    }
+    return this.#requestHeader;
   }
 
   get responseHeader(): Headers {
@@ -416,7 +457,16 @@ export class DirectPath {
       timeoutMs = parsed.timeoutMs;
     }
     this.#served.add(stream);
-    void this.#serve(route, stream, h, timeoutMs, req === undefined ? undefined : contextValues?.(req), compat?.res);
+    // Made here, not in #serve: the headers would stay in that suspended frame for the whole call.
+    const context = new DirectContext(
+      route.method,
+      h,
+      stream.session?.encrypted === true,
+      timeoutMs,
+      this.#options.shutdownSignal,
+      req === undefined ? undefined : contextValues?.(req),
+    );
+    void this.#serve(route, stream, context, compat?.res);
     return true;
   }
 
@@ -429,13 +479,10 @@ export class DirectPath {
   async #serve(
     route: Route,
     stream: http2.ServerHttp2Stream,
-    headers: http2.IncomingHttpHeaders,
-    timeoutMs: number | undefined,
-    values: ContextValues | undefined,
+    context: DirectContext,
     res: http2.Http2ServerResponse | undefined,
   ): Promise<void> {
     const { method, impl } = route;
-    const context = new DirectContext(method, headers, timeoutMs, this.#options.shutdownSignal, values);
     const requests = new RequestMessages<unknown>(stream, method.input, this.#options.readMaxBytes ?? 0xffffffff);
     // Stream errors (a reset, the session failing) end in "close" below; without a listener an
     // "error" event would be thrown (Node's compatibility objects, when present, listen too).
