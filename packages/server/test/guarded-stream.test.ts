@@ -29,18 +29,22 @@ function probe(body: (log: string[]) => AsyncGenerator<number>) {
   return { log, start, calls: () => calls };
 }
 
+/** A handler that yields 1 and 2, logging "finally" when its stream ends. */
+const twoThenDone = () =>
+  probe(async function* (log) {
+    try {
+      yield 1;
+      yield 2;
+    } finally {
+      log.push("finally");
+    }
+  });
+
 describe("GuardedStream", () => {
   it("passes the handler's messages through in order, then ends, detaching from the signal", async () => {
     mapped.length = 0;
     const ac = new AbortController();
-    const h = probe(async function* (log) {
-      try {
-        yield 1;
-        yield 2;
-      } finally {
-        log.push("finally");
-      }
-    });
+    const h = twoThenDone();
     const s = new GuardedStream(h.start, ac.signal, mapError);
     expect(h.calls()).toBe(0); // the handler runs at the first next()
     const got: number[] = [];
@@ -145,14 +149,7 @@ describe("GuardedStream", () => {
     expect(unstarted.calls()).toBe(0);
     expect(await a.next()).toEqual({ done: true, value: undefined });
 
-    const h = probe(async function* (log) {
-      try {
-        yield 1;
-        yield 2;
-      } finally {
-        log.push("finally");
-      }
-    });
+    const h = twoThenDone();
     const b = new GuardedStream(h.start, ac.signal, mapError);
     expect(await b.next()).toEqual({ done: false, value: 1 });
     expect(await b.return()).toEqual({ done: true, value: undefined });
