@@ -54,7 +54,8 @@ function routes(router: ConnectRouter) {
         if (req.taskId === "request") {
           // What the handler sees of the request, made on first use from what the call kept.
           const seen = [...ctx.requestHeader].filter(([k]) => k.startsWith("x-nk-")).map(([k, v]) => `${k}=${v}`);
-          return { task: { id: ctx.url, name: seen.join(";") } };
+          const call = [ctx.requestMethod, ctx.protocolName, ctx.service.typeName, ctx.method.name, String(ctx.timeoutMs() === undefined)];
+          return { task: { id: ctx.url, name: seen.join(";") }, driver: { attributes: { call: call.join(" ") } } };
         }
         if (req.taskId === "values") {
           // One context-values object per call, made on first use: a set is seen by the next get.
@@ -240,6 +241,9 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
     const seen = Buffer.from(q.body, "hex").toString("latin1");
     expect(seen).toContain(`http://localhost${DRIVER}/InspectTask`);
     expect(seen).toContain("x-nk-one=1;x-nk-two=a, b");
+    expect(seen).toContain("POST grpc hashicorp.nomad.plugins.drivers.proto.Driver InspectTask true");
+    const timed = await same(`${DRIVER}/InspectTask`, [inspect("request")], { headers: { "grpc-timeout": "10S" } });
+    expect(Buffer.from(timed.body, "hex").toString("latin1")).toContain("InspectTask false");
     const h = await same(`${DRIVER}/InspectTask`, [inspect("headers")]);
     expect(h.headers["x-answer"]).toBe("42");
     expect(h.trailers["x-trailer"]).toBe("yes");
