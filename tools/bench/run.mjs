@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 // nomadkit benchmark (`npm run bench`, issue 7): exec throughput, unary rate, TaskStats streams,
 // start-up, idle RSS and slow-reader memory, each next to its peers (@grpc/grpc-js serving the same
-// handlers, a raw node:http2 limit, bare node), and the task executor's start and memory per task,
-// printed as a table and written as JSON.
+// handlers, a raw node:http2 limit, bare node), and what each task costs (its executor's start and
+// memory, the plugin's memory), printed as a table and written as JSON.
 // Not a test: numbers depend on the machine; targets are reported as PASS/MISS, never asserted.
 //
 //   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 2] [--slow-bytes <exec-bytes>]
-//     [--slow-rate 128MiB] [--startup-runs 11] [--executor-runs 11] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
-//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow,executor]
+//     [--slow-rate 128MiB] [--startup-runs 11] [--executor-runs 11] [--plugin-tasks 20] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
+//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow,tasks]
 //     [--quick] [--json tools/bench/results/latest.json] [--snapshot <name>]
 import { execFileSync } from "node:child_process";
 import { cpus, freemem, loadavg, tmpdir, totalmem } from "node:os";
@@ -15,12 +15,12 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
-import { execThroughputs, executorCosts, idleRss, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
+import { execThroughputs, executorCosts, idleRss, pluginPerTask, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
 import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, referenceExecutor, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const ALL = ["exec", "unary", "stats", "startup", "idle", "slow", "executor"];
+const ALL = ["exec", "unary", "stats", "startup", "idle", "slow", "tasks"];
 
 function parseArgs(argv) {
   const o = {
@@ -30,6 +30,7 @@ function parseArgs(argv) {
     slowRate: 128 * MiB,
     startupRuns: 11,
     executorRuns: 11,
+    pluginTasks: 20,
     unarySeconds: 3,
     unaryWarmup: 3,
     unaryConcurrency: 16,
@@ -63,6 +64,7 @@ function parseArgs(argv) {
       case "--slow-rate": o.slowRate = parseSize(val(), flag); break;
       case "--startup-runs": o.startupRuns = num(flag, val()); break;
       case "--executor-runs": o.executorRuns = num(flag, val()); break;
+      case "--plugin-tasks": o.pluginTasks = num(flag, val()); break;
       case "--unary-seconds": o.unarySeconds = num(flag, val()); break;
       case "--unary-concurrency": o.unaryConcurrency = num(flag, val()); break;
       case "--unary-warmup": o.unaryWarmup = num(flag, val()); break;
@@ -91,6 +93,7 @@ function parseArgs(argv) {
     o.execRuns = 1;
     o.startupRuns = Math.min(o.startupRuns, 3);
     o.executorRuns = Math.min(o.executorRuns, 3);
+    o.pluginTasks = Math.min(o.pluginTasks, 3);
     o.idleRuns = 1;
     o.unarySeconds = Math.min(o.unarySeconds, 0.5);
     o.unaryWarmup = Math.min(o.unaryWarmup, 0.5);
@@ -110,6 +113,7 @@ function readHelp() {
   --slow-rate SIZE        slow reader's rate per second; default 128MiB
   --startup-runs N        start-up cycles (median); default 11
   --executor-runs N       task executor launches (median); default 11
+  --plugin-tasks N        tasks started for the plugin's memory per task; default 20
   --unary-seconds S       measuring time of each unary round (5 rounds, --quick: 1); default 3
   --unary-concurrency N   unary calls in flight; default 16
   --unary-warmup S        warm-up before measuring the unary rate; default 3
@@ -291,13 +295,20 @@ async function main() {
     };
   }
 
-  if (want.has("executor")) {
+  if (want.has("tasks")) {
     const ex = referenceExecutor();
     log(`task executor x${o.executorRuns}`);
-    M.executor = {
-      what: `the task executor each StartTask starts and waits for, ${ex.what}, started by launchExecutor as the driver starts it: launch → go-plugin handshake → client connected, versus spawn of \`node -e 0\` until exit (medians of ${o.executorRuns}, alternating); and per task, 1 s after it launched \`sleep 3600\`, VmRSS and private memory (smaps_rollup Private_Clean + Private_Dirty, what its exit gives back) next to an idle bare node (medians of ${o.quick ? 1 : 3}); not targets`,
-      ...(await executorCosts(ex.path, { runs: o.executorRuns, memoryRuns: o.quick ? 1 : 3 })),
+    M.tasks = {
+      what: `what each task costs, not targets. Its executor (${ex.what}), started by launchExecutor as the driver starts it: launch → go-plugin handshake → client connected, versus spawn of \`node -e 0\` until exit (medians of ${o.executorRuns}, alternating); and 1 s after it launched \`sleep 3600\`, VmRSS and private memory (smaps_rollup Private_Clean + Private_Dirty, what its exit gives back) next to an idle bare node (medians of ${o.quick ? 1 : 3}). The driver plugin: a fresh reference driver with one task, then ${o.pluginTasks} more, each with a WaitTask call and a TaskStats stream open as Nomad keeps them; growth of its live V8 heap (after full collections, preloaded heap probe) and VmRSS, per task`,
+      executor: await executorCosts(ex.path, { runs: o.executorRuns, memoryRuns: o.quick ? 1 : 3 }),
     };
+    log(`plugin memory per task (${o.pluginTasks} tasks)`);
+    const heapDir = mkdtempSync(join(tmpdir(), "nk-bench-heap-"));
+    try {
+      M.tasks.plugin = await pluginPerTask(referenceDriverBin, { tasks: o.pluginTasks, heapDir, settleMs: o.quick ? 500 : 3000 });
+    } finally {
+      rmSync(heapDir, { recursive: true, force: true });
+    }
   }
 
   // Targets.
@@ -370,10 +381,12 @@ async function main() {
     rows.push(["  serving as Nomad keeps it (SetConfig, Fingerprint, TaskEvents)", fmt.bytes(s.servingBytes), "-", "-", `${fmt.bytes(s.bareNodeBytes)} (bare node)`, `${X(s.servingRatio)} (not a target)`]);
     if (s.settled) rows.push([`idle RSS (after ${s.settled.afterMs / 1000} s)`, fmt.bytes(s.settled.pluginBytes), "-", "-", `${fmt.bytes(s.settled.bareNodeBytes)} (bare node)`, X(s.settled.ratio)]);
   }
-  if (M.executor) {
-    const s = M.executor;
+  if (M.tasks) {
+    const s = M.tasks.executor;
     rows.push([`task executor start (median of ${s.runs})`, fmt.ms(s.launchMs), "-", "-", `${fmt.ms(s.bareNodeMs)} (node -e 0)`, `${X(s.launchRatio)} (every StartTask waits for it; not a target)`]);
-    rows.push(["  memory per task: RSS / private", `${fmt.bytes(s.rssBytes)} / ${fmt.bytes(s.privateBytes)}`, "-", "-", `${fmt.bytes(s.bareNodeRssBytes)} / ${fmt.bytes(s.bareNodePrivateBytes)} (bare node)`, `private ${X(s.privateBytes / s.bareNodePrivateBytes)} (node's binary pages are shared)`]);
+    rows.push(["  executor memory per task: RSS / private", `${fmt.bytes(s.rssBytes)} / ${fmt.bytes(s.privateBytes)}`, "-", "-", `${fmt.bytes(s.bareNodeRssBytes)} / ${fmt.bytes(s.bareNodePrivateBytes)} (bare node)`, `private ${X(s.privateBytes / s.bareNodePrivateBytes)} (node's binary pages are shared)`]);
+    const p = M.tasks.plugin;
+    rows.push([`  plugin memory per task (${p.tasks} tasks): live heap / RSS`, `${fmt.kib(p.heapBytesPerTask)} / ${fmt.kib(p.rssBytesPerTask)}`, "-", "-", "", "WaitTask + TaskStats open per task"]);
   }
   if (M.slowReader) {
     const s = M.slowReader;

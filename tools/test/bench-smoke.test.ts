@@ -58,13 +58,18 @@ describe("npm run bench", () => {
       expect(m.idleRss.servingBytes).toBeGreaterThan(0);
       expect(stdout).toContain("serving as Nomad keeps it");
       for (const k of ["ref", "refyg", "grpcjs"]) expect(typeof m.slowReader[k].growthBytes).toBe("number");
-      // The task executor: launched (handshake) and, with a task running, its memory read.
-      expect(m.executor.launchMs).toBeGreaterThan(0);
-      expect(m.executor.bareNodeMs).toBeGreaterThan(0);
-      expect(m.executor.rssBytes).toBeGreaterThan(m.executor.privateBytes);
-      expect(m.executor.privateBytes).toBeGreaterThan(0);
-      expect(m.executor.bareNodePrivateBytes).toBeGreaterThan(0);
+      // Per task: the executor launched (handshake) and, with a task running, its memory read; the
+      // plugin's heap read before and after more tasks started (the heap probe answered).
+      expect(m.tasks.executor.launchMs).toBeGreaterThan(0);
+      expect(m.tasks.executor.bareNodeMs).toBeGreaterThan(0);
+      expect(m.tasks.executor.rssBytes).toBeGreaterThan(m.tasks.executor.privateBytes);
+      expect(m.tasks.executor.privateBytes).toBeGreaterThan(0);
+      expect(m.tasks.executor.bareNodePrivateBytes).toBeGreaterThan(0);
+      expect(m.tasks.plugin.tasks).toBe(3);
+      expect(m.tasks.plugin.heapAfter).toBeGreaterThan(0);
+      expect(typeof m.tasks.plugin.heapBytesPerTask).toBe("number");
       expect(stdout).toContain("task executor start");
+      expect(stdout).toContain("plugin memory per task");
       expect(stdout).toContain("+ fixYoungGenerationSize");
       expect(stdout).toContain("floor: minimal Node plugin");
       for (const measure of Object.values(m) as { what: string }[]) expect(measure.what).toBeTruthy();

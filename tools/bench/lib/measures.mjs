@@ -1,7 +1,8 @@
-// The measures (the six the performance issue asks for, and the task executor's costs). Each returns plain numbers for the JSON report.
+// The measures (the six the performance issue asks for, and what each task costs). Each returns plain numbers for the JSON report.
 import { spawn } from "node:child_process";
 import { setMaxListeners } from "node:events";
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { encode } from "@msgpack/msgpack";
@@ -15,6 +16,7 @@ import {
   TaskStatsResponseSchema,
 } from "@nomadkit/protocol/driver";
 import { EnvelopeReader, GrpcH2Client } from "./h2client.mjs";
+import { benchTask, heapProbePreload, profileEnv } from "./targets.mjs";
 import { cpuOf, cpuSeconds, median, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
@@ -498,6 +500,54 @@ export async function executorCosts(executorPath, { runs, memoryRuns = 3, settle
     bareNodePrivateBytes: median(mem.barePrivate),
     memoryRuns,
   };
+}
+
+/**
+ * What each task costs the driver plugin itself, as Nomad runs tasks: a fresh reference driver
+ * (`bin`, the heap probe preloaded) with one task started, then `tasks` more, each with a WaitTask
+ * call and a TaskStats stream (1 s) open; live V8 heap (after full collections) and VmRSS before
+ * and after, per task. The first task warms the code paths up, so the figure is per extra task.
+ */
+export async function pluginPerTask(bin, { tasks, heapDir, settleMs = 3000 }) {
+  const plugin = await launchPlugin(bin, [], { env: { ...profileEnv(undefined, [heapProbePreload]), NOMADKIT_BENCH_HEAP_DIR: heapDir } });
+  const allocDir = mkdtempSync(join(tmpdir(), "nk-bench-tasks-"));
+  const ac = new AbortController();
+  setMaxListeners(0, ac.signal); // two calls per task
+  const ids = [];
+  const start = async (i) => {
+    const task = benchTask(join(allocDir, `alloc-${i}`), `task-${i}`, { command: "/bin/sleep", args: ["3600"] });
+    await plugin.driver.startTask({ task });
+    ids.push(task.id);
+    plugin.driver.waitTask({ taskId: task.id }, { signal: ac.signal }).catch(() => {});
+    (async () => {
+      for await (const _ of plugin.driver.taskStats({ taskId: task.id, collectionInterval: { seconds: 1n, nanos: 0 } }, { signal: ac.signal }));
+    })().catch(() => {});
+  };
+  try {
+    await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
+    await start(0);
+    await sleep(settleMs);
+    const rssBefore = await steadyRss(plugin.pid);
+    const heapBefore = await liveHeap(plugin.pid, heapDir);
+    for (let i = 1; i <= tasks; i++) await start(i);
+    await sleep(settleMs);
+    const rssAfter = await steadyRss(plugin.pid);
+    const heapAfter = await liveHeap(plugin.pid, heapDir);
+    return {
+      tasks,
+      heapBytesPerTask: (heapAfter.heapUsed - heapBefore.heapUsed) / tasks,
+      rssBytesPerTask: (rssAfter - rssBefore) / tasks,
+      heapBefore: heapBefore.heapUsed,
+      heapAfter: heapAfter.heapUsed,
+      rssBefore,
+      rssAfter,
+    };
+  } finally {
+    ac.abort();
+    for (const taskId of ids) await plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+    await plugin.kill().catch(() => {});
+    rmSync(allocDir, { recursive: true, force: true });
+  }
 }
 
 /** Private_Clean + Private_Dirty of `pid` (/proc/<pid>/smaps_rollup), bytes. */

@@ -33,20 +33,24 @@ export function minimalPlugin() {
   return { bin: join(here, "../servers/minimal-plugin.cjs"), env: { NOMADKIT_BENCH_PLUGIN_INFO: Buffer.from(toBinary(PluginInfoResponseSchema, info)).toString("hex") } };
 }
 
+/** A StartTask config as Nomad sends it: task `name` of job "bench", its directories made under `allocDir`. */
+export function benchTask(allocDir, name, taskConfig) {
+  const dirs = createTaskDirs(allocDir, name);
+  return nomadTaskConfig({
+    name,
+    dirs,
+    jobName: "bench",
+    msgpackDriverConfig: encode(taskConfig),
+    stdoutPath: join(dirs.logsDir, `${name}.stdout.0`),
+    stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
+  });
+}
+
 /** Launches a driver plugin (go-plugin handshake), configures it and starts one long-running task. */
 export async function launchDriver(name, cmd, args, { taskConfig = {}, profileDir, preload = [] } = {}) {
   const plugin = await launchPlugin(cmd, args, { env: profileEnv(profileDir, preload) });
   const allocDir = mkdtempSync(join(tmpdir(), "nk-bench-alloc-"));
-  const taskName = "bench";
-  const dirs = createTaskDirs(allocDir, taskName);
-  const task = nomadTaskConfig({
-    name: taskName,
-    dirs,
-    jobName: "bench",
-    msgpackDriverConfig: encode(taskConfig),
-    stdoutPath: join(dirs.logsDir, `${taskName}.stdout.0`),
-    stderrPath: join(dirs.logsDir, `${taskName}.stderr.0`),
-  });
+  const task = benchTask(allocDir, "bench", taskConfig);
   const taskId = task.id;
   try {
     await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
