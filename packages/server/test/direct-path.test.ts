@@ -9,8 +9,6 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import * as v8 from "node:v8";
-import { runInNewContext } from "node:vm";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -21,6 +19,7 @@ import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto
 import { DirectPath } from "../src/runtime/direct.js";
 import { RecoverableError, ServerRuntime, createPluginHandler, pluginAdapterDefaults } from "../src/runtime.js";
 import { serveStreamsDirectly } from "../src/runtime/adapter.js";
+import { exposedGc } from "./runtime-helpers.js";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -55,7 +54,8 @@ function routes(router: ConnectRouter) {
           // What the handler sees of the request, made on first use from what the call kept.
           const seen = [...ctx.requestHeader].filter(([k]) => k.startsWith("x-nk-")).map(([k, v]) => `${k}=${v}`);
           const call = [ctx.requestMethod, ctx.protocolName, ctx.service.typeName, ctx.method.name, String(ctx.timeoutMs() === undefined)];
-          return { task: { id: ctx.url, name: seen.join(";") }, driver: { attributes: { call: call.join(" ") } } };
+          const attributes: Record<string, string> = { call: call.join(" ") };
+          return { task: { id: ctx.url, name: seen.join(";") }, driver: { attributes } };
         }
         if (req.taskId === "values") {
           // One context-values object per call, made on first use: a set is seen by the next get.
@@ -289,8 +289,7 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
   });
 
   it("does not keep a stream's last message alive while the handler works on the next", async () => {
-    v8.setFlagsFromString("--expose-gc");
-    const gc = runInNewContext("gc") as () => void;
+    const gc = exposedGc();
     let release!: () => void;
     const asked = new Promise<void>((r) => (hold.asked = r));
     hold.released = new Promise<void>((r) => (release = r));

@@ -1,10 +1,12 @@
 // Helpers for the runtime tests: a nomadkit server on a unix socket, a capturing logger, grpc-js
-// definitions loaded from the repo's .proto files.
+// definitions loaded from the repo's .proto files, V8's gc().
 import * as http2 from "node:http2";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import type { ConnectRouter } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -73,3 +75,15 @@ export function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => 
   const promise = new Promise<T>((r) => (resolve = r));
   return { promise, resolve };
 }
+
+/**
+ * V8's gc(), for tests that check what a stream keeps alive: made in a context created while
+ * --expose-gc is set, then the flag is cleared again (nothing else sees a global gc).
+ */
+export function exposedGc(): () => void {
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc") as () => void;
+  setFlagsFromString("--no-expose-gc");
+  return gc;
+}
+

@@ -1,21 +1,12 @@
 // An open TaskStats stream waits for its next interval holding as little as possible: Nomad keeps
 // one open per task, and a driver's sample (a whole process tree's usage, say) must not stay
 // alive in the stream's suspended frame until the next one replaces it.
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { create } from "@bufbuild/protobuf";
 import { TaskStatsRequestSchema } from "@nomadkit/protocol/driver";
 import type { HandlerContext } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { createDriverHandlers, defineDriver } from "../src/driver/index.js";
-
-/** V8's gc(), made in a context created while --expose-gc is set (then cleared again). */
-function fullGc(): () => void {
-  setFlagsFromString("--expose-gc");
-  const gc = runInNewContext("gc") as () => void;
-  setFlagsFromString("--no-expose-gc");
-  return gc;
-}
+import { exposedGc } from "./runtime-helpers.js";
 
 describe("TaskStats stream", () => {
   it("does not keep the driver's last sample alive while it waits for the next interval", async () => {
@@ -52,7 +43,7 @@ describe("TaskStats stream", () => {
       const second = stream.next();
       await new Promise((r) => setImmediate(r));
       expect(made).toBe(1);
-      const gc = fullGc();
+      const gc = exposedGc();
       // Finalization callbacks run as tasks of their own after a collection.
       for (let i = 0; i < 20 && collected === 0; i++) {
         gc();
