@@ -17,7 +17,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { EnvelopeReader, GrpcH2Client } from "./h2client.mjs";
 import { benchTask, heapProbePreload, profileEnv } from "./targets.mjs";
-import { cpuOf, cpuSeconds, median, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
+import { cpuOf, cpuSeconds, median, privateMemory, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -548,13 +548,6 @@ export async function pluginPerTask(bin, { tasks, heapDir, settleMs = 3000 }) {
     await plugin.kill().catch(() => {});
     rmSync(allocDir, { recursive: true, force: true });
   }
-}
-
-/** Private_Clean + Private_Dirty of `pid` (/proc/<pid>/smaps_rollup), bytes. */
-function privateMemory(pid) {
-  const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-  const field = (k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN) * 1024;
-  return field("Private_Clean") + field("Private_Dirty");
 }
 
 /** Peak RSS growth (summed over the target's processes) during one slowly-read exec. */

@@ -42,8 +42,18 @@ export function procMemory(pid) {
   } catch {
     return undefined;
   }
-  const field = (k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN) * 1024;
-  return { rss: field("VmRSS"), hwm: field("VmHWM") };
+  return { rss: kbField(text, "VmRSS"), hwm: kbField(text, "VmHWM") };
+}
+
+/** Private_Clean + Private_Dirty of a process in bytes (/proc/<pid>/smaps_rollup): what its exit gives back. */
+export function privateMemory(pid) {
+  const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+  return kbField(text, "Private_Clean") + kbField(text, "Private_Dirty");
+}
+
+/** A "<key>: <n> kB" line of a /proc file, in bytes. */
+function kbField(text, key) {
+  return Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN) * 1024;
 }
 
 /** Sum of VmRSS over `pids` (gone processes count 0). */

@@ -14,6 +14,7 @@ import type * as http2 from "node:http2";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { webHeaders } from "@nomadkit/client/runtime";
 import { encodeBinary } from "./binary-encoder.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
@@ -193,13 +194,11 @@ class DirectContext implements HandlerContext {
   readonly protocolName = "grpc";
   ended = false;
   /**
-   * The request's headers as name, value, name, value...: what `requestHeader` is made of on first
-   * use. Node's header object is a dictionary about three times the size, and every open stream
-   * would keep it.
+   * The request's headers, what `requestHeader` and `url` are made of on first use: a copy, since
+   * Node's header object (null prototype) is a dictionary about three times the size, and every
+   * open stream would keep it.
    */
-  readonly #headerPairs: (string | string[])[];
-  readonly #authority: string | undefined;
-  readonly #path: string | undefined;
+  readonly #headers: http2.IncomingHttpHeaders;
   readonly #encrypted: boolean;
   readonly #deadlineAt: number | undefined;
   readonly #shutdown: AbortSignal | undefined;
@@ -224,20 +223,8 @@ class DirectContext implements HandlerContext {
   ) {
     this.method = method;
     this.service = method.parent;
-    const names = Object.keys(headers);
-    const pairs = new Array<string | string[]>(names.length * 2);
-    let n = 0;
-    for (const name of names) {
-      const value = headers[name];
-      // Pseudo-headers are not headers (connect leaves them out too).
-      if (value === undefined || name.charCodeAt(0) === 58 /* ":" */) continue;
-      pairs[n++] = name;
-      pairs[n++] = value;
-    }
-    pairs.length = n;
-    this.#headerPairs = pairs;
-    this.#authority = headers[":authority"];
-    this.#path = headers[":path"];
+    // Spread defines data properties ("__proto__" included) on an ordinary, compact object.
+    this.#headers = { ...headers };
     this.#encrypted = encrypted;
     this.#deadlineAt = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
     this.#shutdown = shutdown;
@@ -253,21 +240,11 @@ class DirectContext implements HandlerContext {
 
   /** As connect-node makes it (a normalised URL: no default port). */
   get url(): string {
-    return new URL(this.#path ?? "", `${this.#encrypted ? "https" : "http"}://${this.#authority ?? "localhost"}`).toString();
+    return new URL(this.#headers[":path"] ?? "", `${this.#encrypted ? "https" : "http"}://${this.#headers[":authority"] ?? "localhost"}`).toString();
   }
 
   get requestHeader(): Headers {
-    if (this.#requestHeader === undefined) {
-      const h = new Headers();
-      const pairs = this.#headerPairs;
-      for (let i = 0; i < pairs.length; i += 2) {
-        const value = pairs[i + 1]!;
-        if (typeof value === "string") h.append(pairs[i] as string, value);
-        else for (const v of value) h.append(pairs[i] as string, v);
-      }
-      this.#requestHeader = h;
-    }
-    return this.#requestHeader;
+    return (this.#requestHeader ??= webHeaders(this.#headers));
   }
 
   get responseHeader(): Headers {
