@@ -18,7 +18,7 @@ import { execStreaming } from "../src/exec/index.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { DirectPath } from "../src/runtime/direct.js";
 import { RecoverableError, ServerRuntime, createPluginHandler, pluginAdapterDefaults } from "../src/runtime.js";
-import { serveStreamsDirectly } from "../src/runtime/adapter.js";
+import { streamListener } from "../src/runtime/adapter.js";
 import { exposedGc } from "./runtime-helpers.js";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
@@ -108,7 +108,7 @@ interface Served {
 }
 
 /**
- * `entry` "stream": the way servePlugin mounts the handler (serveStreamsDirectly: the direct path
+ * `entry` "stream": the way servePlugin mounts the handler (streamListener: the direct path
  * sees each stream before Node's compatibility request/response objects exist); "request": the
  * plain `http2.createServer(handler)` a user may write.
  */
@@ -119,8 +119,8 @@ async function serve(
   entry: "request" | "stream" = "request",
 ): Promise<Served> {
   const socket = join(dir, name);
-  const server = http2.createServer(handler as never);
-  if (entry === "stream") serveStreamsDirectly(server, handler as never);
+  const server = entry === "stream" ? http2.createServer() : http2.createServer(handler as never);
+  if (entry === "stream") server.on("stream", streamListener(server, handler as never));
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);

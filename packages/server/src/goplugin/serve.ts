@@ -1,21 +1,8 @@
-import { X509Certificate } from "node:crypto";
-import { rmSync, writeSync } from "node:fs";
-import type * as http2 from "node:http2";
-import type { Server as NetServer, Socket } from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
-import { createLogger, type Logger } from "../log/index.js";
-import {
-  CORE_PROTOCOL_VERSION,
-  NOMAD_HANDSHAKE,
-  PluginEnvironmentError,
-  hasCookie,
-  negotiateProtocolVersion,
-  notAPluginMessage,
-  type HandshakeConfig,
-} from "./env.js";
-import { listenTcp, listenUnix, type ListenResult } from "./listen.js";
-import { StdioCapture } from "./stdio.js";
+import type { Logger } from "../log/index.js";
+import type { HandshakeConfig } from "./env.js";
+import { adoptTransport, openTransport } from "./transport.js";
 
 /** What {@link ServePluginOptions.register} gets besides the router. */
 export interface PluginContext {
@@ -115,29 +102,6 @@ export interface ServedPlugin {
 
 const DEFAULT_SHUTDOWN_TIMEOUT_MS = 1000;
 const DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024;
-const DEFAULT_MAX_SESSION_MEMORY_MIB = 128;
-// After onShutdown, how long open HTTP/2 streams get to finish before their sessions are destroyed.
-const SESSION_CLOSE_GRACE_MS = 250;
-
-function fail(message: string, exitProcess: boolean, logger?: Logger): never {
-  if (!exitProcess) throw new PluginEnvironmentError(message);
-  if (logger) logger.error(message);
-  else writeSync(2, message.endsWith("\n") ? message : message + "\n");
-  process.exit(1);
-}
-
-function withTimeout(
-  p: Promise<unknown>,
-  ms: number,
-): Promise<"timeout" | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.then(() => undefined),
-    new Promise<"timeout">(
-      (resolve) => (timer = setTimeout(() => resolve("timeout"), ms)),
-    ),
-  ]).finally(() => clearTimeout(timer));
-}
 
 /**
  * Serves a go-plugin (gRPC) plugin the way Nomad launches one: checks the magic cookie, negotiates
@@ -172,50 +136,18 @@ function withTimeout(
 export async function servePlugin(
   options: ServePluginOptions,
 ): Promise<ServedPlugin> {
-  const env = options.env ?? process.env;
-  const exitProcess = options.exitProcess ?? true;
-  const handshake = options.handshake ?? NOMAD_HANDSHAKE;
+  // A bundled plugin's launcher may have started serving already (fast load launches): take it over.
+  const adopted = adoptTransport();
+  const transport = adopted ?? openTransport(options);
+  if (adopted !== undefined && options.logger !== undefined)
+    transport.useLogger(options.logger);
+  const logger = transport.logger;
+  const shutdownSignal = transport.signal;
+  const shutdown = (reason?: string) => transport.shutdown(reason);
 
-  // A human ran the binary: say so plainly, not as JSON.
-  if (!hasCookie(env, handshake))
-    fail(notAPluginMessage(handshake), exitProcess);
-
-  const logger = options.logger ?? createLogger();
-  let protocolVersion: number;
   try {
-    protocolVersion = negotiateProtocolVersion(
-      env,
-      options.protocolVersions ?? [2],
-    );
-  } catch (err) {
-    fail((err as Error).message, exitProcess, logger);
-  }
-
-  // From here on nothing but the handshake may reach fd 1.
-  const stdio = new StdioCapture(logger);
-  stdio.install();
-
-  const shutdownController = new AbortController();
-  let shutdownPromise: Promise<void> | undefined;
-  let listening: ListenResult | undefined;
-  let resolveClosed!: () => void;
-  const closed = new Promise<void>((r) => (resolveClosed = r));
-  const sessions = new Set<http2.ServerHttp2Session>();
-  // The connections under the sessions: a session that was closed gracefully first and then
-  // destroyed only half-closes its socket and waits for the peer's end, which a busy or confused
-  // peer may never send; the socket itself can always be destroyed.
-  const sockets = new Set<Socket>();
-  const removeSocketDir = () => {
-    if (listening?.socketDir)
-      rmSync(listening.socketDir, { recursive: true, force: true });
-  };
-
-  let server: http2.Http2Server | http2.Http2SecureServer;
-  let serverCertField = "";
-  try {
-    const [http2mod, { createPluginHandler, serveStreamsDirectly }, { ServerRuntime }, services, { useNodeTextEncoding }] =
+    const [{ createPluginHandler, streamListener }, { ServerRuntime }, services, { useNodeTextEncoding }] =
       await Promise.all([
-        import("node:http2"),
         import("../runtime/adapter.js"),
         import("../runtime/server-runtime.js"),
         import("./services.js"),
@@ -230,13 +162,13 @@ export async function servePlugin(
         services.registerCoreServices(router, {
           logger,
           runtime,
-          stdio,
-          shutdownSignal: shutdownController.signal,
+          stdio: transport.stdio,
+          shutdownSignal,
           requestShutdown: (reason) => void shutdown(reason),
         });
         options.register(router, {
           logger,
-          signal: shutdownController.signal,
+          signal: shutdownSignal,
           runtime,
         });
       },
@@ -245,7 +177,7 @@ export async function servePlugin(
         fallback(req, res) {
           // A proper gRPC Unimplemented (trailers-only) rather than HTTP 404.
           const stream = (
-            res as unknown as { stream?: http2.ServerHttp2Stream }
+            res as unknown as { stream?: import("node:http2").ServerHttp2Stream }
           ).stream;
           const msg = encodeURIComponent(`unknown method ${req.url ?? ""}`);
           if (stream && !stream.headersSent) {
@@ -265,178 +197,25 @@ export async function servePlugin(
         },
       },
     );
-
-    const maxSessionMemory = options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB;
-    if (typeof maxSessionMemory !== "number" || !Number.isFinite(maxSessionMemory) || maxSessionMemory < 1) {
-      throw new TypeError(`servePlugin: maxSessionMemoryMiB must be a number of MiB >= 1, got ${JSON.stringify(maxSessionMemory)}`);
-    }
-    const sessionSettings = { maxSessionMemory };
-    const clientCertPem = env.PLUGIN_CLIENT_CERT;
-    if (clientCertPem) {
-      try {
-        new X509Certificate(clientCertPem);
-      } catch (err) {
-        throw new PluginEnvironmentError(
-          `PLUGIN_CLIENT_CERT is not a PEM certificate: ${(err as Error).message}`,
-        );
-      }
-      const { generateSelfSignedCertificate, certDerToHandshakeField } =
-        await import("./tls.js");
-      const own = await generateSelfSignedCertificate();
-      serverCertField = certDerToHandshakeField(own.certDer);
-      server = http2mod.createSecureServer(
-        {
-          key: own.keyPem,
-          cert: own.certPem,
-          ca: clientCertPem,
-          requestCert: true,
-          rejectUnauthorized: true,
-          minVersion: "TLSv1.2",
-          ALPNProtocols: ["h2"],
-          ...sessionSettings,
-        },
-        handler,
-      );
-      server.on("tlsClientError", (err: Error) =>
-        logger.warn("rejected TLS client", { error: err.message }),
-      );
-    } else {
-      server = http2mod.createServer(sessionSettings, handler);
-    }
-    serveStreamsDirectly(server, handler);
-    const disconnectGraceMs =
-      options.exitOnHostDisconnect === true ? 1000 : options.exitOnHostDisconnect || undefined;
-    let disconnectTimer: NodeJS.Timeout | undefined;
-    server.on("connection", (socket: Socket) => {
-      sockets.add(socket);
-      socket.once("close", () => sockets.delete(socket));
-    });
-    server.on("session", (s: http2.ServerHttp2Session) => {
-      sessions.add(s);
-      clearTimeout(disconnectTimer);
-      s.once("close", () => {
-        sessions.delete(s);
-        if (disconnectGraceMs !== undefined && sessions.size === 0 && shutdownPromise === undefined) {
-          disconnectTimer = setTimeout(() => void shutdown("host disconnected"), disconnectGraceMs);
-          disconnectTimer.unref();
-        }
-      });
-      s.on("error", (err) =>
-        logger.debug("HTTP/2 session error", { error: err.message }),
-      );
-    });
-
-    const netServer = server as unknown as NetServer;
-    if (options.network === "tcp" || process.platform === "win32") {
-      listening = await listenTcp(netServer, env);
-    } else {
-      try {
-        listening = await listenUnix(netServer, env);
-      } catch (err) {
-        if (env.PLUGIN_UNIX_SOCKET_DIR || env.PLUGIN_UNIX_SOCKET_GROUP)
-          throw err;
-        logger.warn("cannot listen on a unix socket, using TCP", {
-          error: (err as Error).message,
-        });
-        listening = await listenTcp(netServer, env);
-      }
-    }
-  } catch (err) {
-    stdio.uninstall();
-    removeSocketDir();
-    if (
-      !(err instanceof PluginEnvironmentError) &&
-      err instanceof Error &&
-      err.stack
-    ) {
-      logger.debug("start-up failure", { stack: err.stack });
-    }
-    fail(
-      err instanceof PluginEnvironmentError
-        ? err.message
-        : `plugin failed to start: ${err instanceof Error ? err.message : String(err)}`,
-      exitProcess,
-      logger,
+    await transport.listen();
+    transport.setShutdownHook(
+      options.onShutdown,
+      options.shutdownTimeoutMs ?? DEFAULT_SHUTDOWN_TIMEOUT_MS,
     );
-  }
-  const where = listening;
-  process.once("exit", removeSocketDir);
-
-  const line = [
-    CORE_PROTOCOL_VERSION,
-    protocolVersion,
-    where.network,
-    where.address,
-    "grpc",
-    serverCertField,
-  ].join("|");
-  writeSync(1, line + "\n");
-  logger.debug("plugin started", {
-    network: where.network,
-    address: where.address,
-    tls: serverCertField !== "",
-  });
-
-  const onSigint = () =>
-    logger.debug("ignoring SIGINT; shutdown comes from the host");
-  const onSigterm = () => void shutdown("SIGTERM");
-  process.on("SIGINT", onSigint);
-  process.on("SIGTERM", onSigterm);
-
-  async function closeServer(): Promise<void> {
-    const done = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const s of sessions) if (!s.closed) s.close();
-    const timer = setTimeout(() => {
-      for (const s of sessions) s.destroy();
-      for (const socket of sockets) socket.destroy();
-    }, SESSION_CLOSE_GRACE_MS);
-    await done;
-    clearTimeout(timer);
-  }
-
-  function shutdown(reason = "shutdown requested"): Promise<void> {
-    shutdownPromise ??= (async () => {
-      logger.debug("plugin shutting down", { reason });
-      shutdownController.abort(new Error(`plugin shutting down: ${reason}`));
-      if (options.onShutdown) {
-        const timeoutMs =
-          options.shutdownTimeoutMs ?? DEFAULT_SHUTDOWN_TIMEOUT_MS;
-        try {
-          const r = await withTimeout(
-            Promise.resolve().then(() => options.onShutdown!()),
-            timeoutMs,
-          );
-          if (r === "timeout")
-            logger.warn("onShutdown did not finish in time", {
-              timeout_ms: timeoutMs,
-            });
-        } catch (err) {
-          logger.error("onShutdown failed", { error: err as Error });
-        }
-      }
-      stdio.close();
-      await closeServer();
-      removeSocketDir();
-      process.off("SIGINT", onSigint);
-      process.off("SIGTERM", onSigterm);
-      resolveClosed();
-      if (exitProcess) {
-        stdio.uninstall();
-        process.exit(0);
-      }
-    })();
-    return shutdownPromise;
+    transport.serve(streamListener(transport.server, handler));
+  } catch (err) {
+    transport.failStart(err);
   }
 
   return {
-    network: where.network,
-    address: where.address,
-    protocolVersion,
-    tls: serverCertField !== "",
-    handshake: line,
+    network: transport.network,
+    address: transport.address,
+    protocolVersion: transport.protocolVersion,
+    tls: transport.tls,
+    handshake: transport.handshake,
     logger,
-    signal: shutdownController.signal,
+    signal: shutdownSignal,
     shutdown,
-    closed,
+    closed: transport.closed,
   };
 }

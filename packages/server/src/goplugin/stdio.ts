@@ -31,9 +31,15 @@ export class StdioCapture {
   private partialLine = "";
   private originalStdout?: WriteFn;
   private originalStderr?: WriteFn;
-  private readonly stdoutLog: Logger;
+  private stdoutLog: Logger;
 
   constructor(logger: Logger) {
+    this.stdoutLog = logger.named("stdout");
+  }
+
+  /** Log captured stdout lines with `logger` from now on. */
+  useLogger(logger: Logger): void {
+    this.flushPartial();
     this.stdoutLog = logger.named("stdout");
   }
 

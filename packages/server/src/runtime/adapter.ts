@@ -113,20 +113,27 @@ type StreamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHt
 const streamHandlers = new WeakMap<NodeHandler, StreamHandler>();
 
 /**
- * Let `handler` (from {@link createPluginHandler}) see each new stream of `server` before Node's
- * compatibility layer does. Node emits `request` from a `stream` listener it adds for the request
- * handler, building a request and a response object per stream; calls the direct path serves need
- * neither, and skipping them is about a tenth of a unary call. Streams the direct path does not
- * take go to Node's listener as before; should a Node version emit `request` some other way, the
- * direct path still serves each stream once (and the saving is lost, nothing else).
+ * The `stream` listener that serves `server`'s streams with `handler` (from
+ * {@link createPluginHandler}), letting it see each new stream before Node's compatibility layer
+ * does. Node emits `request` from a `stream` listener it adds for the request handler, building a
+ * request and a response object per stream; calls the direct path serves need neither, and
+ * skipping them is about a tenth of a unary call. Streams the direct path does not take go to
+ * Node's listener. `handler` becomes the server's `request` listener; Node's own `stream` listener
+ * is taken off the server and called from the returned one, which the caller adds (the plugin
+ * transport routes every stream through it). Should a Node version emit `request` some other way,
+ * the direct path still serves each stream once (and the saving is lost, nothing else).
  */
-export function serveStreamsDirectly(server: http2.Http2Server | http2.Http2SecureServer, handler: NodeHandler): void {
+export function streamListener(
+  server: http2.Http2Server | http2.Http2SecureServer,
+  handler: NodeHandler,
+): (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, ...rest: unknown[]) => void {
+  const before = new Set(server.listeners("stream"));
+  server.on("request", handler);
+  const compat = (server.listeners("stream") as ((...args: unknown[]) => void)[]).filter((l) => !before.has(l));
+  for (const l of compat) server.removeListener("stream", l);
   const direct = streamHandlers.get(handler);
-  if (direct === undefined) return;
-  const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
-  server.removeAllListeners("stream");
-  server.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, ...rest: unknown[]) => {
-    if (direct(stream, headers)) return;
+  return (stream, headers, ...rest) => {
+    if (direct?.(stream, headers)) return;
     for (const listener of compat) listener.call(server, stream, headers, ...rest);
-  });
+  };
 }

@@ -1,0 +1,377 @@
+// The go-plugin side of a plugin process without any gRPC service: environment checks, the stdio
+// takeover, the HTTP/2 server on its socket, the handshake line, signals and the graceful
+// shutdown. servePlugin puts its services on top; the bundled launcher's fast path (prelude.ts)
+// answers a few fixed calls with it before the plugin's own code has loaded, then hands it over.
+// Nothing here loads protobuf-es or connect: that is what lets the fast path start quickly.
+import { X509Certificate } from "node:crypto";
+import { rmSync, writeSync } from "node:fs";
+import type * as http2 from "node:http2";
+import type { Server as NetServer, Socket } from "node:net";
+import { createLogger, type Logger } from "../log/index.js";
+import {
+  CORE_PROTOCOL_VERSION,
+  NOMAD_HANDSHAKE,
+  PluginEnvironmentError,
+  hasCookie,
+  negotiateProtocolVersion,
+  notAPluginMessage,
+  type HandshakeConfig,
+} from "./env.js";
+import { listenTcp, listenUnix, type ListenResult } from "./listen.js";
+import { StdioCapture } from "./stdio.js";
+
+/** The part of servePlugin's options the transport uses (see ServePluginOptions for each). */
+export interface TransportOptions {
+  logger?: Logger | undefined;
+  handshake?: HandshakeConfig | undefined;
+  protocolVersions?: readonly number[] | undefined;
+  network?: "unix" | "tcp" | undefined;
+  env?: NodeJS.ProcessEnv | undefined;
+  exitProcess?: boolean | undefined;
+  exitOnHostDisconnect?: boolean | number | undefined;
+  maxSessionMemoryMiB?: number | undefined;
+}
+
+/** A `stream` listener of Node's HTTP/2 server. */
+export type StreamListener = (
+  stream: http2.ServerHttp2Stream,
+  headers: http2.IncomingHttpHeaders,
+  flags: number,
+  rawHeaders: string[],
+) => void;
+
+const DEFAULT_MAX_SESSION_MEMORY_MIB = 128;
+// After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
+const SESSION_CLOSE_GRACE_MS = 250;
+
+function fail(message: string, exitProcess: boolean, logger?: Logger): never {
+  if (!exitProcess) throw new PluginEnvironmentError(message);
+  if (logger) logger.error(message);
+  else writeSync(2, message.endsWith("\n") ? message : message + "\n");
+  process.exit(1);
+}
+
+/**
+ * One plugin process's go-plugin transport. Made by {@link openTransport}; {@link listen} writes the
+ * handshake; until {@link serve} is given a listener, new streams are held (not read, not answered).
+ */
+export class PluginTransport {
+  readonly env: NodeJS.ProcessEnv;
+  readonly exitProcess: boolean;
+  readonly protocolVersion: number;
+  readonly stdio: StdioCapture;
+  #logger: Logger;
+  readonly #options: TransportOptions;
+  readonly #shutdownController = new AbortController();
+  #shutdownPromise: Promise<void> | undefined;
+  #onShutdown: (() => Promise<void>) | undefined;
+  #listening: ListenResult | undefined;
+  #server: http2.Http2Server | http2.Http2SecureServer | undefined;
+  #serverCertField = "";
+  #line = "";
+  #listener: StreamListener | undefined;
+  readonly #held: Parameters<StreamListener>[] = [];
+  readonly #sessions = new Set<http2.ServerHttp2Session>();
+  // The connections under the sessions: a session that was closed gracefully first and then
+  // destroyed only half-closes its socket and waits for the peer's end, which a busy or confused
+  // peer may never send; the socket itself can always be destroyed.
+  readonly #sockets = new Set<Socket>();
+  #resolveClosed!: () => void;
+  /** Resolves when the server has closed. */
+  readonly closed = new Promise<void>((r) => (this.#resolveClosed = r));
+  readonly #onSigint = () => this.#logger.debug("ignoring SIGINT; shutdown comes from the host");
+  readonly #onSigterm = () => void this.shutdown("SIGTERM");
+  readonly #removeSocketDir = () => {
+    if (this.#listening?.socketDir) rmSync(this.#listening.socketDir, { recursive: true, force: true });
+  };
+
+  /** @internal use {@link openTransport} */
+  constructor(options: TransportOptions, env: NodeJS.ProcessEnv, logger: Logger, protocolVersion: number) {
+    this.#options = options;
+    this.env = env;
+    this.exitProcess = options.exitProcess ?? true;
+    this.#logger = logger;
+    this.protocolVersion = protocolVersion;
+    this.stdio = new StdioCapture(logger);
+  }
+
+  /** The plugin's logger; {@link useLogger} replaces it. */
+  get logger(): Logger {
+    return this.#logger;
+  }
+
+  /** Log (and log captured stdout) with `logger` from now on. */
+  useLogger(logger: Logger): void {
+    this.#logger = logger;
+    this.stdio.useLogger(logger);
+  }
+
+  /** Aborted when shutdown starts. */
+  get signal(): AbortSignal {
+    return this.#shutdownController.signal;
+  }
+
+  /** The HTTP/2 server (after {@link listen}). */
+  get server(): http2.Http2Server | http2.Http2SecureServer {
+    if (this.#server === undefined) throw new Error("the plugin transport is not listening yet");
+    return this.#server;
+  }
+
+  get listening(): boolean {
+    return this.#server !== undefined;
+  }
+
+  get network(): "unix" | "tcp" {
+    return this.#listening!.network;
+  }
+
+  get address(): string {
+    return this.#listening!.address;
+  }
+
+  get tls(): boolean {
+    return this.#serverCertField !== "";
+  }
+
+  /** The handshake line written to stdout (without the newline). */
+  get handshake(): string {
+    return this.#line;
+  }
+
+  /** Runs once when shutdown starts, after `signal` aborted, bounded by `timeoutMs`. */
+  setShutdownHook(hook: (() => void | Promise<void>) | undefined, timeoutMs: number): void {
+    this.#onShutdown =
+      hook === undefined
+        ? undefined
+        : async () => {
+            try {
+              const r = await withTimeout(
+                Promise.resolve().then(() => hook()),
+                timeoutMs,
+              );
+              if (r === "timeout") this.#logger.warn("onShutdown did not finish in time", { timeout_ms: timeoutMs });
+            } catch (err) {
+              this.#logger.error("onShutdown failed", { error: err as Error });
+            }
+          };
+  }
+
+  /** Start-up failed after the environment checks: undo what was set up, then exit 1 (or throw). */
+  failStart(err: unknown): never {
+    this.stdio.uninstall();
+    this.#removeSocketDir();
+    if (!(err instanceof PluginEnvironmentError) && err instanceof Error && err.stack) {
+      this.#logger.debug("start-up failure", { stack: err.stack });
+    }
+    fail(
+      err instanceof PluginEnvironmentError
+        ? err.message
+        : `plugin failed to start: ${err instanceof Error ? err.message : String(err)}`,
+      this.exitProcess,
+      this.#logger,
+    );
+  }
+
+  /**
+   * Creates the HTTP/2 server (TLS with AutoMTLS when `PLUGIN_CLIENT_CERT` is set), listens on a
+   * private unix socket (or TCP) and writes the handshake line. Failures end the process (see
+   * {@link failStart}). Does nothing when already listening.
+   */
+  async listen(): Promise<void> {
+    if (this.#server !== undefined) return;
+    const env = this.env;
+    const options = this.#options;
+    try {
+      const http2mod = await import("node:http2");
+      const maxSessionMemory = options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB;
+      if (typeof maxSessionMemory !== "number" || !Number.isFinite(maxSessionMemory) || maxSessionMemory < 1) {
+        throw new TypeError(`servePlugin: maxSessionMemoryMiB must be a number of MiB >= 1, got ${JSON.stringify(maxSessionMemory)}`);
+      }
+      const sessionSettings = { maxSessionMemory };
+      let server: http2.Http2Server | http2.Http2SecureServer;
+      const clientCertPem = env.PLUGIN_CLIENT_CERT;
+      if (clientCertPem) {
+        try {
+          new X509Certificate(clientCertPem);
+        } catch (err) {
+          throw new PluginEnvironmentError(`PLUGIN_CLIENT_CERT is not a PEM certificate: ${(err as Error).message}`);
+        }
+        const { generateSelfSignedCertificate, certDerToHandshakeField } = await import("./tls.js");
+        const own = await generateSelfSignedCertificate();
+        this.#serverCertField = certDerToHandshakeField(own.certDer);
+        server = http2mod.createSecureServer({
+          key: own.keyPem,
+          cert: own.certPem,
+          ca: clientCertPem,
+          requestCert: true,
+          rejectUnauthorized: true,
+          minVersion: "TLSv1.2",
+          ALPNProtocols: ["h2"],
+          ...sessionSettings,
+        });
+        server.on("tlsClientError", (err: Error) => this.#logger.warn("rejected TLS client", { error: err.message }));
+      } else {
+        server = http2mod.createServer(sessionSettings);
+      }
+      server.on("stream", (...args: Parameters<StreamListener>) => {
+        if (this.#listener !== undefined) this.#listener(...args);
+        else this.#hold(args);
+      });
+      this.#trackSessions(server);
+      const netServer = server as unknown as NetServer;
+      if (options.network === "tcp" || process.platform === "win32") {
+        this.#listening = await listenTcp(netServer, env);
+      } else {
+        try {
+          this.#listening = await listenUnix(netServer, env);
+        } catch (err) {
+          if (env.PLUGIN_UNIX_SOCKET_DIR || env.PLUGIN_UNIX_SOCKET_GROUP) throw err;
+          this.#logger.warn("cannot listen on a unix socket, using TCP", { error: (err as Error).message });
+          this.#listening = await listenTcp(netServer, env);
+        }
+      }
+      this.#server = server;
+    } catch (err) {
+      this.failStart(err);
+    }
+    process.once("exit", this.#removeSocketDir);
+    const where = this.#listening;
+    this.#line = [CORE_PROTOCOL_VERSION, this.protocolVersion, where.network, where.address, "grpc", this.#serverCertField].join("|");
+    writeSync(1, this.#line + "\n");
+    this.#logger.debug("plugin started", { network: where.network, address: where.address, tls: this.tls });
+    process.on("SIGINT", this.#onSigint);
+    process.on("SIGTERM", this.#onSigterm);
+  }
+
+  /**
+   * Serve new streams with `listener` from now on, and the held ones now, in the order they came.
+   * Streams whose peer has gone meanwhile are skipped.
+   */
+  serve(listener: StreamListener): void {
+    this.#listener = listener;
+    for (const args of this.#held.splice(0)) if (!args[0].destroyed) listener(...args);
+  }
+
+  /** Hold a stream until the next {@link serve} (a listener that cannot answer it yet). */
+  hold(...args: Parameters<StreamListener>): void {
+    this.#hold(args);
+  }
+
+  #hold(args: Parameters<StreamListener>): void {
+    this.#held.push(args);
+  }
+
+  #trackSessions(server: http2.Http2Server | http2.Http2SecureServer): void {
+    const option = this.#options.exitOnHostDisconnect;
+    const disconnectGraceMs = option === true ? 1000 : option || undefined;
+    let disconnectTimer: NodeJS.Timeout | undefined;
+    server.on("connection", (socket: Socket) => {
+      this.#sockets.add(socket);
+      socket.once("close", () => this.#sockets.delete(socket));
+    });
+    server.on("session", (s: http2.ServerHttp2Session) => {
+      this.#sessions.add(s);
+      clearTimeout(disconnectTimer);
+      s.once("close", () => {
+        this.#sessions.delete(s);
+        if (disconnectGraceMs !== undefined && this.#sessions.size === 0 && this.#shutdownPromise === undefined) {
+          disconnectTimer = setTimeout(() => void this.shutdown("host disconnected"), disconnectGraceMs);
+          disconnectTimer.unref();
+        }
+      });
+      s.on("error", (err) => this.#logger.debug("HTTP/2 session error", { error: err.message }));
+    });
+  }
+
+  async #closeServer(): Promise<void> {
+    const server = this.#server;
+    if (server === undefined) return;
+    // Streams never served get a status instead of waiting for the grace period.
+    for (const [stream] of this.#held.splice(0)) {
+      if (!stream.destroyed && !stream.headersSent) {
+        stream.respond(
+          { ":status": 200, "content-type": "application/grpc", "grpc-status": "14", "grpc-message": "plugin%20shutting%20down" },
+          { endStream: true },
+        );
+      }
+    }
+    const done = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const s of this.#sessions) if (!s.closed) s.close();
+    const timer = setTimeout(() => {
+      for (const s of this.#sessions) s.destroy();
+      for (const socket of this.#sockets) socket.destroy();
+    }, SESSION_CLOSE_GRACE_MS);
+    await done;
+    clearTimeout(timer);
+  }
+
+  /** Starts (or joins) the graceful shutdown; resolves when the server is closed. */
+  shutdown(reason = "shutdown requested"): Promise<void> {
+    this.#shutdownPromise ??= (async () => {
+      this.#logger.debug("plugin shutting down", { reason });
+      this.#shutdownController.abort(new Error(`plugin shutting down: ${reason}`));
+      await this.#onShutdown?.();
+      this.stdio.close();
+      await this.#closeServer();
+      this.#removeSocketDir();
+      process.off("SIGINT", this.#onSigint);
+      process.off("SIGTERM", this.#onSigterm);
+      this.#resolveClosed();
+      if (this.exitProcess) {
+        this.stdio.uninstall();
+        process.exit(0);
+      }
+    })();
+    return this.#shutdownPromise;
+  }
+}
+
+function withTimeout(p: Promise<unknown>, ms: number): Promise<"timeout" | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p.then(() => undefined),
+    new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), ms))),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Checks the environment as go-plugin does (the magic cookie: a human who ran the binary gets a
+ * plain message; the app protocol version) and takes over stdout and stderr, so that from here on
+ * nothing but the handshake line reaches file descriptor 1.
+ */
+export function openTransport(options: TransportOptions): PluginTransport {
+  const env = options.env ?? process.env;
+  const exitProcess = options.exitProcess ?? true;
+  const handshake = options.handshake ?? NOMAD_HANDSHAKE;
+  // A human ran the binary: say so plainly, not as JSON.
+  if (!hasCookie(env, handshake)) fail(notAPluginMessage(handshake), exitProcess);
+  const logger = options.logger ?? createLogger();
+  let protocolVersion: number;
+  try {
+    protocolVersion = negotiateProtocolVersion(env, options.protocolVersions ?? [2]);
+  } catch (err) {
+    fail((err as Error).message, exitProcess, logger);
+  }
+  const transport = new PluginTransport(options, env, logger, protocolVersion);
+  transport.stdio.install();
+  return transport;
+}
+
+/**
+ * Where a process-wide transport waits to be adopted: the bundled launcher's fast path starts one
+ * before the plugin's code has loaded, and the plugin's own servePlugin takes it over.
+ */
+const WAITING = Symbol.for("@nomadkit/server.waitingTransport");
+
+/** Leave `transport` for the next {@link adoptTransport} in this process. */
+export function leaveTransport(transport: PluginTransport): void {
+  (globalThis as { [WAITING]?: PluginTransport })[WAITING] = transport;
+}
+
+/** The transport a fast path left in this process, if any (taken: a second call gets none). */
+export function adoptTransport(): PluginTransport | undefined {
+  const g = globalThis as { [WAITING]?: PluginTransport };
+  const t = g[WAITING];
+  delete g[WAITING];
+  return t;
+}
