@@ -11,6 +11,8 @@ import { PLUGIN_CONNECTION_WINDOW, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
 const widened = new WeakSet<http2.Http2Session>();
 
+function ignoreSessionError(): void {}
+
 /**
  * connect-node's session manager with {@link PLUGIN_STREAM_WINDOW} advertised at connect time and
  * the connection window raised to {@link PLUGIN_CONNECTION_WINDOW} on the first stream (the
@@ -31,6 +33,11 @@ export class PluginSessionManager extends Http2SessionManager {
     const session = stream.session;
     if (session !== undefined && !widened.has(session)) {
       widened.add(session);
+      // connect-node destroys a session with an error when a GOAWAY comes with no stream open,
+      // and removes its own listeners when the manager is aborted: a plugin that exits as the
+      // host closes (kill()) would crash the host with an unhandled "error" event. Errors reach
+      // callers through their streams and the manager's state either way.
+      session.on("error", ignoreSessionError);
       try {
         session.setLocalWindowSize(PLUGIN_CONNECTION_WINDOW);
       } catch {
