@@ -2,6 +2,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
 import type { Logger } from "../log/index.js";
 import type { HandshakeConfig } from "./env.js";
+import { reportTransportOptions } from "./prelude.js";
 import { adoptTransport, openTransport } from "./transport.js";
 
 /** What {@link ServePluginOptions.register} gets besides the router. */
@@ -138,6 +139,7 @@ export async function servePlugin(
 ): Promise<ServedPlugin> {
   // A bundled plugin's launcher may have started serving already (fast load launches): take it over.
   const adopted = adoptTransport();
+  reportTransportOptions(options);
   const transport = adopted ?? openTransport(options);
   if (adopted !== undefined && options.logger !== undefined)
     transport.useLogger(options.logger);

@@ -286,7 +286,10 @@ export class PluginTransport {
   async #closeServer(): Promise<void> {
     const server = this.#server;
     if (server === undefined) return;
-    // Streams never served get a status instead of waiting for the grace period.
+    const done = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const s of this.#sessions) if (!s.closed) s.close();
+    // Streams never served get a status instead of waiting for the grace period; after the
+    // GOAWAY, as the services' own streams end, so hosts see it with streams still open.
     for (const [stream] of this.#held.splice(0)) {
       if (!stream.destroyed && !stream.headersSent) {
         stream.respond(
@@ -295,8 +298,6 @@ export class PluginTransport {
         );
       }
     }
-    const done = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const s of this.#sessions) if (!s.closed) s.close();
     const timer = setTimeout(() => {
       for (const s of this.#sessions) s.destroy();
       for (const socket of this.#sockets) socket.destroy();

@@ -88,6 +88,11 @@ class RequestMessages<T> implements AsyncIterableIterator<T> {
     this.#stream = stream;
     this.#schema = schema;
     this.#readMaxBytes = readMaxBytes;
+    // A stream handed over by the launcher's fast path (prelude.ts) may have ended already.
+    if (stream.readableEnded) {
+      this.#ended = true;
+      return;
+    }
     stream.on("data", (chunk: Buffer) => this.#onData(chunk));
     stream.once("end", () => {
       if (this.#pending !== undefined && this.#pending.length > 0) {

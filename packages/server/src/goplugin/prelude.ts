@@ -1,0 +1,180 @@
+/**
+ * The fast path of a bundled plugin's launcher for Nomad's load launches. While an agent starts,
+ * Nomad launches every plugin once only to ask PluginInfo and ConfigSchema (after go-plugin's
+ * health check), then kills it. Those answers are fixed for a build, so `nomadkit bundle` records
+ * them from a real run of the plugin, with the plugin's transport options; the launcher then
+ * serves the go-plugin transport itself ({@link startPrelude}), answers exactly those requests
+ * from the recording, and loads the plugin's own code only for the first other call, handing the
+ * transport (its socket, connection and held streams) over to the plugin's `servePlugin`. A load
+ * launch never loads protobuf-es, connect or the driver.
+ *
+ * Nothing here decodes or encodes protobuf: a request is answered only if its bytes are exactly the
+ * recorded request's, and the answer is the recorded response, byte for byte.
+ * @module
+ */
+import type * as http2 from "node:http2";
+import type { HandshakeConfig } from "./env.js";
+import { leaveTransport, openTransport, type PluginTransport, type StreamListener, type TransportOptions } from "./transport.js";
+
+/** go-plugin's controller call that ends the process after its answer. */
+const SHUTDOWN = "/plugin.GRPCController/Shutdown";
+/** Streams the host opens on every connection and leaves open: held, without loading the plugin. */
+const HELD = new Set(["/plugin.GRPCStdio/StreamStdio", "/plugin.GRPCBroker/StartStream"]);
+
+/** One recorded call: an exact request and the plugin's complete OK response. */
+export interface RecordedCall {
+  /** `:path`, e.g. `/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo`. */
+  path: string;
+  /** The request body as sent (gRPC envelope included), base64. */
+  request: string;
+  /** Response headers, without pseudo-headers and `date`. */
+  headers: Record<string, string>;
+  /** The response body (gRPC envelopes), base64. */
+  body: string;
+  /** Response trailers. */
+  trailers: Record<string, string>;
+}
+
+/** What `nomadkit bundle` records for the fast path (the `.load.json` file next to the bundle). */
+export interface LoadRecording {
+  /** Format version: 1. */
+  version: 1;
+  /** SHA-256 (hex) of the bundle the calls were recorded from; the launcher checks it. */
+  bundleSha256: string;
+  /** The transport options the plugin's servePlugin was called with. */
+  transport: RecordedTransportOptions;
+  calls: RecordedCall[];
+}
+
+/** servePlugin's transport options as recorded (JSON). */
+export interface RecordedTransportOptions {
+  handshake?: HandshakeConfig;
+  protocolVersions?: number[];
+  network?: "unix" | "tcp";
+  exitOnHostDisconnect?: boolean | number;
+  maxSessionMemoryMiB?: number;
+}
+
+/**
+ * Where servePlugin reports its transport options while a recording is made (`nomadkit bundle`'s
+ * run of the plugin): a function the launcher puts there. `undefined` means the options cannot be
+ * replayed (an `env` of its own, `exitProcess: false`): no recording then.
+ */
+export const TRANSPORT_RECORDER = Symbol.for("@nomadkit/server.transportRecorder");
+
+/** The options to record for `options`, or `undefined` when a launcher cannot replay them. */
+export function recordableTransportOptions(options: TransportOptions): RecordedTransportOptions | undefined {
+  if (options.env !== undefined || options.exitProcess === false) return undefined;
+  const out: RecordedTransportOptions = {};
+  if (options.handshake !== undefined) out.handshake = { cookieKey: options.handshake.cookieKey, cookieValue: options.handshake.cookieValue };
+  if (options.protocolVersions !== undefined) out.protocolVersions = [...options.protocolVersions];
+  if (options.network !== undefined) out.network = options.network;
+  if (options.exitOnHostDisconnect !== undefined) out.exitOnHostDisconnect = options.exitOnHostDisconnect;
+  if (options.maxSessionMemoryMiB !== undefined) out.maxSessionMemoryMiB = options.maxSessionMemoryMiB;
+  return out;
+}
+
+/** Report `options` to the recorder of a recording run, if there is one. */
+export function reportTransportOptions(options: TransportOptions): void {
+  const recorder = (globalThis as { [TRANSPORT_RECORDER]?: (o: RecordedTransportOptions | undefined) => void })[TRANSPORT_RECORDER];
+  if (typeof recorder === "function") recorder(recordableTransportOptions(options));
+}
+
+const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
+
+/**
+ * Serves the go-plugin transport with `recording`'s options and answers its recorded calls;
+ * `loadPlugin` runs the plugin's own code (whose `servePlugin` adopts this transport) on the
+ * first call the recording cannot answer. go-plugin's Shutdown is answered and ends the process
+ * as servePlugin's does.
+ *
+ * @example
+ * ```ts
+ * // in a launcher, with a recording made from exactly this bundle:
+ * await startPrelude(recording, () => require("./my-driver.cjs"));
+ * ```
+ */
+export async function startPrelude(recording: LoadRecording, loadPlugin: () => void): Promise<PluginTransport> {
+  const transport = openTransport(recording.transport);
+  await transport.listen();
+  const calls = new Map(recording.calls.map((c) => [c.path, { ...c, requestBytes: Buffer.from(c.request, "base64"), bodyBytes: Buffer.from(c.body, "base64") }]));
+  let loaded = false;
+  const load = () => {
+    if (loaded) return;
+    loaded = true;
+    leaveTransport(transport);
+    transport.logger.debug("loading the plugin for a call the load recording does not answer");
+    try {
+      loadPlugin();
+    } catch (err) {
+      transport.failStart(err);
+    }
+  };
+  const handOver: StreamListener = (...args) => {
+    transport.hold(...args);
+    load();
+  };
+  transport.serve((stream, headers, flags, rawHeaders) => {
+    const path = headers[":path"] ?? "";
+    if (HELD.has(path)) return transport.hold(stream, headers, flags, rawHeaders);
+    const call = calls.get(path);
+    const type = headers["content-type"];
+    const encoding = headers["grpc-encoding"];
+    if (
+      call === undefined ||
+      headers[":method"] !== "POST" ||
+      type === undefined ||
+      !GRPC_CONTENT_TYPE.test(type) ||
+      (encoding !== undefined && encoding !== "identity")
+    ) {
+      return handOver(stream, headers, flags, rawHeaders);
+    }
+    // Read without consuming the stream's end: what does not match goes back with unshift, and
+    // the plugin reads the call as if nobody had.
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const giveBack = () => {
+      stream.off("readable", onReadable);
+      if (size > 0 && !stream.readableEnded) stream.unshift(Buffer.concat(chunks, size));
+      handOver(stream, headers, flags, rawHeaders);
+    };
+    const onReadable = () => {
+      let chunk: Buffer | null;
+      while ((chunk = stream.read() as Buffer | null) !== null) {
+        chunks.push(chunk);
+        size += chunk.length;
+      }
+      const expected = call.requestBytes;
+      if (size < expected.length) {
+        // Ended short (the end comes as a last "readable" with nothing left to read).
+        if (stream.readableEnded || isReadEnded(stream)) giveBack();
+        return;
+      }
+      const got = Buffer.concat(chunks, size);
+      if (size !== expected.length || !got.equals(expected)) return giveBack();
+      stream.off("readable", onReadable);
+      stream.resume(); // the end of the request side, if it has not come yet
+      answer(stream, call);
+      if (path === SHUTDOWN) setImmediate(() => void transport.shutdown("GRPCController.Shutdown"));
+    };
+    stream.on("readable", onReadable);
+    // Should the end ever be emitted before it was seen above, the plugin still gets the call.
+    stream.once("end", () => {
+      if (stream.listeners("readable").includes(onReadable)) giveBack();
+    });
+  });
+  return transport;
+}
+
+/** Whether the request side has been received in full (its end may not have been emitted yet). */
+function isReadEnded(stream: http2.ServerHttp2Stream): boolean {
+  return (stream as unknown as { _readableState?: { ended?: boolean } })._readableState?.ended === true;
+}
+
+function answer(stream: http2.ServerHttp2Stream, call: RecordedCall & { bodyBytes: Buffer }): void {
+  if (stream.destroyed) return;
+  stream.on("error", () => {});
+  stream.respond({ ...call.headers, ":status": 200 }, { waitForTrailers: true });
+  stream.once("wantTrailers", () => stream.sendTrailers(call.trailers));
+  stream.end(call.bodyBytes);
+}

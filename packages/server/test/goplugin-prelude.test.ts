@@ -1,0 +1,145 @@
+// The load launch's fast path (goplugin/prelude.ts) in a real process, in front of the fixture test
+// driver: it serves the go-plugin transport with the recording's options, answers exactly the
+// recorded calls itself, ends the process on Shutdown, and on any other call hands the transport
+// (socket, connection, the streams it held) to the driver's own servePlugin. The recording here is
+// made by hand so that who answered is visible (its PluginInfo is not the driver's); `nomadkit
+// bundle` records real ones (tested in @nomadkit/cli, byte for byte against the plugin).
+import * as http2 from "node:http2";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { launchPlugin, type PluginClient } from "@nomadkit/client";
+import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
+import { afterAll, describe, expect, it } from "vitest";
+import { recordableTransportOptions, type LoadRecording } from "../src/goplugin/prelude.js";
+import { fixture, LogCollector } from "./goplugin-helpers.js";
+
+const dir = mkdtempSync(join(tmpdir(), "nk-prelude-"));
+const launched: PluginClient[] = [];
+afterAll(async () => {
+  await Promise.all(launched.map((p) => p.kill().catch(() => undefined)));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const envelope = (message: Uint8Array) => {
+  const b = Buffer.alloc(5 + message.length);
+  b.writeUInt32BE(message.length, 1);
+  b.set(message, 5);
+  return b.toString("base64");
+};
+const OK = { headers: { "content-type": "application/grpc+proto" }, trailers: { "grpc-status": "0" } };
+const recordedInfo = toBinary(
+  PluginInfoResponseSchema,
+  create(PluginInfoResponseSchema, { type: PluginType.DRIVER, name: "from-the-recording", pluginApiVersions: ["v0.1.0"], pluginVersion: "9.9.9" }),
+);
+
+function recording(transport: LoadRecording["transport"] = {}): string {
+  const r: LoadRecording = {
+    version: 1,
+    bundleSha256: "not checked by startPrelude (the launcher does)",
+    transport,
+    calls: [
+      { path: "/grpc.health.v1.Health/Check", request: envelope(Buffer.from("0a06706c7567696e", "hex")), body: envelope(Buffer.from("0801", "hex")), ...OK },
+      { path: "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", request: envelope(new Uint8Array(0)), body: envelope(recordedInfo), ...OK },
+      { path: "/plugin.GRPCController/Shutdown", request: envelope(new Uint8Array(0)), body: envelope(new Uint8Array(0)), ...OK },
+    ],
+  };
+  const file = join(dir, `recording-${Math.random().toString(36).slice(2)}.json`);
+  writeFileSync(file, JSON.stringify(r));
+  return file;
+}
+
+async function launch(recordingFile: string, mode = "") {
+  const logs = new LogCollector();
+  const stdout: string[] = [];
+  const plugin = await launchPlugin(process.execPath, [fixture("prelude-launcher.cjs")], {
+    env: { TEST_RECORDING: recordingFile, TEST_PLUGIN_MODE: mode },
+    logger: logs.logger,
+    onStdout: (d) => stdout.push(Buffer.from(d).toString()),
+  });
+  launched.push(plugin);
+  return { plugin, logs, stdout };
+}
+
+/**
+ * A raw call on a connection of its own: `status` resolves with its grpc-status (trailers or
+ * trailers-only); `received` once the server has seen the request (an HTTP/2 PING sent after it
+ * was answered: the server handles a connection's frames in order). `end: false` leaves the
+ * request open, as a host leaves GRPCStdio's.
+ */
+function rawCall(plugin: PluginClient, path: string, body: Buffer, end = true) {
+  const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+  const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+  const status = new Promise<string | undefined>((resolve, reject) => {
+    session.on("error", reject);
+    let s: string | undefined;
+    stream.on("response", (h) => (s = h["grpc-status"] as string | undefined));
+    stream.on("trailers", (t) => (s = t["grpc-status"] as string | undefined));
+    stream.on("error", reject);
+    stream.resume();
+    stream.on("end", () => {
+      session.close();
+      resolve(s);
+    });
+  });
+  stream.write(body);
+  if (end) stream.end();
+  const received = new Promise<void>((resolve, reject) =>
+    session.once("connect", () => session.ping((err) => (err ? reject(err) : resolve()))),
+  );
+  return { status, received };
+}
+
+const loaded = (logs: LogCollector) => logs.entries.some((e) => e.message.includes("loading the test driver"));
+
+describe("the load launch's fast path (startPrelude)", () => {
+  it("answers the recorded calls itself; Shutdown ends the process, streams it held get Unavailable", async () => {
+    const { plugin, logs } = await launch(recording());
+    expect(await plugin.health.check({ service: "plugin" })).toMatchObject({ status: 1 });
+    expect(await plugin.basePlugin.pluginInfo({})).toMatchObject({ name: "from-the-recording", pluginVersion: "9.9.9" });
+    // GRPCStdio as a host opens it: held, never answered, until the process shuts down.
+    const stdio = rawCall(plugin, "/plugin.GRPCStdio/StreamStdio", Buffer.from(envelope(new Uint8Array(0)), "base64"), false);
+    await stdio.received;
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+    expect(await stdio.status).toBe("14");
+    expect(loaded(logs)).toBe(false);
+    expect(logs.entries.map((e) => e.message)).toEqual(expect.arrayContaining(["plugin started", "plugin shutting down"]));
+  });
+
+  it("hands its transport to the driver's servePlugin on the first other call: same socket, held streams, the driver's logger", async () => {
+    const { plugin, logs, stdout } = await launch(recording(), "console");
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("from-the-recording");
+    // Not recorded: the driver loads and answers this call.
+    expect(await plugin.driver.capabilities({})).toMatchObject({ capabilities: { sendSignals: true, exec: true } });
+    expect(loaded(logs)).toBe(true);
+    // Its servePlugin adopted the socket the host is connected to (no second handshake).
+    const ready = await logs.waitFor((e) => e.message === "test driver ready");
+    expect(ready.fields.address).toBe(plugin.address);
+    expect(ready.module).toBe("test-driver");
+    // The host's GRPCStdio stream, opened before the driver loaded, carries what it prints.
+    await expect.poll(() => stdout.join(""), { timeout: 10_000 }).toContain("hello from console.log");
+    // Recorded calls are the driver's now.
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("listens as the recorded transport options say", async () => {
+    const { plugin } = await launch(recording({ network: "tcp" }));
+    expect(plugin.network).toBe("tcp");
+    expect(plugin.address).toMatch(/^127\.0\.0\.1:\d+$/);
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("from-the-recording");
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("records only the options a launcher can replay", () => {
+    expect(recordableTransportOptions({})).toEqual({});
+    expect(
+      recordableTransportOptions({ network: "tcp", protocolVersions: [2, 3], exitOnHostDisconnect: 500, maxSessionMemoryMiB: 64, handshake: { cookieKey: "K", cookieValue: "V" } }),
+    ).toEqual({ network: "tcp", protocolVersions: [2, 3], exitOnHostDisconnect: 500, maxSessionMemoryMiB: 64, handshake: { cookieKey: "K", cookieValue: "V" } });
+    // A launcher has neither this process's own environment object nor a way to keep it alive.
+    expect(recordableTransportOptions({ env: {} })).toBeUndefined();
+    expect(recordableTransportOptions({ exitProcess: false })).toBeUndefined();
+  });
+});
