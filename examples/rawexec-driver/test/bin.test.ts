@@ -1,7 +1,7 @@
 // The plugin binary's start-up path: bin/nomadkit-rawexec runs the launcher `nomadkit bundle` made
-// in dist/plugin (the bundle with the V8 code cache of a real start-up). NOMADKIT_CODE_CACHE=report
-// makes the launcher say which case it took; started by hand (no magic cookie) the plugin then
-// prints go-plugin's refusal and exits 1. The launcher's other cases (stale or missing cache) are
+// in dist/plugin (the load launch's fast path with its recording, and the bundle with the V8 code
+// cache of a real start-up). NOMADKIT_CODE_CACHE=report makes the launcher say which case it took;
+// started by hand (no magic cookie) the plugin then prints go-plugin's refusal and exits 1. The launcher's other cases (stale or missing cache) are
 // tested with `nomadkit bundle` in @nomadkit/cli; the executor bundle in driver.test.ts.
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync, utimesSync } from "node:fs";
@@ -22,8 +22,21 @@ function run(bin: string) {
 }
 
 describe("bin/nomadkit-rawexec", () => {
-  it("runs the bundle with the code cache the build made from it", () => {
+  it("starts with the load launch's fast path, from the recording and code cache the build made", () => {
     const r = run(PLUGIN);
+    expect(r.stderr).toContain("nomadkit-rawexec: load recording used\nnomadkit-rawexec-load: code cache used\n");
+    expect(r.stderr).toContain(REFUSAL);
+    expect(r.status).toBe(1);
+  });
+
+  it("runs the bundle with the code cache the build made from it when there is no load recording", () => {
+    const dir = mkdtempSync(join(pkg, ".bin-"));
+    dirs.push(dir);
+    cpSync(join(pkg, "bin"), join(dir, "bin"), { recursive: true });
+    cpSync(join(pkg, "dist"), join(dir, "dist"), { recursive: true, preserveTimestamps: true });
+    rmSync(join(dir, "dist/plugin/nomadkit-rawexec.load.json"));
+    const r = run(join(dir, "bin/nomadkit-rawexec"));
+    expect(r.stderr).not.toContain("load recording");
     expect(r.stderr).toContain("nomadkit-rawexec: code cache used");
     expect(r.stderr).toContain(REFUSAL);
     expect(r.status).toBe(1);

@@ -182,11 +182,15 @@ export function createProgram(info: { version?: string } = {}): Command {
     .option("--no-executor", "do not bundle the task executor")
     .option(
       "--no-code-cache",
-      "skip launching the bundled plugin (PluginInfo, Shutdown) and executor to make their V8 code caches",
+      "skip launching the bundled plugin (PluginInfo, Shutdown) and executor to make their V8 code caches (and the load recording)",
+    )
+    .option(
+      "--no-load-recording",
+      "do not record the answers of Nomad's load launch (health check, PluginInfo, ConfigSchema) for the launcher to serve without loading the plugin; for plugins whose PluginInfo or ConfigSchema vary at run time",
     )
     .addHelpText(
       "after",
-      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, a package.json listing the packages left outside the bundle and, for\na driver that launches task executors, <name>-executor, <name>-executor.cjs and <name>-executor.cjs.v8cache. Copy the\ndirectory to the client node, run `npm install --omit=dev` there when it lists any, and put <name> (or a wrapper\nnaming node) in Nomad's plugin_dir.",
+      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, a package.json listing the packages left outside the bundle and, for\na driver that launches task executors, <name>-executor, <name>-executor.cjs and <name>-executor.cjs.v8cache; and the load\nlaunch's fast path, <name>-load.cjs and its recording <name>.load.json. Copy the\ndirectory to the client node, run `npm install --omit=dev` there when it lists any, and put <name> (or a wrapper\nnaming node) in Nomad's plugin_dir.",
     )
     .action(async (entry: string, opts, cmd: Command) => {
       const { bundleCommand } = await import("./commands/bundle.js");

@@ -2,6 +2,8 @@
 // a Nomad plugin on its own, copied away from every node_modules, with its V8 code cache used only
 // for exactly the bundle it was made from; packages left outside load from node_modules next to it.
 import { spawnSync } from "node:child_process";
+import * as http2 from "node:http2";
+import { connect } from "node:net";
 import {
   cpSync,
   existsSync,
@@ -16,6 +18,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { launchPlugin, type PluginClient } from "@nomadkit/client";
 import { formatReport, runConformance } from "@nomadkit/conformance";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
@@ -68,6 +71,14 @@ beforeAll(() => {
     ),
   );
   writeFileSync(join(work, "hello-tla.mjs"), readmeDriver);
+  // Says when its own code runs, once serving: on stdout, which the plugin's GRPCStdio stream carries.
+  writeFileSync(
+    join(work, "hello-stdio.mjs"),
+    readmeDriver.replace(
+      "\nawait serveDriver(driver);",
+      '\nvoid serveDriver(driver).then(() => console.log("the driver\'s own code is running"));',
+    ),
+  );
   writeFileSync(
     join(work, "syntax.mjs"),
     'import { serveDriver } from "@nomadkit/server";\nconst = 1;\n',
@@ -120,7 +131,14 @@ describe("nomadkit bundle", () => {
     expect(r.stdout).toContain("(PluginInfo: hello 0.1.0)");
     out = join(work, "out");
     expect(statSync(join(out, "hello")).mode & 0o111).toBe(0o111);
-    for (const f of ["hello.cjs", "hello.cjs.v8cache", "package.json"])
+    for (const f of [
+      "hello.cjs",
+      "hello.cjs.v8cache",
+      "hello-load.cjs",
+      "hello-load.cjs.v8cache",
+      "hello.load.json",
+      "package.json",
+    ])
       expect(existsSync(join(out, f)), f).toBe(true);
     // The minimal driver launches no executors: nothing of the executor is bundled.
     expect(existsSync(join(out, "hello-executor.cjs"))).toBe(false);
@@ -147,7 +165,20 @@ describe("nomadkit bundle", () => {
     });
     // node-pty builds its addon in an install script, which npm 12 runs only when allowed.
     expect(pkg.allowScripts).toEqual({ "node-pty": true });
+    // Run by hand, the load launch's fast path answers (it checks the cookie as the plugin does).
     expect(report(join(out, "hello"))).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(
+        new RegExp(
+          `^hello: load recording used\\nhello-load: code cache used\\nThis binary is a plugin. ${REFUSAL}`,
+        ),
+      ),
+    });
+    // Without it, the plugin itself, from its code cache.
+    const plain = join(away, "hello-plain");
+    cpSync(out, plain, { recursive: true });
+    rmSync(join(plain, "hello.load.json"));
+    expect(report(join(plain, "hello"))).toMatchObject({
       code: 1,
       stderr: expect.stringContaining("hello: code cache used"),
     });
@@ -178,8 +209,10 @@ describe("nomadkit bundle", () => {
       join(copy, "node_modules/node-pty"),
     );
     const r = report(join(copy, "hello"));
-    expect(r.stderr).toContain("hello: code cache used");
+    expect(r.stderr).toContain("hello: load recording used");
     expect(r.stderr).toContain(REFUSAL);
+    // Every check but the first calls start from the load launch's fast path and hand over to
+    // the plugin on the first call it does not answer.
     const conformance = await runConformance({
       ...options,
       checks: [
@@ -211,6 +244,12 @@ describe("nomadkit bundle", () => {
     cpSync(join(work, "tla"), copy, { recursive: true });
     expect(existsSync(join(copy, "hello-tla.mjs"))).toBe(true);
     expect(existsSync(join(copy, "hello-tla.cjs.v8cache"))).toBe(false);
+    // The load launch's fast path works for it too; the plugin itself has no code cache.
+    expect(report(join(copy, "hello-tla"))).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining("hello-tla: load recording used"),
+    });
+    rmSync(join(copy, "hello-tla.load.json"));
     expect(report(join(copy, "hello-tla"))).toMatchObject({
       code: 1,
       stderr: expect.stringContaining(
@@ -239,6 +278,8 @@ describe("nomadkit bundle", () => {
       "latin1",
     );
     let r = report(join(copy, "hello"));
+    // Neither the load recording nor the code cache belongs to this bundle.
+    expect(r.stderr).toContain("hello: load recording stale");
     expect(r.stderr).toContain("hello: code cache stale");
     expect(r.stderr).toContain(REFUSAL.toUpperCase());
     expect(r.code).toBe(1);
@@ -246,6 +287,160 @@ describe("nomadkit bundle", () => {
     r = report(join(copy, "hello"));
     expect(r.stderr).toContain("hello: code cache none");
     expect(r.code).toBe(1);
+  });
+
+  describe("the load launch's fast path", () => {
+    const BASE = "/hashicorp.nomad.plugins.base.proto.BasePlugin";
+    const envelope = (hex: string) => {
+      const m = Buffer.from(hex, "hex");
+      const b = Buffer.alloc(5 + m.length);
+      b.writeUInt32BE(m.length, 1);
+      m.copy(b, 5);
+      return b;
+    };
+    // What Nomad's load launch sends (grpc-go's bytes): health check of "plugin", then two empty requests.
+    const loadCalls = [
+      [
+        "/grpc.health.v1.Health/Check",
+        envelope("0a06" + Buffer.from("plugin").toString("hex")),
+      ],
+      [`${BASE}/PluginInfo`, envelope("")],
+      [`${BASE}/ConfigSchema`, envelope("")],
+    ] as const;
+    // Requests the recording does not hold, down to broken ones: the plugin's own answers.
+    const otherCalls = [
+      ["/grpc.health.v1.Health/Check", envelope("0a046e6f7065")], // service "nope"
+      ["/grpc.health.v1.Health/Check", envelope("")], // service ""
+      [`${BASE}/PluginInfo`, Buffer.from("000000", "hex")], // ends inside the prefix
+      [`${BASE}/PluginInfo`, Buffer.from("000000000501", "hex")], // ends inside the message
+      [`${BASE}/PluginInfo`, Buffer.alloc(0)], // no message
+      [`${BASE}/ConfigSchema`, Buffer.concat([envelope(""), envelope("")])], // two messages
+    ] as const;
+
+    /** One call with exactly these request bytes; the whole response but its date. */
+    const raw = (plugin: PluginClient, path: string, body: Buffer) =>
+      new Promise<Record<string, unknown>>((resolve, reject) => {
+        const session = http2.connect("http://localhost", {
+          createConnection: () => connect(plugin.address),
+        });
+        session.on("error", reject);
+        const stream = session.request({
+          ":method": "POST",
+          ":path": path,
+          "content-type": "application/grpc",
+          te: "trailers",
+        });
+        const result: Record<string, unknown> = {};
+        const data: Buffer[] = [];
+        const strip = (h: http2.IncomingHttpHeaders) =>
+          Object.fromEntries(Object.entries(h).filter(([k]) => k !== "date"));
+        stream.on("response", (h) => (result.headers = strip(h)));
+        stream.on("trailers", (t) => (result.trailers = strip(t)));
+        stream.on("data", (c: Buffer) => data.push(c));
+        stream.on("error", reject);
+        stream.on("end", () => {
+          result.body = Buffer.concat(data).toString("hex");
+          session.close();
+          resolve(result);
+        });
+        stream.end(body);
+      });
+
+    let fastDir: string;
+    let plainDir: string;
+    const launched: PluginClient[] = [];
+    /** The plugin launched as Nomad does, its log lines and stdout (GRPCStdio) collected. */
+    const launch = async (dir: string) => {
+      const log: string[] = [];
+      const stdout: string[] = [];
+      const plugin = await launchPlugin(
+        process.execPath,
+        [join(dir, "hello")],
+        {
+          env: { NOMADKIT_CODE_CACHE: "report" },
+          logger: (e) => log.push(e.message),
+          onStdout: (d) => stdout.push(Buffer.from(d).toString()),
+        },
+      );
+      launched.push(plugin);
+      return { plugin, log, stdout };
+    };
+    beforeAll(() => {
+      const r = nomadkit(
+        work,
+        "bundle",
+        "hello-stdio.mjs",
+        "--out",
+        "fast",
+        "--name",
+        "hello",
+      );
+      expect(r.stderr).toBe("");
+      expect(r.code).toBe(0);
+      fastDir = join(work, "fast");
+      expect(r.stdout).toContain(join("fast", "hello-load.cjs"));
+      expect(r.stdout).toContain(join("fast", "hello.load.json"));
+      plainDir = join(away, "fast-plain");
+      cpSync(fastDir, plainDir, { recursive: true });
+      rmSync(join(plainDir, "hello.load.json"));
+    }, 120_000);
+    afterAll(async () => {
+      await Promise.all(launched.map((p) => p.kill().catch(() => undefined)));
+    });
+
+    it("answers the health check, PluginInfo and ConfigSchema byte for byte as the plugin does, without loading it, and shuts down", async () => {
+      const fast = await launch(fastDir);
+      const plain = await launch(plainDir);
+      for (const [path, body] of loadCalls) {
+        const answer = await raw(fast.plugin, path, body);
+        expect(answer.trailers, path).toEqual({ "grpc-status": "0" });
+        expect(answer, path).toEqual(await raw(plain.plugin, path, body));
+      }
+      expect(await fast.plugin.kill()).toEqual({ code: 0, signal: null });
+      expect(await plain.plugin.kill()).toEqual({ code: 0, signal: null });
+      expect(fast.log).toContain("hello: load recording used");
+      // The plugin's own code never ran: no code cache was looked at, nothing was printed.
+      expect(fast.log).toContain("hello-load: code cache used");
+      expect(fast.log.join("\n")).not.toContain("hello: code cache");
+      expect(fast.stdout).toEqual([]);
+      expect(plain.log).toContain("hello: code cache used");
+      expect(plain.stdout.join("")).toContain(
+        "the driver's own code is running",
+      );
+    });
+
+    it("hands the plugin its transport on the first other call: that call, the streams held so far, later calls", async () => {
+      const fast = await launch(fastDir);
+      expect((await fast.plugin.basePlugin.pluginInfo({})).name).toBe("hello");
+      // A Driver call: the plugin loads, adopts the socket and connection, and answers it.
+      const caps = await fast.plugin.driver.capabilities({});
+      expect(caps.capabilities?.exec).toBe(true);
+      expect(fast.log).toContain("hello: code cache used");
+      // GRPCStdio, opened by the host before PluginInfo and held, is now the plugin's.
+      await expect
+        .poll(() => fast.stdout.join(""), { timeout: 10_000 })
+        .toContain("the driver's own code is running");
+      // Recorded calls are the plugin's own now too.
+      expect(
+        await fast.plugin.health.check({ service: "plugin" }),
+      ).toMatchObject({ status: 1 });
+      expect(await fast.plugin.kill()).toEqual({ code: 0, signal: null });
+    });
+
+    it("gives every request it does not hold to the plugin with the bytes received, so the answers are the plugin's", async () => {
+      for (const [path, body] of otherCalls) {
+        const fast = await launch(fastDir);
+        const plain = await launch(plainDir);
+        const answer = await raw(fast.plugin, path, body);
+        expect(answer, `${path} ${body.toString("hex")}`).toEqual(
+          await raw(plain.plugin, path, body),
+        );
+        expect(fast.log, `${path} ${body.toString("hex")}`).toContain(
+          "hello: code cache used",
+        );
+        await Promise.all([fast.plugin.kill(), plain.plugin.kill()]);
+      }
+    }, 120_000);
   });
 
   /** `nomadkit bundle` of the reference driver (it launches task executors) into `work/<out>`. */

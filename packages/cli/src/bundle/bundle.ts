@@ -1,18 +1,28 @@
 // `nomadkit bundle`: a plugin as one directory Nomad can start quickly — one CommonJS bundle of the
 // entry file and everything it imports, a launcher executable, a V8 code cache made from a real
 // start-up, the task executor bundled too, and a package.json naming what stayed outside.
+import { createHash } from "node:crypto";
 import {
   chmodSync,
   existsSync,
   mkdirSync,
+  readFileSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
 import { basename, extname, join, resolve } from "node:path";
 import { CliError } from "../errors.js";
-import { trainCodeCache, trainExecutorCodeCache } from "./code-cache.js";
-import { executorEntry, externalImports } from "./dependencies.js";
+import {
+  trainCodeCache,
+  trainExecutorCodeCache,
+  type RecordedCall,
+} from "./code-cache.js";
+import {
+  executorEntry,
+  externalImports,
+  preludeEntry,
+} from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
 import {
   bundleFiles,
@@ -49,6 +59,14 @@ export interface BundleOptions {
    * Default `true`.
    */
   codeCache?: boolean;
+  /**
+   * Record the answers of Nomad's load launch (health check, PluginInfo, ConfigSchema) in the
+   * code-cache run, and write the fast path that serves them (`<name>-load.cjs`, `<name>.load.json`):
+   * the first launch of the plugin while a Nomad agent starts then never loads the plugin's own
+   * code. Only for plugins whose answers to those calls are fixed for a build (PluginInfo from
+   * constants, as Nomad expects). Needs the code-cache run; default `true`.
+   */
+  loadRecording?: boolean;
   /** How long the code-cache run waits for the plugin's handshake; default 60 000 ms. */
   startTimeoutMs?: number;
 }
@@ -205,6 +223,32 @@ export async function bundlePlugin(
   if (executorLauncher === undefined)
     rmSync(out(files.executorLauncher), { force: true });
 
+  // The load launch's fast path: the go-plugin transport of the same @nomadkit/server build.
+  const preludeSource =
+    options.codeCache === false || options.loadRecording === false
+      ? undefined
+      : preludeEntry(main.metafile, main.cwd);
+  let prelude: string | undefined;
+  for (const f of [
+    files.loadRecording,
+    files.loadTransport,
+    files.preludeCodeCache,
+  ])
+    rmSync(out(f), { force: true });
+  if (preludeSource) {
+    const pre = await buildBundle(
+      esbuild,
+      preludeSource,
+      out(files.prelude),
+      external,
+      "load fast path",
+    );
+    warnings.push(...pre.warnings);
+    prelude = pre.file;
+  } else {
+    rmSync(out(files.prelude), { force: true });
+  }
+
   writeFileSync(out(files.launcher), launcherSource(name, main.format));
   // Also when an earlier run's launcher is being replaced (a mode applies only to new files).
   chmodSync(out(files.launcher), 0o755);
@@ -245,15 +289,16 @@ export async function bundlePlugin(
   rmSync(out(files.executorCodeCache), { force: true });
   let pluginInfo: BundleResult["pluginInfo"];
   if (options.codeCache !== false) {
+    let run;
     try {
-      pluginInfo = await trainCodeCache(
-        out(files.launcher),
-        options.startTimeoutMs,
-      );
+      run = await trainCodeCache(out(files.launcher), options.startTimeoutMs);
     } catch (err) {
       rmSync(out(files.codeCache), { force: true });
+      rmSync(out(files.loadTransport), { force: true });
+      if (prelude !== undefined) rmSync(prelude, { force: true });
       throw err;
     }
+    pluginInfo = { name: run.name, version: run.version };
     if (main.format === "cjs") {
       if (!existsSync(out(files.codeCache))) {
         throw new CliError(
@@ -280,6 +325,50 @@ export async function bundlePlugin(
       }
       written.push(out(files.executorCodeCache));
     }
+    if (prelude !== undefined) {
+      const recorded = recordLoadLaunch(
+        out(files.loadTransport),
+        main.file,
+        run.calls,
+      );
+      if (recorded.warning !== undefined) warnings.push(recorded.warning);
+      if (recorded.ok) {
+        writeFileSync(out(files.loadRecording), recorded.json);
+        // The fast path's own run, for its code cache; also its test: the same answers, to the byte.
+        try {
+          const again = await trainCodeCache(
+            out(files.launcher),
+            options.startTimeoutMs,
+            "write-load",
+          );
+          if (JSON.stringify(again.calls) !== JSON.stringify(run.calls)) {
+            throw new CliError(
+              "bundle: the load launch's fast path answered differently from the plugin (PluginInfo or ConfigSchema vary from run to run?); --no-load-recording leaves it out",
+            );
+          }
+          if (!existsSync(out(files.preludeCodeCache))) {
+            throw new CliError(
+              `bundle: the load launch's fast path exited without writing ${out(files.preludeCodeCache)}`,
+            );
+          }
+        } catch (err) {
+          for (const f of [
+            files.prelude,
+            files.preludeCodeCache,
+            files.loadRecording,
+          ])
+            rmSync(out(f), { force: true });
+          throw err;
+        }
+        written.push(
+          prelude,
+          out(files.preludeCodeCache),
+          out(files.loadRecording),
+        );
+      } else {
+        rmSync(prelude, { force: true });
+      }
+    }
     if (pluginInfo.name !== name) {
       warnings.push(
         `the plugin calls itself ${JSON.stringify(pluginInfo.name)} (PluginInfo), which Nomad's plugin block and jobs use; name its executable the same (--name ${pluginInfo.name}) so plugin_dir says which plugin it is`,
@@ -293,5 +382,47 @@ export async function bundlePlugin(
     executor: executorSource !== undefined,
     pluginInfo,
     warnings,
+  };
+}
+
+/**
+ * The load recording for the launcher's fast path, from the code-cache run: the transport options
+ * the plugin's servePlugin reported (in `transportFile`, which is removed) and the recorded calls,
+ * tied to the bundle by its SHA-256.
+ */
+function recordLoadLaunch(
+  transportFile: string,
+  bundleFile: string,
+  calls: RecordedCall[],
+):
+  | { ok: true; json: string; warning?: undefined }
+  | { ok: false; warning?: string } {
+  let transport: unknown;
+  try {
+    transport = JSON.parse(readFileSync(transportFile, "utf8"));
+  } catch {
+    return {
+      ok: false,
+      warning:
+        "the plugin did not report its servePlugin options in the code-cache run, so its load launches start the whole plugin",
+    };
+  } finally {
+    rmSync(transportFile, { force: true });
+  }
+  if (transport === null) {
+    return {
+      ok: false,
+      warning:
+        "servePlugin gets an env of its own or exitProcess: false, which a launcher cannot replay, so its load launches start the whole plugin",
+    };
+  }
+  const bundleSha256 = createHash("sha256")
+    .update(readFileSync(bundleFile))
+    .digest("hex");
+  return {
+    ok: true,
+    json:
+      JSON.stringify({ version: 1, bundleSha256, transport, calls }, null, 2) +
+      "\n",
   };
 }

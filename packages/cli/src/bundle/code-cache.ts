@@ -1,46 +1,172 @@
 // The code-cache run: the bundled plugin started once as Nomad starts it; its launcher saves what V8
 // compiled on the way. Also the bundle's smoke test.
+import * as http2 from "node:http2";
 import { createRequire } from "node:module";
+import { connect } from "node:net";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { PluginInfoResponseSchema } from "@nomadkit/protocol/base";
+import { HealthCheckRequestSchema } from "@nomadkit/protocol/health";
 import { CliError } from "../errors.js";
 import { CODE_CACHE_ENV } from "./launcher.js";
 
+/** One call of a load launch, as `@nomadkit/server`'s prelude.ts replays it. */
+export interface RecordedCall {
+  path: string;
+  request: string;
+  headers: Record<string, string>;
+  body: string;
+  trailers: Record<string, string>;
+}
+
+/** The calls of Nomad's load launch, in its order: go-plugin's health check, PluginInfo, ConfigSchema. */
+function loadLaunchCalls(): { path: string; request: Uint8Array }[] {
+  const envelope = (message: Uint8Array) => {
+    const out = new Uint8Array(5 + message.length);
+    new DataView(out.buffer).setUint32(1, message.length);
+    out.set(message, 5);
+    return out;
+  };
+  return [
+    {
+      path: "/grpc.health.v1.Health/Check",
+      request: envelope(
+        toBinary(
+          HealthCheckRequestSchema,
+          create(HealthCheckRequestSchema, { service: "plugin" }),
+        ),
+      ),
+    },
+    {
+      path: "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo",
+      request: envelope(new Uint8Array(0)),
+    },
+    {
+      path: "/hashicorp.nomad.plugins.base.proto.BasePlugin/ConfigSchema",
+      request: envelope(new Uint8Array(0)),
+    },
+  ];
+}
+
+/** The Shutdown call, recorded last: the plugin exits after it. */
+const SHUTDOWN_CALL = {
+  path: "/plugin.GRPCController/Shutdown",
+  request: new Uint8Array(5),
+};
+
+/** One unary gRPC call over `session` with exactly these bytes; the complete response, or why not. */
+function rawCall(
+  session: http2.ClientHttp2Session,
+  path: string,
+  request: Uint8Array,
+): Promise<RecordedCall> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
+    const headers: Record<string, string> = {};
+    let trailers: Record<string, string> = {};
+    const body: Buffer[] = [];
+    const strings = (h: http2.IncomingHttpHeaders) => {
+      const out: Record<string, string> = {};
+      for (const [k, v] of Object.entries(h))
+        if (!k.startsWith(":") && k !== "date" && typeof v === "string")
+          out[k] = v;
+      return out;
+    };
+    stream.on("response", (h) => Object.assign(headers, strings(h)));
+    stream.on("trailers", (t) => (trailers = strings(t)));
+    stream.on("data", (c: Buffer) => body.push(c));
+    stream.on("error", reject);
+    stream.on("end", () => {
+      // A trailers-only response carries its status in the headers.
+      const status = trailers["grpc-status"] ?? headers["grpc-status"];
+      if (status !== "0")
+        return reject(
+          new Error(
+            `${path}: grpc-status ${status ?? "missing"} ${trailers["grpc-message"] ?? headers["grpc-message"] ?? ""}`,
+          ),
+        );
+      resolve({
+        path,
+        request: Buffer.from(request).toString("base64"),
+        headers,
+        body: Buffer.concat(body).toString("base64"),
+        trailers,
+      });
+    });
+    stream.end(request);
+  });
+}
+
+/** What the code-cache run found. */
+export interface TrainingRun {
+  /** PluginInfo's name and plugin_version. */
+  name: string;
+  version: string;
+  /** The load launch's calls as answered (for the launcher's fast path). */
+  calls: RecordedCall[];
+}
+
 /**
- * Launches the bundled plugin the way Nomad does (handshake, health check), asks PluginInfo and shuts
- * it down (GRPCController.Shutdown); the launcher saves V8's code cache as the process exits.
+ * Launches the bundled plugin the way Nomad does and makes the calls of Nomad's load launch (health
+ * check, PluginInfo, ConfigSchema) with exactly the bytes Nomad sends, recording the answers, then
+ * GRPCController.Shutdown; the launcher saves V8's code cache as the process exits (`mode`
+ * `write`: the plugin's, with its transport options; `write-load`: the load launch's fast path's).
  */
 export async function trainCodeCache(
   launcher: string,
   startTimeoutMs = 60_000,
-): Promise<{ name: string; version: string }> {
+  mode: "write" | "write-load" = "write",
+): Promise<TrainingRun> {
   const { launchPlugin } = await import("@nomadkit/client");
   let plugin;
   try {
     // launchPlugin's error carries the plugin's last stderr lines.
     plugin = await launchPlugin(process.execPath, [launcher], {
-      env: { [CODE_CACHE_ENV]: "write" },
+      env: { [CODE_CACHE_ENV]: mode },
       startTimeoutMs,
     });
   } catch (err) {
     throw new CliError(
-      `bundle: the bundled plugin did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
+      `bundle: the bundled plugin${mode === "write-load" ? " (load launch fast path)" : ""} did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
     );
   }
   let info;
+  const calls: RecordedCall[] = [];
+  const { network, address } = plugin;
+  const session = http2.connect(
+    network === "unix" ? "http://localhost" : `http://${address}`,
+    network === "unix" ? { createConnection: () => connect(address) } : {},
+  );
+  session.on("error", () => undefined);
   try {
-    info = await plugin.basePlugin.pluginInfo({});
+    for (const { path, request } of loadLaunchCalls())
+      calls.push(await rawCall(session, path, request));
+    info = fromBinary(
+      PluginInfoResponseSchema,
+      Buffer.from(calls[1]!.body, "base64").subarray(5),
+    );
+    calls.push(
+      await rawCall(session, SHUTDOWN_CALL.path, SHUTDOWN_CALL.request),
+    );
   } catch (err) {
+    session.destroy();
     await plugin.kill().catch(() => undefined);
     throw new CliError(
-      `bundle: the bundled plugin failed PluginInfo: ${(err as Error).message}`,
+      `bundle: the bundled plugin failed a call of Nomad's load launch: ${(err as Error).message}`,
     );
   }
+  session.close();
   const exit = await plugin.kill();
   if (exit.code !== 0) {
     throw new CliError(
       `bundle: the bundled plugin exited with ${exit.code ?? exit.signal} on shutdown`,
     );
   }
-  return { name: info.name, version: info.pluginVersion };
+  return { name: info.name, version: info.pluginVersion, calls };
 }
 
 /** The part of `@nomadkit/server/executor` the executor's code-cache run uses. */

@@ -115,6 +115,24 @@ function packageRoot(file: string, name: string): string | undefined {
   return undefined;
 }
 
+/**
+ * `@nomadkit/server`'s fast path for load launches (`goplugin/prelude.js`), from the same build as
+ * the `servePlugin` module the bundle contains; `undefined` when it contains none.
+ */
+export function preludeEntry(
+  metafile: Metafile,
+  cwd: string,
+): string | undefined {
+  for (const input of Object.keys(metafile.inputs)) {
+    const file = resolve(cwd, input);
+    const serve = /[/\\]goplugin[/\\]serve(\.[cm]?js)$/.exec(file);
+    if (!serve || !packageRoot(file, "@nomadkit/server")) continue;
+    const prelude = join(dirname(file), `prelude${serve[1]}`);
+    if (existsSync(prelude)) return prelude;
+  }
+  return undefined;
+}
+
 function serverExecutorBin(pkgDir: string): string {
   const bin = (
     JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8")) as {

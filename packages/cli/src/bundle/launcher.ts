@@ -5,6 +5,12 @@
 // this Node.js (no parsing or compiling of the functions start-up runs). An entry with top-level
 // await can only be bundled as an ES module, which it imports instead (no code cache in Node.js 20).
 //
+// Nomad's first launch of a plugin while an agent starts asks only the health check, PluginInfo and
+// ConfigSchema. When the bundle step recorded those answers from exactly this bundle
+// (`<name>.load.json`), the launcher starts `<name>-load.cjs` instead (the go-plugin transport of
+// the plugin's own @nomadkit/server, see its goplugin/prelude.ts), which answers them from the
+// recording and runs the bundle only for the first other call, handing the transport over.
+//
 // `launch` is never called in the CLI: its compiled text is the launcher's body
 // (`launcherSource`), so it is type-checked with the rest of the package. It may use only its
 // parameters and Node's globals (`require`, `__dirname`, `process`).
@@ -21,6 +27,10 @@ export function bundleFiles(name: string): {
   executor: string;
   executorLauncher: string;
   executorCodeCache: string;
+  prelude: string;
+  preludeCodeCache: string;
+  loadRecording: string;
+  loadTransport: string;
 } {
   return {
     launcher: name,
@@ -30,8 +40,16 @@ export function bundleFiles(name: string): {
     executor: `${name}-executor.cjs`,
     executorLauncher: `${name}-executor`,
     executorCodeCache: `${name}-executor.cjs.v8cache`,
+    prelude: `${name}-load.cjs`,
+    preludeCodeCache: `${name}-load.cjs.v8cache`,
+    loadRecording: `${name}.load.json`,
+    // Written by the recording run's launcher, merged into loadRecording by the bundle step.
+    loadTransport: `${name}.load.json.transport`,
   };
 }
+
+/** Global through which a recording run's plugin reports its transport options (see the server's prelude.ts). */
+export const TRANSPORT_RECORDER_KEY = "@nomadkit/server.transportRecorder";
 
 /** What one launcher runs, relative to its directory. */
 interface LaunchFiles {
@@ -40,25 +58,35 @@ interface LaunchFiles {
   codeCache: string;
   /** The task executor's entries for launchExecutor, the first that exists wins (a plugin's launcher). */
   executors: string[];
+  /** The fast path for load launches and its recording (a plugin's launcher). */
+  prelude?: string;
+  preludeCodeCache?: string;
+  loadRecording?: string;
+  loadTransport?: string;
 }
 
 function launch(
   name: string,
   files: LaunchFiles,
   cacheEnv: string,
+  recorderKey: string,
   importModule?: (url: string) => Promise<unknown>,
 ): void {
   const { readFileSync, writeFileSync, existsSync } =
     require("node:fs") as typeof import("node:fs");
   const { join } = require("node:path") as typeof import("node:path");
+  const { createHash } = require("node:crypto") as typeof import("node:crypto");
   const fail = (err: unknown): never => {
     process.stderr.write(
       `${name}: ${err instanceof Error && err.stack ? err.stack : String(err)}\n`,
     );
     process.exit(1);
   };
+  // "write": the bundle step's recording run (the plugin's code cache, its transport options);
+  // "write-load": its run of the load launch's fast path (that path's code cache); "report": say
+  // on stderr what was used.
+  const mode = process.env[cacheEnv];
   const bundleFile = join(__dirname, files.bundle);
-  const cacheFile = join(__dirname, files.codeCache);
   // The task executor bundled with the plugin, for launchExecutor, unless the operator chose one.
   if (!process.env.NOMADKIT_EXECUTOR_PATH) {
     const executor = files.executors
@@ -66,31 +94,30 @@ function launch(
       .find((f) => existsSync(f));
     if (executor !== undefined) process.env.NOMADKIT_EXECUTOR_PATH = executor;
   }
-  if (importModule) {
-    // Top-level await made the bundle an ES module (<name>.mjs): Node.js 20 has no code cache for those.
-    if (process.env[cacheEnv] === "report")
-      process.stderr.write(`${name}: code cache none (ES module bundle)\n`);
-    const { pathToFileURL } = require("node:url") as typeof import("node:url");
-    importModule(pathToFileURL(join(__dirname, files.esmBundle)).href).catch(
-      fail,
-    );
-    return;
-  }
-  try {
+
+  /**
+   * Runs the CommonJS file `file` compiled with the V8 code cache `cacheFile` when that cache was
+   * made from exactly this file by this Node.js; with `save`, writes the cache of what ran as the
+   * process exits cleanly. Returns the module's exports.
+   */
+  const runCached = (
+    file: string,
+    cacheFile: string,
+    label: string,
+    save: boolean,
+  ): unknown => {
     const { isAscii } = require("node:buffer") as typeof import("node:buffer");
-    const { createHash } =
-      require("node:crypto") as typeof import("node:crypto");
     const Module = require("node:module") as typeof import("node:module") & {
       wrap(source: string): string;
     };
     const { Script } = require("node:vm") as typeof import("node:vm");
-    const bytes = readFileSync(bundleFile);
+    const bytes = readFileSync(file);
     // esbuild writes ASCII, which decodes fastest as latin1.
     let source = bytes.toString(isAscii(bytes) ? "latin1" : "utf8");
     // esbuild keeps the entry's `#!` line, which is valid only as a script's first characters.
     if (source.startsWith("#!")) source = `//${source.slice(2)}`;
     // V8 checks a cache against the source's length only; the cache starts with the SHA-256 of the
-    // bundle it was made from, so a rebuilt bundle never runs with another build's code.
+    // file it was made from, so a rebuilt bundle never runs with another build's code.
     const hash = createHash("sha256").update(bytes).digest();
     let cachedData: Buffer | undefined;
     let cacheState = "none";
@@ -106,14 +133,12 @@ function launch(
       // no cache: compile
     }
     const script = new Script(Module.wrap(source), {
-      filename: bundleFile,
+      filename: file,
       cachedData,
     });
     if (cachedData !== undefined)
       cacheState = script.cachedDataRejected ? "rejected" : "used";
-    const mode = process.env[cacheEnv];
-    // "write": the bundle step's training run saves what start-up and shutdown compiled.
-    if (mode === "write") {
+    if (save) {
       process.once("exit", (code) => {
         if (code === 0)
           writeFileSync(
@@ -123,20 +148,93 @@ function launch(
       });
     }
     if (mode === "report")
-      process.stderr.write(`${name}: code cache ${cacheState}\n`);
-    const module = { exports: {}, filename: bundleFile };
+      process.stderr.write(`${label}: code cache ${cacheState}\n`);
+    const module = { exports: {}, filename: file };
     const wrapper = script.runInThisContext() as (...args: unknown[]) => void;
     wrapper.call(
       module.exports,
       module.exports,
-      Module.createRequire(bundleFile),
+      Module.createRequire(file),
       module,
-      bundleFile,
+      file,
       __dirname,
     );
-  } catch (err) {
-    fail(err);
+    return module.exports;
+  };
+
+  const runPlugin = (): void => {
+    if (importModule) {
+      // Top-level await made the bundle an ES module (<name>.mjs): Node.js 20 has no code cache for those.
+      if (mode === "report")
+        process.stderr.write(`${name}: code cache none (ES module bundle)\n`);
+      const { pathToFileURL } =
+        require("node:url") as typeof import("node:url");
+      importModule(pathToFileURL(join(__dirname, files.esmBundle)).href).catch(
+        fail,
+      );
+      return;
+    }
+    try {
+      runCached(
+        bundleFile,
+        join(__dirname, files.codeCache),
+        name,
+        mode === "write",
+      );
+    } catch (err) {
+      fail(err);
+    }
+  };
+
+  if (
+    files.prelude !== undefined &&
+    files.preludeCodeCache !== undefined &&
+    files.loadRecording !== undefined &&
+    files.loadTransport !== undefined
+  ) {
+    const recordingFile = join(__dirname, files.loadRecording);
+    const preludeFile = join(__dirname, files.prelude);
+    if (mode === "write") {
+      // servePlugin reports its transport options here.
+      const transportFile = join(__dirname, files.loadTransport);
+      (globalThis as Record<symbol, unknown>)[Symbol.for(recorderKey)] = (
+        options: unknown,
+      ) => writeFileSync(transportFile, JSON.stringify(options ?? null));
+    } else if (existsSync(recordingFile) && existsSync(preludeFile)) {
+      try {
+        const recording = JSON.parse(readFileSync(recordingFile, "utf8")) as {
+          version?: number;
+          bundleSha256?: string;
+        };
+        const bundleHash = createHash("sha256")
+          .update(
+            readFileSync(
+              importModule ? join(__dirname, files.esmBundle) : bundleFile,
+            ),
+          )
+          .digest("hex");
+        if (recording.version === 1 && recording.bundleSha256 === bundleHash) {
+          if (mode === "report")
+            process.stderr.write(`${name}: load recording used\n`);
+          const prelude = runCached(
+            preludeFile,
+            join(__dirname, files.preludeCodeCache),
+            files.prelude.replace(/\.cjs$/, ""),
+            mode === "write-load",
+          ) as {
+            startPrelude(r: unknown, load: () => void): Promise<unknown>;
+          };
+          prelude.startPrelude(recording, runPlugin).catch(fail);
+          return;
+        }
+        if (mode === "report")
+          process.stderr.write(`${name}: load recording stale\n`);
+      } catch (err) {
+        fail(err);
+      }
+    }
   }
+  runPlugin();
 }
 
 /** A launcher script: a `node` shebang, `comment`, then `launch` called with these arguments. */
@@ -146,7 +244,9 @@ function launcherText(
   comment: readonly string[],
   esm = false,
 ): string {
-  const args = [name, files, CODE_CACHE_ENV].map((a) => JSON.stringify(a));
+  const args = [name, files, CODE_CACHE_ENV, TRANSPORT_RECORDER_KEY].map((a) =>
+    JSON.stringify(a),
+  );
   // Written out, not compiled: the CommonJS build of this package would turn import() into require().
   if (esm) args.push("(url) => import(url)");
   return [
@@ -174,6 +274,10 @@ export function launcherSource(
       esmBundle: files.esmBundle,
       codeCache: files.codeCache,
       executors: [files.executorLauncher, files.executor],
+      prelude: files.prelude,
+      preludeCodeCache: files.preludeCodeCache,
+      loadRecording: files.loadRecording,
+      loadTransport: files.loadTransport,
     },
     [
       `${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,

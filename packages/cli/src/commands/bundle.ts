@@ -11,6 +11,7 @@ export async function bundleCommand(
     external: string[];
     executor?: boolean;
     codeCache: boolean;
+    loadRecording: boolean;
   },
   g: GlobalOptions,
 ): Promise<void> {
@@ -21,6 +22,7 @@ export async function bundleCommand(
     external: opts.external,
     executor: opts.executor,
     codeCache: opts.codeCache,
+    loadRecording: opts.loadRecording,
     startTimeoutMs: parseStartTimeout(g),
   });
   for (const w of result.warnings)
