@@ -122,14 +122,45 @@ describe("the load launch's fast path (startPrelude)", () => {
     await expect.poll(() => stdout.join(""), { timeout: 10_000 }).toContain("hello from console.log");
     // Recorded calls are the driver's now.
     expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
+    // Its options (all defaults here) are those the recording was served with ({}): no warning.
+    expect(logs.entries.filter((e) => e.level === "warn")).toEqual([]);
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
   });
 
-  it("listens as the recorded transport options say", async () => {
-    const { plugin } = await launch(recording({ network: "tcp" }));
+  it("answers a recorded request only once it has ended: a second message, even in a later frame, goes to the driver", async () => {
+    const { plugin, logs } = await launch(recording());
+    const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+    const stream = session.request({ ":method": "POST", ":path": "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", "content-type": "application/grpc", te: "trailers" });
+    let status: string | undefined;
+    stream.on("response", (h) => (status = h["grpc-status"] as string | undefined));
+    stream.on("trailers", (t) => (status = t["grpc-status"] as string | undefined));
+    const ended = new Promise((r) => stream.on("end", r));
+    stream.resume();
+    const empty = Buffer.from(envelope(new Uint8Array(0)), "base64");
+    // The recorded request, then (once the plugin has surely read it) another message.
+    stream.write(empty);
+    await new Promise<void>((resolve, reject) => session.once("connect", () => session.ping((err) => (err ? reject(err) : resolve()))));
+    stream.end(empty);
+    await ended;
+    session.close();
+    // The driver's own refusal of a unary call with two messages (InvalidArgument or Unimplemented-like codes, never OK).
+    expect(status).toBeDefined();
+    expect(status).not.toBe("0");
+    expect(loaded(logs)).toBe(true);
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("listens as the recorded transport options say, and the driver says when its own differ", async () => {
+    const { plugin, logs } = await launch(recording({ network: "tcp" }));
     expect(plugin.network).toBe("tcp");
     expect(plugin.address).toMatch(/^127\.0\.0\.1:\d+$/);
     expect((await plugin.basePlugin.pluginInfo({})).name).toBe("from-the-recording");
+    // The test driver asks for a unix socket: it keeps serving on the recorded TCP one, and warns.
+    expect(await plugin.driver.capabilities({})).toMatchObject({ capabilities: { exec: true } });
+    const warning = await logs.waitFor((e) => e.message.startsWith("servePlugin options differ from the load recording"));
+    expect(warning.level).toBe("warn");
+    expect(JSON.parse(warning.fields.options as string)).toMatchObject({ network: "unix" });
+    expect(JSON.parse(warning.fields.recorded as string)).toMatchObject({ network: "tcp" });
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
   });
 

@@ -129,14 +129,30 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     ) {
       return handOver(stream, headers, flags, rawHeaders);
     }
-    // Read without consuming the stream's end: what does not match goes back with unshift, and
-    // the plugin reads the call as if nobody had.
+    // Read without consuming the stream's end: a request that is not exactly the recorded one
+    // goes back with unshift, and the plugin reads the call as if nobody had. A match is answered
+    // once the request side has ended (a unary request ends with its message), so a second
+    // message still goes to the plugin, which refuses it.
+    const expected = call.requestBytes;
     const chunks: Buffer[] = [];
     let size = 0;
+    let deciding = true;
     const giveBack = () => {
+      deciding = false;
       stream.off("readable", onReadable);
       if (size > 0 && !stream.readableEnded) stream.unshift(Buffer.concat(chunks, size));
       handOver(stream, headers, flags, rawHeaders);
+    };
+    const decide = (ended: boolean) => {
+      const got = Buffer.concat(chunks, size);
+      if (size > expected.length || !got.equals(expected.subarray(0, size))) return giveBack();
+      if (!ended) return;
+      if (size < expected.length) return giveBack();
+      deciding = false;
+      stream.off("readable", onReadable);
+      stream.resume();
+      answer(stream, call);
+      if (path === SHUTDOWN) setImmediate(() => void transport.shutdown("GRPCController.Shutdown"));
     };
     const onReadable = () => {
       let chunk: Buffer | null;
@@ -144,23 +160,14 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
         chunks.push(chunk);
         size += chunk.length;
       }
-      const expected = call.requestBytes;
-      if (size < expected.length) {
-        // Ended short (the end comes as a last "readable" with nothing left to read).
-        if (stream.readableEnded || isReadEnded(stream)) giveBack();
-        return;
-      }
-      const got = Buffer.concat(chunks, size);
-      if (size !== expected.length || !got.equals(expected)) return giveBack();
-      stream.off("readable", onReadable);
-      stream.resume(); // the end of the request side, if it has not come yet
-      answer(stream, call);
-      if (path === SHUTDOWN) setImmediate(() => void transport.shutdown("GRPCController.Shutdown"));
+      // The end comes as a last "readable" with nothing left to read, before "end" is emitted.
+      decide(stream.readableEnded || isReadEnded(stream));
     };
     stream.on("readable", onReadable);
-    // Should the end ever be emitted before it was seen above, the plugin still gets the call.
+    // Should "end" ever be emitted before the end was seen above, decide then (a request given
+    // back that late has lost its bytes: the plugin sees an empty one).
     stream.once("end", () => {
-      if (stream.listeners("readable").includes(onReadable)) giveBack();
+      if (deciding) decide(true);
     });
   });
   return transport;

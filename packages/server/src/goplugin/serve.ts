@@ -3,7 +3,12 @@ import type { ServerRuntime } from "../runtime/server-runtime.js";
 import type { Logger } from "../log/index.js";
 import type { HandshakeConfig } from "./env.js";
 import { reportTransportOptions } from "./prelude.js";
-import { adoptTransport, openTransport } from "./transport.js";
+import {
+  adoptTransport,
+  effectiveTransportOptions,
+  openTransport,
+  type PluginTransport,
+} from "./transport.js";
 
 /** What {@link ServePluginOptions.register} gets besides the router. */
 export interface PluginContext {
@@ -105,6 +110,20 @@ const DEFAULT_SHUTDOWN_TIMEOUT_MS = 1000;
 const DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024;
 
 /**
+ * The launcher's fast path served with the options recorded when the plugin was bundled; options
+ * that depend on the environment may differ now, and only a new bundle can serve with them.
+ */
+function warnIfNotAsRecorded(options: ServePluginOptions, transport: PluginTransport): void {
+  const now = effectiveTransportOptions(options);
+  const recorded = effectiveTransportOptions(transport.options);
+  if (now !== recorded)
+    transport.logger.warn(
+      "servePlugin options differ from the load recording the launcher served with; the recorded ones stay in effect: bundle the plugin again",
+      { options: now, recorded },
+    );
+}
+
+/**
  * Serves a go-plugin (gRPC) plugin the way Nomad launches one: checks the magic cookie, negotiates
  * `PLUGIN_PROTOCOL_VERSIONS`, listens on a private unix socket (or TCP), serves h2c gRPC (TLS with
  * AutoMTLS when `PLUGIN_CLIENT_CERT` is set) with go-plugin's health, controller, stdio and broker
@@ -143,6 +162,7 @@ export async function servePlugin(
   const transport = adopted ?? openTransport(options);
   if (adopted !== undefined && options.logger !== undefined)
     transport.useLogger(options.logger);
+  if (adopted !== undefined) warnIfNotAsRecorded(options, adopted);
   const logger = transport.logger;
   const shutdownSignal = transport.signal;
   const shutdown = (reason?: string) => transport.shutdown(reason);

@@ -41,6 +41,25 @@ export type StreamListener = (
 ) => void;
 
 const DEFAULT_MAX_SESSION_MEMORY_MIB = 128;
+const DEFAULT_PROTOCOL_VERSIONS: readonly number[] = [2];
+const DEFAULT_DISCONNECT_GRACE_MS = 1000;
+
+/** What `exitOnHostDisconnect` means: ms to wait, or undefined (off). */
+function disconnectGraceMs(option: boolean | number | undefined): number | undefined {
+  return option === true ? DEFAULT_DISCONNECT_GRACE_MS : option || undefined;
+}
+
+/** The JSON-able options a transport behaves by, defaults filled in (to compare two of them). */
+export function effectiveTransportOptions(options: TransportOptions): string {
+  const h = options.handshake ?? NOMAD_HANDSHAKE;
+  return JSON.stringify({
+    handshake: [h.cookieKey, h.cookieValue],
+    protocolVersions: options.protocolVersions ?? DEFAULT_PROTOCOL_VERSIONS,
+    network: options.network ?? "unix",
+    exitOnHostDisconnect: disconnectGraceMs(options.exitOnHostDisconnect) ?? null,
+    maxSessionMemoryMiB: options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB,
+  });
+}
 // After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
 const SESSION_CLOSE_GRACE_MS = 250;
 
@@ -61,7 +80,8 @@ export class PluginTransport {
   readonly protocolVersion: number;
   readonly stdio: StdioCapture;
   #logger: Logger;
-  readonly #options: TransportOptions;
+  /** The options it was opened with. */
+  readonly options: TransportOptions;
   readonly #shutdownController = new AbortController();
   #shutdownPromise: Promise<void> | undefined;
   #onShutdown: (() => Promise<void>) | undefined;
@@ -87,7 +107,7 @@ export class PluginTransport {
 
   /** @internal use {@link openTransport} */
   constructor(options: TransportOptions, env: NodeJS.ProcessEnv, logger: Logger, protocolVersion: number) {
-    this.#options = options;
+    this.options = options;
     this.env = env;
     this.exitProcess = options.exitProcess ?? true;
     this.#logger = logger;
@@ -180,7 +200,7 @@ export class PluginTransport {
   async listen(): Promise<void> {
     if (this.#server !== undefined) return;
     const env = this.env;
-    const options = this.#options;
+    const options = this.options;
     try {
       const http2mod = await import("node:http2");
       const maxSessionMemory = options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB;
@@ -262,8 +282,7 @@ export class PluginTransport {
   }
 
   #trackSessions(server: http2.Http2Server | http2.Http2SecureServer): void {
-    const option = this.#options.exitOnHostDisconnect;
-    const disconnectGraceMs = option === true ? 1000 : option || undefined;
+    const graceMs = disconnectGraceMs(this.options.exitOnHostDisconnect);
     let disconnectTimer: NodeJS.Timeout | undefined;
     server.on("connection", (socket: Socket) => {
       this.#sockets.add(socket);
@@ -274,8 +293,8 @@ export class PluginTransport {
       clearTimeout(disconnectTimer);
       s.once("close", () => {
         this.#sessions.delete(s);
-        if (disconnectGraceMs !== undefined && this.#sessions.size === 0 && this.#shutdownPromise === undefined) {
-          disconnectTimer = setTimeout(() => void this.shutdown("host disconnected"), disconnectGraceMs);
+        if (graceMs !== undefined && this.#sessions.size === 0 && this.#shutdownPromise === undefined) {
+          disconnectTimer = setTimeout(() => void this.shutdown("host disconnected"), graceMs);
           disconnectTimer.unref();
         }
       });
@@ -349,7 +368,7 @@ export function openTransport(options: TransportOptions): PluginTransport {
   const logger = options.logger ?? createLogger();
   let protocolVersion: number;
   try {
-    protocolVersion = negotiateProtocolVersion(env, options.protocolVersions ?? [2]);
+    protocolVersion = negotiateProtocolVersion(env, options.protocolVersions ?? DEFAULT_PROTOCOL_VERSIONS);
   } catch (err) {
     fail((err as Error).message, exitProcess, logger);
   }
