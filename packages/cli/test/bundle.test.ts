@@ -79,6 +79,14 @@ beforeAll(() => {
       '\nvoid serveDriver(driver).then(() => console.log("the driver\'s own code is running"));',
     ),
   );
+  // servePlugin options a launcher cannot replay: an environment object of the plugin's own.
+  writeFileSync(
+    join(work, "hello-env.mjs"),
+    readmeDriver.replace(
+      "\nawait serveDriver(driver);",
+      "\nvoid serveDriver(driver, { env: { ...process.env } });",
+    ),
+  );
   writeFileSync(
     join(work, "syntax.mjs"),
     'import { serveDriver } from "@nomadkit/server";\nconst = 1;\n',
@@ -441,6 +449,65 @@ describe("nomadkit bundle", () => {
         await Promise.all([fast.plugin.kill(), plain.plugin.kill()]);
       }
     }, 120_000);
+  });
+
+  it("leaves the load launch's fast path out with --no-load-recording, and when servePlugin's options cannot be replayed", () => {
+    const files = (dir: string) => ({
+      prelude: existsSync(join(work, dir, "hello-load.cjs")),
+      recording: existsSync(join(work, dir, "hello.load.json")),
+      leftover: existsSync(join(work, dir, "hello.load.json.transport")),
+    });
+    const none = { prelude: false, recording: false, leftover: false };
+    let r = nomadkit(
+      work,
+      "bundle",
+      "hello.mjs",
+      "--out",
+      "no-load",
+      "--name",
+      "hello",
+    );
+    expect(r.code).toBe(0);
+    expect(files("no-load")).toEqual({
+      prelude: true,
+      recording: true,
+      leftover: false,
+    });
+    // Bundled again without it: nothing of an earlier run stays behind.
+    r = nomadkit(
+      work,
+      "bundle",
+      "hello.mjs",
+      "--out",
+      "no-load",
+      "--name",
+      "hello",
+      "--no-load-recording",
+    );
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(files("no-load")).toEqual(none);
+    expect(report(join(work, "no-load", "hello")).stderr).toMatch(
+      /^hello: code cache used\n/,
+    );
+
+    r = nomadkit(
+      work,
+      "bundle",
+      "hello-env.mjs",
+      "--out",
+      "env",
+      "--name",
+      "hello",
+    );
+    expect(r.code).toBe(0);
+    expect(r.stderr).toContain(
+      "nomadkit: warning: servePlugin gets an env of its own or exitProcess: false, which a launcher cannot replay, so its load launches start the whole plugin",
+    );
+    expect(files("env")).toEqual(none);
+    expect(report(join(work, "env", "hello")).stderr).toMatch(
+      /^hello: code cache used\n/,
+    );
   });
 
   /** `nomadkit bundle` of the reference driver (it launches task executors) into `work/<out>`. */

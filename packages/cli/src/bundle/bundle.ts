@@ -299,6 +299,10 @@ export async function bundlePlugin(
       throw err;
     }
     pluginInfo = { name: run.name, version: run.version };
+    // The launcher's recording run always reports the plugin's transport options; kept only for
+    // the load recording below.
+    if (prelude === undefined)
+      rmSync(out(files.loadTransport), { force: true });
     if (main.format === "cjs") {
       if (!existsSync(out(files.codeCache))) {
         throw new CliError(
