@@ -358,13 +358,14 @@ describe("nomadkit bundle", () => {
     let plainDir: string;
     const launched: PluginClient[] = [];
     /** The plugin launched as Nomad does, its log lines and stdout (GRPCStdio) collected. */
-    const launch = async (dir: string) => {
+    const launch = async (dir: string, autoMTLS = false) => {
       const log: string[] = [];
       const stdout: string[] = [];
       const plugin = await launchPlugin(
         process.execPath,
         [join(dir, "hello")],
         {
+          autoMTLS,
           env: { NOMADKIT_CODE_CACHE: "report" },
           logger: (e) => log.push(e.message),
           onStdout: (d) => stdout.push(Buffer.from(d).toString()),
@@ -432,6 +433,17 @@ describe("nomadkit bundle", () => {
       expect(
         await fast.plugin.health.check({ service: "plugin" }),
       ).toMatchObject({ status: 1 });
+      expect(await fast.plugin.kill()).toEqual({ code: 0, signal: null });
+    });
+
+    it("serves go-plugin's AutoMTLS as the plugin does, and hands the TLS connection over", async () => {
+      const fast = await launch(fastDir, true);
+      expect(fast.plugin.handshake.serverCert).toBeTruthy();
+      expect((await fast.plugin.basePlugin.pluginInfo({})).name).toBe("hello");
+      expect(fast.log.join("\n")).not.toContain("hello: code cache");
+      const caps = await fast.plugin.driver.capabilities({});
+      expect(caps.capabilities?.exec).toBe(true);
+      expect(fast.log).toContain("hello: code cache used");
       expect(await fast.plugin.kill()).toEqual({ code: 0, signal: null });
     });
 
