@@ -41,6 +41,8 @@ function run(
     const child = spawn("bash", [runSh, ...args], {
       cwd: repo,
       stdio: ["ignore", "pipe", "pipe"],
+      // The launcher says on stderr what it started from (see the load phase below).
+      env: { ...process.env, NOMADKIT_CODE_CACHE: "report" },
     });
     let stdout = "";
     let stderr = "";
@@ -77,6 +79,18 @@ describe("Go interop (hashicorp/go-plugin + grpc-go host)", () => {
         report,
       ).toEqual([]);
       expect(stdout, report).toMatch(/^interop-go: all \d+ steps passed/m);
+      if (!override) {
+        // grpc-go's requests of Nomad's load launch are the bytes `nomadkit bundle` recorded: the
+        // launcher's fast path answers them without loading the driver, so the plugin writes just
+        // its two report lines ("load recording used", the fast path's code cache) and two log
+        // lines (started, shutting down). Loading the driver would add its own.
+        expect(stdout, report).toMatch(
+          /^PASS load\/stderr-log: 4 lines, 2 hclog JSON, no error level$/m,
+        );
+        expect(stdout, report).toMatch(
+          /^PASS startup\/no-cookie: exit 1, stderr "nomadkit-rawexec: load recording used/m,
+        );
+      }
       expect(code, report).toBe(0);
     },
     20 * 60_000,
