@@ -52,7 +52,7 @@ function routes(router: ConnectRouter) {
         }
         if (req.taskId === "request") {
           // What the handler sees of the request, made on first use from what the call kept.
-          const seen = [...ctx.requestHeader].filter(([k]) => k.startsWith("x-nk-")).map(([k, v]) => `${k}=${v}`);
+          const seen = [...ctx.requestHeader].filter(([k]) => k.startsWith("x-nk-") || k === "__proto__").map(([k, v]) => `${k}=${v}`);
           const call = [ctx.requestMethod, ctx.protocolName, ctx.service.typeName, ctx.method.name, String(ctx.timeoutMs() === undefined)];
           const attributes: Record<string, string> = { call: call.join(" ") };
           return { task: { id: ctx.url, name: seen.join(";") }, driver: { attributes } };
@@ -242,6 +242,9 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
     expect(seen).toContain(`http://localhost${DRIVER}/InspectTask`);
     expect(seen).toContain("x-nk-one=1;x-nk-two=a, b");
     expect(seen).toContain("POST grpc hashicorp.nomad.plugins.drivers.proto.Driver InspectTask true");
+    // A header named like the prototype accessor is a header like any other (an own property).
+    const proto = await same(`${DRIVER}/InspectTask`, [inspect("request")], { headers: JSON.parse('{"x-nk-one":"1","__proto__":"p"}') });
+    expect(Buffer.from(proto.body, "hex").toString("latin1")).toContain("__proto__=p;x-nk-one=1");
     const timed = await same(`${DRIVER}/InspectTask`, [inspect("request")], { headers: { "grpc-timeout": "10S" } });
     expect(Buffer.from(timed.body, "hex").toString("latin1")).toContain("InspectTask false");
     const h = await same(`${DRIVER}/InspectTask`, [inspect("headers")]);
