@@ -21,7 +21,7 @@ const SHUTDOWN = "/plugin.GRPCController/Shutdown";
 /** Streams the host opens on every connection and leaves open: held, without loading the plugin. */
 const HELD = new Set(["/plugin.GRPCStdio/StreamStdio", "/plugin.GRPCBroker/StartStream"]);
 
-/** One recorded call: an exact request and the plugin's complete OK response. */
+/** One recorded call: an exact request and the plugin's complete OK response (`@nomadkit/cli` writes them: its bundle/code-cache.ts). */
 export interface RecordedCall {
   /** `:path`, e.g. `/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo`. */
   path: string;
