@@ -43,6 +43,8 @@ export type StreamListener = (
 const DEFAULT_MAX_SESSION_MEMORY_MIB = 128;
 const DEFAULT_PROTOCOL_VERSIONS: readonly number[] = [2];
 const DEFAULT_DISCONNECT_GRACE_MS = 1000;
+// After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
+const SESSION_CLOSE_GRACE_MS = 250;
 
 /** What `exitOnHostDisconnect` means: ms to wait, or undefined (off). */
 function disconnectGraceMs(option: boolean | number | undefined): number | undefined {
@@ -60,8 +62,6 @@ export function effectiveTransportOptions(options: TransportOptions): string {
     maxSessionMemoryMiB: options.maxSessionMemoryMiB ?? DEFAULT_MAX_SESSION_MEMORY_MIB,
   });
 }
-// After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
-const SESSION_CLOSE_GRACE_MS = 250;
 
 function fail(message: string, exitProcess: boolean, logger?: Logger): never {
   if (!exitProcess) throw new PluginEnvironmentError(message);
