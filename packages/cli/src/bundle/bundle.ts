@@ -290,19 +290,18 @@ export async function bundlePlugin(
   let pluginInfo: BundleResult["pluginInfo"];
   if (options.codeCache !== false) {
     let run;
+    // What the plugin's servePlugin reported in that run (the launcher writes it): read, never kept.
+    let transport: unknown;
     try {
       run = await trainCodeCache(out(files.launcher), options.startTimeoutMs);
     } catch (err) {
       rmSync(out(files.codeCache), { force: true });
-      rmSync(out(files.loadTransport), { force: true });
       if (prelude !== undefined) rmSync(prelude, { force: true });
       throw err;
+    } finally {
+      transport = takeTransportRecord(out(files.loadTransport));
     }
     pluginInfo = { name: run.name, version: run.version };
-    // The launcher's recording run always reports the plugin's transport options; kept only for
-    // the load recording below.
-    if (prelude === undefined)
-      rmSync(out(files.loadTransport), { force: true });
     if (main.format === "cjs") {
       if (!existsSync(out(files.codeCache))) {
         throw new CliError(
@@ -330,11 +329,7 @@ export async function bundlePlugin(
       written.push(out(files.executorCodeCache));
     }
     if (prelude !== undefined) {
-      const recorded = recordLoadLaunch(
-        out(files.loadTransport),
-        main.file,
-        run.calls,
-      );
+      const recorded = recordLoadLaunch(transport, main.file, run.calls);
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
         writeFileSync(out(files.loadRecording), recorded.json);
@@ -389,29 +384,35 @@ export async function bundlePlugin(
   };
 }
 
+/** The transport options a recording run's launcher wrote to `file` (removed); `undefined` when none. */
+function takeTransportRecord(file: string): unknown {
+  try {
+    return JSON.parse(readFileSync(file, "utf8"));
+  } catch {
+    return undefined;
+  } finally {
+    rmSync(file, { force: true });
+  }
+}
+
 /**
  * The load recording for the launcher's fast path, from the code-cache run: the transport options
- * the plugin's servePlugin reported (in `transportFile`, which is removed) and the recorded calls,
- * tied to the bundle by its SHA-256.
+ * the plugin's servePlugin reported (`undefined`: none; `null`: not replayable) and the recorded
+ * calls, tied to the bundle by its SHA-256.
  */
 function recordLoadLaunch(
-  transportFile: string,
+  transport: unknown,
   bundleFile: string,
   calls: RecordedCall[],
 ):
   | { ok: true; json: string; warning?: undefined }
   | { ok: false; warning?: string } {
-  let transport: unknown;
-  try {
-    transport = JSON.parse(readFileSync(transportFile, "utf8"));
-  } catch {
+  if (transport === undefined) {
     return {
       ok: false,
       warning:
         "the plugin did not report its servePlugin options in the code-cache run, so its load launches start the whole plugin",
     };
-  } finally {
-    rmSync(transportFile, { force: true });
   }
   if (transport === null) {
     return {

@@ -1,3 +1,4 @@
+import type * as http2 from "node:http2";
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
 import type { Logger } from "../log/index.js";
@@ -160,9 +161,10 @@ export async function servePlugin(
   const adopted = adoptTransport();
   reportTransportOptions(options);
   const transport = adopted ?? openTransport(options);
-  if (adopted !== undefined && options.logger !== undefined)
-    transport.useLogger(options.logger);
-  if (adopted !== undefined) warnIfNotAsRecorded(options, adopted);
+  if (adopted !== undefined) {
+    if (options.logger !== undefined) transport.useLogger(options.logger);
+    warnIfNotAsRecorded(options, adopted);
+  }
   const logger = transport.logger;
   const shutdownSignal = transport.signal;
   const shutdown = (reason?: string) => transport.shutdown(reason);
@@ -199,7 +201,7 @@ export async function servePlugin(
         fallback(req, res) {
           // A proper gRPC Unimplemented (trailers-only) rather than HTTP 404.
           const stream = (
-            res as unknown as { stream?: import("node:http2").ServerHttp2Stream }
+            res as unknown as { stream?: http2.ServerHttp2Stream }
           ).stream;
           const msg = encodeURIComponent(`unknown method ${req.url ?? ""}`);
           if (stream && !stream.headersSent) {

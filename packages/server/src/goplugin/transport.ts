@@ -137,10 +137,6 @@ export class PluginTransport {
     return this.#server;
   }
 
-  get listening(): boolean {
-    return this.#server !== undefined;
-  }
-
   get network(): "unix" | "tcp" {
     return this.#listening!.network;
   }
@@ -235,7 +231,7 @@ export class PluginTransport {
       }
       server.on("stream", (...args: Parameters<StreamListener>) => {
         if (this.#listener !== undefined) this.#listener(...args);
-        else this.#hold(args);
+        else this.#held.push(args);
       });
       this.#trackSessions(server);
       const netServer = server as unknown as NetServer;
@@ -274,10 +270,6 @@ export class PluginTransport {
 
   /** Hold a stream until the next {@link serve} (a listener that cannot answer it yet). */
   hold(...args: Parameters<StreamListener>): void {
-    this.#hold(args);
-  }
-
-  #hold(args: Parameters<StreamListener>): void {
     this.#held.push(args);
   }
 

@@ -187,12 +187,6 @@ const RESPONSE_HEADERS: http2.OutgoingHttpHeaders = { "content-type": PROTO_CONT
 const OK_TRAILERS: http2.OutgoingHttpHeaders = { "grpc-status": "0" };
 
 /**
- * The HandlerContext of a direct call: what connect's `createHandlerContext` gives, built on
- * demand. Headers objects exist only if a handler looks at them, and the signal only if someone
- * asks for it (the deadline, the client going away, plugin shutdown and the end of the call then
- * abort it exactly as connect's linked signal does); a plain unary call allocates neither.
- */
-/**
  * An ordinary object with `headers`' own properties. Node's header object is a null-prototype
  * dictionary; copied key by key, calls with the same headers share one compact shape. Spread
  * takes V8's slow path for a dictionary: 1.4 µs against 0.33 µs for eight headers, and in a
@@ -210,6 +204,12 @@ function compactCopy(headers: http2.IncomingHttpHeaders): http2.IncomingHttpHead
   return copy;
 }
 
+/**
+ * The HandlerContext of a direct call: what connect's `createHandlerContext` gives, built on
+ * demand. Headers objects exist only if a handler looks at them, and the signal only if someone
+ * asks for it (the deadline, the client going away, plugin shutdown and the end of the call then
+ * abort it exactly as connect's linked signal does); a plain unary call allocates neither.
+ */
 class DirectContext implements HandlerContext {
   readonly method: DescMethod;
   readonly service: DescService;
