@@ -196,7 +196,8 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     },
 
     execTaskStreamingRaw(stream) {
-      // Forwarded to the executor message for message (raw form): no translation in this process.
+      // The executor starts the command in the task's context; without a tty its output is handed
+      // to this process to read (one hop to Nomad), otherwise relayed message for message.
       return forwardExecStream(stream, get(stream.taskId).exe);
     },
 

@@ -5,6 +5,7 @@
  */
 export {
   execStreaming,
+  serveExecSession,
   toExitResult,
   DEFAULT_EXEC_CHUNK_SIZE,
   type ExecSession,

@@ -12,7 +12,8 @@ import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { findExecutable } from "./find-executable.js";
-import { PooledReader, releaseChunk, retainsChunks } from "./read-buffers.js";
+import type { HandedOutputs } from "./handoff.js";
+import { readSocketInto, retainsChunks } from "./read-buffers.js";
 import type { TerminalResizes } from "./resize.js";
 import { socketPair } from "./socket-pair.js";
 import type { ExecResult } from "./session.js";
@@ -33,6 +34,13 @@ export interface ExecCommandOptions {
   gid?: number | undefined;
   /** TERM for the terminal. Default `env.TERM`, else "xterm". */
   term?: string | undefined;
+  /**
+   * Connected sockets for the process's stdout and stderr, read elsewhere (the driver plugin, by
+   * the output handoff: see handoff.ts): the process writes straight into them, nothing comes
+   * through `io.stdout`/`io.stderr`, which end when it exits. Taken over: closed here once the
+   * process has them (or if it cannot start). Not with `tty`.
+   */
+  outputs?: HandedOutputs | undefined;
 }
 
 /** The streams {@link runExecCommand} connects the process to (an {@link ExecSession} fits). */
@@ -77,20 +85,30 @@ function killGroup(pid: number | undefined, fallback: () => void): void {
  * ```
  */
 export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
-  if (options.command.length === 0 || options.command[0] === "") {
-    throw new ConnectError("command must not be empty", Code.InvalidArgument);
+  try {
+    if (options.command.length === 0 || options.command[0] === "") {
+      throw new ConnectError("command must not be empty", Code.InvalidArgument);
+    }
+    if (options.tty === true && options.outputs !== undefined) {
+      throw new ConnectError("outputs cannot be used with a tty", Code.InvalidArgument);
+    }
+    const env = options.env ?? withoutGoPluginVariables(process.env);
+    const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
+    const args = options.command.slice(1);
+    if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
+    return await (options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io));
+  } finally {
+    // Closed as soon as the process has its copies; here for the paths that never spawn it.
+    options.outputs?.stdout.destroy();
+    options.outputs?.stderr.destroy();
   }
-  const env = options.env ?? withoutGoPluginVariables(process.env);
-  const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
-  const args = options.command.slice(1);
-  if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
-  return options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io);
 }
 
 async function runPipes(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
   // The session's own writables keep what they need of a chunk (retainChunk), so the output can be
   // read into reused buffers; any other writable gets Node's fresh buffer per read.
-  const pooled = process.platform !== "win32" && retainsChunks(io.stdout) && retainsChunks(io.stderr);
+  const handed = options.outputs;
+  const pooled = handed === undefined && process.platform !== "win32" && retainsChunks(io.stdout) && retainsChunks(io.stderr);
   const outputs = pooled ? await pooledOutputs(io.stdout, io.stderr) : undefined;
   // Aborted while the sockets were being made: the kill below is not listening yet.
   const signal = io.signal;
@@ -105,17 +123,31 @@ async function runPipes(file: string, args: string[], env: Record<string, string
       env,
       ...(options.uid !== undefined ? { uid: options.uid } : {}),
       ...(options.gid !== undefined ? { gid: options.gid } : {}),
-      stdio: outputs === undefined ? ["pipe", "pipe", "pipe"] : ["pipe", outputs[0].theirs, outputs[1].theirs],
+      stdio:
+        handed !== undefined
+          ? ["pipe", handed.stdout, handed.stderr]
+          : outputs === undefined
+            ? ["pipe", "pipe", "pipe"]
+            : ["pipe", outputs[0].theirs, outputs[1].theirs],
       // Own process group, so abort can kill everything the command started.
       detached: true,
     });
   } finally {
     // The child has its own copies (or never will): ours would keep the output from reaching EOF.
     for (const o of outputs ?? []) o.theirs.destroy();
+    handed?.stdout.destroy();
+    handed?.stderr.destroy();
   }
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolvePromise, reject) => {
     child.once("error", reject);
-    if (outputs === undefined) {
+    if (handed !== undefined) {
+      // The output is read elsewhere: the exit is all there is to wait for here.
+      child.once("exit", (code, sig) => {
+        io.stdout.end();
+        io.stderr.end();
+        resolvePromise([code, sig]);
+      });
+    } else if (outputs === undefined) {
       // 'close' comes after exit AND after both pipes hit EOF: no output is lost.
       child.once("close", (code, sig) => resolvePromise([code, sig]));
     } else {
@@ -128,6 +160,7 @@ async function runPipes(file: string, args: string[], env: Record<string, string
     killGroup(child.pid, () => child.kill("SIGKILL"));
     // Nobody reads the output any more. Output held back by backpressure would keep the pipes from
     // reaching EOF, so the exit would never be reported: the exec would never return and leak its pipes.
+    if (handed !== undefined) return;
     if (outputs === undefined) {
       child.stdout!.destroy();
       child.stderr!.destroy();
@@ -138,7 +171,7 @@ async function runPipes(file: string, args: string[], env: Record<string, string
   const stdin = child.stdin!;
   stdin.on("error", () => {}); // EPIPE when the process exits without reading all input
   io.stdin.pipe(stdin);
-  if (outputs === undefined) {
+  if (handed === undefined && outputs === undefined) {
     child.stdout!.pipe(io.stdout);
     child.stderr!.pipe(io.stderr);
   }
@@ -180,26 +213,9 @@ function discard(o: PooledOutput): void {
 
 /** A socket pair whose reading end writes into `target` like `pipe()` would, from pooled buffers. */
 async function pooledOutput(target: Writable): Promise<PooledOutput> {
-  const reader = new PooledReader();
-  let ours: Socket | undefined;
-  const onRead = (n: number): boolean => {
-    const chunk = reader.chunk(n);
-    // Once the callback ran, the writable took its own hold on what it keeps.
-    if (target.write(chunk, () => releaseChunk(chunk))) return true;
-    target.once("drain", () => ours?.resume());
-    return false;
-  };
-  const [socket, theirs] = await socketPair({ buffer: reader.next, callback: onRead });
-  ours = socket;
-  socket.on("error", () => {}); // a destroyed target or a killed child: the exit says what happened
-  const eof = new Promise<void>((resolveEof) => {
-    socket.once("end", () => target.end());
-    socket.once("close", () => {
-      reader.close();
-      resolveEof();
-    });
-  });
-  return { theirs, ours: socket, eof };
+  const reader = readSocketInto(target);
+  const [ours, theirs] = await socketPair(reader.onread);
+  return { theirs, ours, eof: reader.attach(ours) };
 }
 
 /** The subset of node-pty's IPty used here. */

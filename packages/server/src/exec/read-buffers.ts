@@ -12,6 +12,9 @@
  * means the block is not reused: the garbage collector takes it, as it would any buffer.
  */
 
+import type { Socket } from "node:net";
+import type { Writable } from "node:stream";
+
 const BLOCK_SIZE = 256 * 1024;
 /** A read gets at least this much room; a block with less left is done. */
 const MIN_READ = 16 * 1024;
@@ -120,4 +123,51 @@ export class PooledReader {
 /** For tests and diagnostics: blocks free for reuse now, and blocks allocated so far. */
 export function readBufferStats(): { free: number; created: number } {
   return { free: free.length, created };
+}
+
+/** A socket read into pooled buffers and written into a Writable ({@link readSocketInto}). */
+export interface PooledSocketReader {
+  /** Give these to `net.connect` (or `socketPair`) as its `onread`. */
+  readonly onread: { buffer: () => Buffer; callback: (n: number) => boolean };
+  /**
+   * The socket made with {@link onread}: from now on its EOF ends `target` (unless `end` was false).
+   * Resolves once it has closed (EOF, an error or `destroy()`), with the reader's buffers given back.
+   */
+  attach(socket: Socket): Promise<void>;
+}
+
+/**
+ * Reads a socket into `target` like `pipe()` would, from pooled buffers: `target` must keep the
+ * {@link RETAINS_CHUNKS} promise; a write it does not accept at once pauses the socket until `drain`.
+ *
+ * @example
+ * ```ts
+ * const r = readSocketInto(session.stdout);
+ * const eof = r.attach(net.connect({ path, onread: r.onread }));
+ * ```
+ */
+export function readSocketInto(target: Writable, { end = true }: { end?: boolean } = {}): PooledSocketReader {
+  const reader = new PooledReader();
+  let socket: Socket | undefined;
+  const callback = (n: number): boolean => {
+    const chunk = reader.chunk(n);
+    // Once the callback ran, the writable took its own hold on what it keeps.
+    if (target.write(chunk, () => releaseChunk(chunk))) return true;
+    target.once("drain", () => socket?.resume());
+    return false;
+  };
+  return {
+    onread: { buffer: reader.next, callback },
+    attach(s) {
+      socket = s;
+      s.on("error", () => {}); // a destroyed target or a killed process: the exit says what happened
+      return new Promise<void>((resolve) => {
+        if (end) s.once("end", () => target.end());
+        s.once("close", () => {
+          reader.close();
+          resolve();
+        });
+      });
+    },
+  };
 }

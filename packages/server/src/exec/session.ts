@@ -155,25 +155,60 @@ export async function* execStreaming(
   }
   await options.checkSetup?.(setup);
 
+  const session = startSession(options.signal);
+  try {
+    if (handler.raw !== undefined) {
+      yield* runRaw(it, first.value, setup, handler.raw, session.ac);
+    } else if (handler.exec !== undefined) {
+      yield* runHighLevel(it, setup, handler.exec, session.ac, options);
+    } else {
+      throw new ConnectError("exec is not supported by this driver", Code.Unimplemented);
+    }
+  } finally {
+    session.end();
+  }
+}
+
+/**
+ * Serve a raw exec stream with a high-level handler: what {@link execStreaming} does with `exec`,
+ * for a driver that decides per session (e.g. by `stream.tty`) which form to use.
+ *
+ * @example
+ * ```ts
+ * execTaskStreamingRaw: (stream) =>
+ *   stream.tty ? forwardToSomewhere(stream) : serveExecSession(stream, (s) => runExecCommand({ command: s.command }, s)),
+ * ```
+ */
+export async function serveExecSession(
+  stream: ExecTaskStream,
+  exec: (session: ExecSession) => Promise<ExecResult>,
+  options: Omit<ExecStreamingOptions, "signal" | "checkSetup"> = {},
+): Promise<void> {
+  const session = startSession(stream.signal);
+  try {
+    for await (const response of runHighLevel(stream[Symbol.asyncIterator](), stream.setup, exec, session.ac, options)) {
+      await stream.send(response);
+    }
+  } finally {
+    session.end();
+  }
+}
+
+/** A session's abort controller, following the call's signal, and its hold on the young generation. */
+function startSession(outer: AbortSignal | undefined): { ac: AbortController; end: () => void } {
   const ac = new AbortController();
-  const outer = options.signal;
   const onOuterAbort = () => ac.abort(outer?.reason);
   if (outer?.aborted) onOuterAbort();
   else outer?.addEventListener("abort", onOuterAbort, { once: true });
   // Streaming output would grow it for good (see young-generation.ts).
   const releaseYoungGeneration = holdYoungGenerationSize();
-  try {
-    if (handler.raw !== undefined) {
-      yield* runRaw(it, first.value, setup, handler.raw, ac);
-    } else if (handler.exec !== undefined) {
-      yield* runHighLevel(it, setup, handler.exec, ac, options);
-    } else {
-      throw new ConnectError("exec is not supported by this driver", Code.Unimplemented);
-    }
-  } finally {
-    releaseYoungGeneration();
-    outer?.removeEventListener("abort", onOuterAbort);
-  }
+  return {
+    ac,
+    end: () => {
+      releaseYoungGeneration();
+      outer?.removeEventListener("abort", onOuterAbort);
+    },
+  };
 }
 
 type OutItem =

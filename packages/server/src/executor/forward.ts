@@ -1,8 +1,10 @@
+import type { Writable } from "node:stream";
 import type { ExecutorClient } from "@nomadkit/client";
 import { PLUGIN_STREAM_WINDOW, rawBidiStream } from "@nomadkit/client/runtime";
 import { ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
 import { Executor } from "@nomadkit/protocol/executor";
-import type { ExecTaskStream } from "../exec/session.js";
+import { OUTPUT_HANDOFF_HEADER, openHandoffSession, outputHandoffPath, type HandoffSession } from "../exec/handoff.js";
+import { serveExecSession, type ExecResult, type ExecSession, type ExecTaskStream } from "../exec/session.js";
 import { messageFromFrame } from "../runtime/wire-frame.js";
 import { scavengeEvery } from "../runtime/young-generation.js";
 import type { ExecutorHandle } from "./launch.js";
@@ -17,16 +19,20 @@ import type { ExecutorHandle } from "./launch.js";
 const SCAVENGE_INTERVAL = PLUGIN_STREAM_WINDOW + 3 * 1024 * 1024;
 
 /**
- * Forwards a driver's ExecTaskStreaming call to the task's executor (Executor.ExecStreaming),
- * message for message: requests (setup, stdin, resizes, heartbeats) go through untranslated, and
- * every response (output chunks, close markers, the final `exited`) is sent back as received.
- * Each response is handed on before the next is pulled, so Nomad's flow control reaches the
- * executor's process. Use it as a driver's raw exec handler.
+ * Serves a driver's ExecTaskStreaming call with the task's executor (Executor.ExecStreaming).
  *
- * With an {@link ExecutorHandle}, responses are relayed as the bytes the executor sent (never
- * decoded, re-encoded or copied); with a bare `ExecutorClient` they are decoded and re-encoded.
- * Either way a scavenge runs after every few MiB of output, so the buffers Node's HTTP/2 read
- * them into are freed while the relay goes on (see young-generation.ts).
+ * Without a terminal, and with an {@link ExecutorHandle} of a nomadkit executor on a unix socket,
+ * the command's output takes the output handoff (exec/handoff.ts): the executor starts the command
+ * with its stdout and stderr connected to sockets this process reads, so the output crosses one
+ * process instead of two; stdin, the exit and errors still travel as ExecStreaming messages. This
+ * process then speaks the exec protocol itself (chunking, close markers, the exit after all output).
+ *
+ * Otherwise (a tty, an executor that does not take handoffs) requests and responses are forwarded
+ * message for message: with an {@link ExecutorHandle} as the bytes the executor sent (never
+ * decoded, re-encoded or copied), with a bare `ExecutorClient` decoded and re-encoded; a scavenge
+ * runs after every few MiB, so the buffers Node's HTTP/2 read them into are freed while the relay
+ * goes on (see young-generation.ts). Each response is handed on before the next is pulled, so
+ * Nomad's flow control reaches the executor's process. Use it as a driver's raw exec handler.
  *
  * @example
  * ```ts
@@ -36,6 +42,10 @@ const SCAVENGE_INTERVAL = PLUGIN_STREAM_WINDOW + 3 * 1024 * 1024;
  * ```
  */
 export async function forwardExecStream(stream: ExecTaskStream, executor: ExecutorClient | ExecutorHandle): Promise<void> {
+  if ("plugin" in executor && !stream.tty) {
+    const path = outputHandoffPath(executor.reattach.network, executor.reattach.address);
+    if (path !== undefined) return serveExecSession(stream, (session) => execWithHandoff(executor, path, session));
+  }
   const received = scavengeEvery(SCAVENGE_INTERVAL);
   if ("plugin" in executor) {
     const frames = rawBidiStream(executor.plugin.runtime, Executor.method.execStreaming, stream.withSetup(), { signal: stream.signal });
@@ -52,4 +62,47 @@ export async function forwardExecStream(stream: ExecTaskStream, executor: Execut
     await stream.send(response);
     received((response.stdout?.data.byteLength ?? 0) + (response.stderr?.data.byteLength ?? 0));
   }
+}
+
+/**
+ * One non-tty session run by the executor, its output read here from the handoff sockets (or, if
+ * the executor declines or cannot be reached that way, from its messages).
+ */
+async function execWithHandoff(executor: ExecutorHandle, path: string, session: ExecSession): Promise<ExecResult> {
+  let handoff: HandoffSession | undefined;
+  try {
+    handoff = await openHandoffSession(path, session.stdout, session.stderr);
+  } catch {
+    // An executor without the handoff socket (another build, or one started before it existed).
+  }
+  const requests = async function* () {
+    yield { setup: { taskId: session.taskId, command: [...session.command], tty: false } };
+    for await (const data of session.stdin) yield { stdin: { data: data as Uint8Array } };
+    yield { stdin: { close: true } };
+  };
+  const headers = handoff === undefined ? undefined : { [OUTPUT_HANDOFF_HEADER]: handoff.token };
+  // Cancelled while a leftover process still holds the output: stop reading (it gets EPIPE).
+  const onAbort = () => handoff?.close();
+  session.signal.addEventListener("abort", onAbort, { once: true });
+  try {
+    let result: ExecResult | undefined;
+    for await (const res of executor.client.execStreaming(requests(), { signal: session.signal, headers })) {
+      // Output as messages: the executor did not take the sockets (they are at EOF already).
+      if (res.stdout !== undefined && res.stdout.data.byteLength > 0) await write(session.stdout, res.stdout.data);
+      if (res.stderr !== undefined && res.stderr.data.byteLength > 0) await write(session.stderr, res.stderr.data);
+      if (res.exited) result = { exitCode: res.result?.exitCode ?? 0, signal: res.result?.signal ?? 0, oomKilled: res.result?.oomKilled ?? false };
+    }
+    if (result === undefined) throw new Error("the executor ended ExecStreaming without an exit result");
+    // The process has exited; its output ends when the last process holding it lets go.
+    await handoff?.done;
+    return result;
+  } finally {
+    session.signal.removeEventListener("abort", onAbort);
+    handoff?.close();
+  }
+}
+
+/** Write with backpressure: resolves once `w` takes more. */
+function write(w: Writable, data: Uint8Array): Promise<void> {
+  return w.write(data) ? Promise.resolve() : new Promise((resolve) => w.once("drain", resolve));
 }
