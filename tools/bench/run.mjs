@@ -406,7 +406,7 @@ async function main() {
     "",
     "what was measured:",
     ...Object.entries(M).map(([k, v]) => `  ${k}: ${v.what}`),
-    `  reference driver = examples/rawexec-driver (launchPlugin; ExecTaskStreaming forwarded driver → executor → child, two gRPC hops)`,
+    `  reference driver = examples/rawexec-driver (launchPlugin; ExecTaskStreaming through the task's executor, which starts the child with its output handed off to the driver: child → driver → client)`,
     `  + fixYoungGenerationSize = the same driver with @nomadkit/server's fixYoungGenerationSize() called before it loads (preload), as a driver's entry file may`,
     `  nomadkit one hop = tools/bench/servers/nomadkit-driver.mjs (serveDriver; runExecCommand in the plugin)`,
     `  grpc-js = tools/bench/servers/grpcjs-server.mjs (@grpc/grpc-js + @grpc/proto-loader, same handlers)`,
