@@ -40,5 +40,5 @@ export {
 export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
 export { execStreamingInTask } from "./executor/exec-streaming.js";
 export { forwardExecStream } from "./executor/forward.js";
-export { OutputHandoff, outputHandoffPath, OUTPUT_HANDOFF_HEADER } from "./exec/handoff.js";
+export { OUTPUT_HANDOFF_HEADER, openHandedOutputs, closeHandedOutputs } from "./exec/handoff.js";
 export type { HandedOutputs } from "./exec/handoff.js";

@@ -1,21 +1,20 @@
 // The exec output handoff (src/exec/handoff.ts): a driver's forwardExecStream has the executor start
-// the command with its stdout/stderr connected to sockets the driver reads. Checked through a real
-// driver plugin and its real executor processes: which socket the command's stdout is (read from
-// /proc/net/unix: an accepted socket shows its listener's path), the exec protocol's ordering with
-// output still flowing after the exit, stdin, exit statuses, and the fallback to messages when the
-// executor cannot be reached that way. The executor's listener on its own: unknown tokens, bad prefaces.
-import { existsSync, readdirSync, readFileSync, readlinkSync, mkdtempSync, rmSync, unlinkSync } from "node:fs";
-import { connect } from "node:net";
+// the command with its stdout/stderr connected to FIFOs the driver reads. Checked through a real
+// driver plugin and its real executor processes: what the command's stdout is (a FIFO the driver
+// process holds open), the exec protocol's ordering with output still flowing after the exit,
+// stdin, exit statuses, and output as messages when the driver cannot make FIFOs or the executor
+// declines them. The executor's side on its own: only FIFOs with a reader are ever opened.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, constants, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { launchPlugin, type PluginClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OutputHandoff, openHandoffSession } from "../src/exec/handoff.js";
-import { executorBinPath } from "../src/executor.js";
+import { OUTPUT_HANDOFF_HEADER, closeHandedOutputs, openHandedOutputs, outputHandoffHeader } from "../src/exec/handoff.js";
+import { executorBinPath, launchExecutor, type ExecutorHandle } from "../src/executor.js";
 
 const fixture = join(dirname(fileURLToPath(import.meta.url)), "fixtures/executor/driver.mjs");
 
@@ -52,32 +51,38 @@ async function exec(plugin: PluginClient, command: string[], stdin?: string): Pr
   return run;
 }
 
-/** The path a unix socket inode is bound to, as /proc/net/unix lists it ("" when unnamed). */
-function unixSocketPath(inode: string): string | undefined {
-  for (const line of readFileSync("/proc/net/unix", "utf8").split("\n").slice(1)) {
-    const f = line.trim().split(/\s+/);
-    if (f[6] === inode) return f[7] ?? "";
+/** Files (FIFOs, sockets: readlink targets) that process `pid` has open, matching `pattern`. */
+function openFiles(pid: number, pattern: RegExp): string[] {
+  const out: string[] = [];
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      if (pattern.test(target)) out.push(target);
+    } catch {
+      // closed while listing
+    }
   }
-  return undefined;
+  return out;
 }
 
-/** Where the command's stdout went: the bound path of the socket it was given. */
-async function stdoutSocketPath(plugin: PluginClient): Promise<string | undefined> {
-  // The command prints its own fd 1 and holds it a while, so the socket is still listed when looked up.
+/**
+ * What the command's stdout is (readlink of its fd 1: a FIFO's path, or `socket:[inode]`), and
+ * whether the driver process holds that same file open while the command runs.
+ */
+async function stdoutOf(plugin: PluginClient): Promise<{ target: string; heldByDriver: boolean }> {
+  // The command prints its own fd 1 and keeps it a while, so the driver's ends are still open when looked up.
   async function* requests() {
-    yield { setup: { taskId: "t", command: ["/bin/sh", "-c", "readlink /proc/self/fd/1; sleep 2"], tty: false } };
+    yield { setup: { taskId: "t", command: ["/bin/sh", "-c", "readlink /proc/self/fd/1; sleep 1"], tty: false } };
     await new Promise(() => {});
   }
-  let path: string | undefined;
   let out = "";
+  let held: boolean | undefined;
   for await (const r of plugin.driver.execTaskStreaming(requests())) {
-    if (!r.stdout?.data.length || path !== undefined) continue;
+    if (!r.stdout?.data.length || held !== undefined) continue;
     out += Buffer.from(r.stdout.data).toString();
-    const m = /^socket:\[(\d+)\]\n/.exec(out);
-    if (m) path = unixSocketPath(m[1]!);
+    if (out.endsWith("\n")) held = openFiles(plugin.pid!, /./).includes(out.trim());
   }
-  expect(out).toMatch(/^socket:/);
-  return path;
+  return { target: out.trim(), heldByDriver: held === true };
 }
 
 describe("exec output handoff, through a driver and its executor", () => {
@@ -97,9 +102,10 @@ describe("exec output handoff, through a driver and its executor", () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it("gives the command the executor's handoff socket as its stdout", async () => {
-    const path = await stdoutSocketPath(plugin);
-    expect(path).toMatch(/\/exec-output\.sock$/);
+  it("gives the command a FIFO of the driver's as its stdout", async () => {
+    const out = await stdoutOf(plugin);
+    expect(out.target).toMatch(new RegExp(`^${dir}/nomadkit-pipes-[^/]+/\\d+/stdout$`));
+    expect(out.heldByDriver).toBe(true);
   });
 
   it("keeps stdout and stderr apart, passes stdin, and reports the exit after every close marker", async () => {
@@ -117,31 +123,43 @@ describe("exec output handoff, through a driver and its executor", () => {
     expect(r.events.at(-1)).toBe("exited");
   });
 
-  it("a call cancelled while a leftover process holds the output ends, and lets go of the sockets", async () => {
-    const sockets = () => readdirSync(`/proc/${plugin.pid}/fd`).filter((fd) => {
-      try {
-        return readlinkSync(`/proc/${plugin.pid}/fd/${fd}`).startsWith("socket:");
-      } catch {
-        return false; // closed while listing
-      }
-    }).length;
-    const before = sockets();
+  it("reuses a session's FIFOs for the next one once it is over", async () => {
+    const first = await stdoutOf(plugin);
+    const second = await stdoutOf(plugin);
+    expect(second.target).toBe(first.target);
+  });
+
+  it("a call cancelled while a leftover process holds the output ends, and lets go of the FIFOs", async () => {
+    // Idle pairs are held open too (their keepers); a session adds its own ends.
+    const fifos = () => openFiles(plugin.pid, /\/nomadkit-pipes-/).length;
+    const before = fifos();
     const ac = new AbortController();
     async function* requests() {
-      yield { setup: { taskId: "t", command: ["/bin/sh", "-c", `echo x; sleep 30 & echo $! > ${join(dir, "leftover.pid")}; exit 0`], tty: false } };
+      const command = `sleep 30 & echo $! > ${join(dir, "leftover.pid")}; readlink /proc/self/fd/1; exit 0`;
+      yield { setup: { taskId: "t", command: ["/bin/sh", "-c", command], tty: false } };
       await new Promise(() => {});
     }
+    let during = 0;
+    let cancelled = "";
     const err = await (async () => {
       for await (const r of plugin.driver.execTaskStreaming(requests(), { signal: ac.signal })) {
-        if (r.stdout?.data.length) ac.abort();
+        cancelled += Buffer.from(r.stdout?.data ?? []).toString();
+        if (!cancelled.endsWith("\n")) continue;
+        during = fifos();
+        ac.abort();
       }
     })().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Canceled);
+    expect(during).toBeGreaterThan(before);
     // The leftover sleep still holds its end; the plugin's ends must be closed all the same.
-    for (let i = 0; i < 100 && sockets() > before; i++) await sleep(50);
-    expect(sockets()).toBeLessThanOrEqual(before);
+    for (let i = 0; i < 100 && fifos() > before; i++) await sleep(50);
+    expect(fifos()).toBeLessThanOrEqual(before);
     process.kill(Number(readFileSync(join(dir, "leftover.pid"), "utf8")), "SIGKILL");
+    // Not reused: the next session gets other FIFOs (the leftover may have held these on).
+    const next = await stdoutOf(plugin);
+    expect(next.heldByDriver).toBe(true);
+    expect(next.target).not.toBe(cancelled.trim());
   });
 
   it("reports a command killed by a signal as Nomad does (128+N)", async () => {
@@ -156,75 +174,96 @@ describe("exec output handoff, through a driver and its executor", () => {
     expect(r.stdout.length).toBe(expected.length);
     expect(r.stdout === expected).toBe(true);
   });
+});
 
-  it("falls back to output as messages when the executor's handoff socket cannot be reached", async () => {
-    const sockets = readdirSync(dir, { recursive: true, encoding: "utf8" }).filter((p) => p.endsWith("exec-output.sock"));
-    expect(sockets).toHaveLength(1);
-    unlinkSync(join(dir, sockets[0]!));
-    // The executor's own socket pair now (its listener lives in a nomadkit-pairs directory).
-    expect(await stdoutSocketPath(plugin)).toMatch(/nomadkit-pairs-[^/]+\/s$/);
+describe("exec output handoff, when the driver cannot make FIFOs", () => {
+  let dir: string;
+  let plugin: PluginClient;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "nk-handoff-nofifo-"));
+    // No mkfifo on the plugin's (and so its executor's) PATH; the task's own PATH is set by the fixture.
+    plugin = await launchPlugin(process.execPath, [fixture], { env: { TMPDIR: dir, PATH: join(dir, "empty"), NOMADKIT_LOG_LEVEL: "warn" } });
+    await plugin.driver.startTask({ task: { id: "t", name: "t", allocId: "a1" } });
+  });
+
+  afterAll(async () => {
+    await plugin?.driver.destroyTask({ taskId: "t", force: true }).catch(() => undefined);
+    await plugin?.kill();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("has the executor send the output as messages, from Node's own pipes", async () => {
+    expect((await stdoutOf(plugin)).target).toMatch(/^socket:\[\d+\]$/);
     const r = await exec(plugin, ["/bin/sh", "-c", "cat; echo err >&2; exit 4"], "again\n");
     expect(r).toMatchObject({ stdout: "again\n", stderr: "err\n", exitCode: 4 });
     expect(r.events.at(-1)).toBe("exited");
   });
 });
 
-describe("the executor's handoff listener", () => {
+describe("the executor's side of the handoff", () => {
   let dir: string;
-  let handoff: OutputHandoff;
-  const sink = () => new Writable({ write: (_c, _e, cb) => cb() });
 
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), "nk-handoff-l-"));
-    handoff = new OutputHandoff();
-    await handoff.listen(join(dir, "exec-output.sock"));
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), "nk-handoff-x-"));
   });
 
   afterAll(() => {
-    handoff?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it("hands out the two connections a session made, by its token", async () => {
-    const session = await openHandoffSession(join(dir, "exec-output.sock"), sink(), sink());
-    const outputs = await handoff.claim(session.token, new AbortController().signal);
+  /** A directory with the two names made by `make` (mkfifo by default). */
+  function pair(name: string, make: (path: string) => void = (p) => expect(spawnSync("mkfifo", [p]).status).toBe(0)): string {
+    const d = join(dir, name);
+    mkdirSync(d);
+    for (const n of ["stdout", "stderr"]) make(join(d, n));
+    return d;
+  }
+
+  it("opens FIFOs that are being read", () => {
+    const d = pair("read");
+    const readers = ["stdout", "stderr"].map((n) => openSync(join(d, n), constants.O_RDONLY | constants.O_NONBLOCK));
+    const outputs = openHandedOutputs(outputHandoffHeader(d));
     expect(outputs).toBeDefined();
-    // What the process would write into its stdout arrives at the session's stdout.
-    const got: Buffer[] = [];
-    const target = new Writable({
-      write: (c: Buffer, _e, cb) => {
-        got.push(Buffer.from(c));
-        cb();
-      },
-    });
-    const second = await openHandoffSession(join(dir, "exec-output.sock"), target, sink());
-    const mine = (await handoff.claim(second.token, new AbortController().signal))!;
-    mine.stdout.end("hello");
-    mine.stderr.destroy();
-    await second.done;
-    expect(Buffer.concat(got).toString()).toBe("hello");
-    outputs!.stdout.destroy();
-    outputs!.stderr.destroy();
-    await session.done;
+    closeHandedOutputs(outputs!);
+    readers.forEach((fd) => closeSync(fd));
   });
 
-  it("declines a token nobody connected for, once the call is aborted", async () => {
-    const ac = new AbortController();
-    const claimed = handoff.claim("0".repeat(32), ac.signal);
-    ac.abort();
-    expect(await claimed).toBeUndefined();
-    expect(await handoff.claim("not a token", new AbortController().signal)).toBeUndefined();
+  it("declines FIFOs nobody reads, regular files, symlinks, relative or malformed names", () => {
+    expect(openHandedOutputs(outputHandoffHeader(pair("unread")))).toBeUndefined();
+    const files = pair("files", (p) => writeFileSync(p, ""));
+    expect(openHandedOutputs(outputHandoffHeader(files))).toBeUndefined();
+    const real = pair("real");
+    const readers = ["stdout", "stderr"].map((n) => openSync(join(real, n), constants.O_RDONLY | constants.O_NONBLOCK));
+    expect(openHandedOutputs(outputHandoffHeader(pair("links", (p) => symlinkSync(join(real, p.endsWith("stdout") ? "stdout" : "stderr"), p))))).toBeUndefined();
+    readers.forEach((fd) => closeSync(fd));
+    expect(openHandedOutputs("relative%2Fdir")).toBeUndefined();
+    expect(openHandedOutputs("%E0%A4%A")).toBeUndefined();
   });
 
-  it("closes a connection whose preface is not a token", async () => {
-    const s = connect(join(dir, "exec-output.sock"));
-    s.on("data", () => {});
-    s.write("GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n");
-    await new Promise<void>((resolve) => s.once("close", () => resolve()));
-    expect(s.destroyed).toBe(true);
-  });
-
-  it("declines when nothing listens (no listen call)", async () => {
-    expect(await new OutputHandoff().claim("a".repeat(32), new AbortController().signal)).toBeUndefined();
+  it("a real executor given regular files sends the output as messages and leaves the files alone", async () => {
+    const files = pair("e2e-files", (p) => writeFileSync(p, ""));
+    const executor: ExecutorHandle = await launchExecutor();
+    try {
+      await executor.client.launch({ cmd: "/bin/sh", args: ["-c", "sleep 30"], env: ["PATH=/usr/bin:/bin"] });
+      async function* requests() {
+        yield { setup: { taskId: "t", command: ["/bin/sh", "-c", "echo out; echo err >&2"], tty: false } };
+        yield { stdin: { close: true } };
+      }
+      let stdout = "";
+      let stderr = "";
+      let exited = false;
+      for await (const r of executor.client.execStreaming(requests(), { headers: { [OUTPUT_HANDOFF_HEADER]: outputHandoffHeader(files) } })) {
+        stdout += Buffer.from(r.stdout?.data ?? []).toString();
+        stderr += Buffer.from(r.stderr?.data ?? []).toString();
+        exited ||= r.exited;
+      }
+      expect({ stdout, stderr, exited }).toEqual({ stdout: "out\n", stderr: "err\n", exited: true });
+      expect(readFileSync(join(files, "stdout"), "utf8")).toBe("");
+      expect(readFileSync(join(files, "stderr"), "utf8")).toBe("");
+    } finally {
+      await executor.shutdownTask("SIGKILL", 0).catch(() => undefined);
+      await executor.kill();
+    }
   });
 });

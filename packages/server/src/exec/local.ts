@@ -6,16 +6,15 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { closeSync, constants, openSync, write } from "node:fs";
-import type { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { findExecutable } from "./find-executable.js";
-import type { HandedOutputs } from "./handoff.js";
-import { readSocketInto, retainsChunks } from "./read-buffers.js";
+import { closeHandedOutputs, type HandedOutputs } from "./handoff.js";
+import { openOutputPipes, type OutputPipes } from "./output-pipes.js";
+import { retainsChunks } from "./read-buffers.js";
 import type { TerminalResizes } from "./resize.js";
-import { socketPair } from "./socket-pair.js";
 import type { ExecResult } from "./session.js";
 
 /** What to run, and where. */
@@ -35,10 +34,10 @@ export interface ExecCommandOptions {
   /** TERM for the terminal. Default `env.TERM`, else "xterm". */
   term?: string | undefined;
   /**
-   * Connected sockets for the process's stdout and stderr, read elsewhere (the driver plugin, by
-   * the output handoff: see handoff.ts): the process writes straight into them, nothing comes
-   * through `io.stdout`/`io.stderr`, which end when it exits. Taken over: closed here once the
-   * process has them (or if it cannot start). Not with `tty`.
+   * File descriptors the process's stdout and stderr go to, read elsewhere (the driver plugin's
+   * FIFOs, by the output handoff: see handoff.ts): nothing comes through `io.stdout`/`io.stderr`,
+   * which end when the process exits. Taken over: closed here once the process has them (or if it
+   * cannot start). Not with `tty`.
    */
   outputs?: HandedOutputs | undefined;
 }
@@ -85,6 +84,13 @@ function killGroup(pid: number | undefined, fallback: () => void): void {
  * ```
  */
 export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+  const handed = options.outputs;
+  let handedOpen = handed !== undefined;
+  // Closed as soon as the process has its copies, or at the end for the paths that never spawn it.
+  const releaseHanded = () => {
+    if (handedOpen) closeHandedOutputs(handed!);
+    handedOpen = false;
+  };
   try {
     if (options.command.length === 0 || options.command[0] === "") {
       throw new ConnectError("command must not be empty", Code.InvalidArgument);
@@ -96,24 +102,30 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
     const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
     const args = options.command.slice(1);
     if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
-    return await (options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io));
+    return await (options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io, releaseHanded));
   } finally {
-    // Closed as soon as the process has its copies; here for the paths that never spawn it.
-    options.outputs?.stdout.destroy();
-    options.outputs?.stderr.destroy();
+    releaseHanded();
   }
 }
 
-async function runPipes(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+async function runPipes(
+  file: string,
+  args: string[],
+  env: Record<string, string>,
+  options: ExecCommandOptions,
+  io: ExecIO,
+  releaseHanded: () => void,
+): Promise<ExecResult> {
   // The session's own writables keep what they need of a chunk (retainChunk), so the output can be
-  // read into reused buffers; any other writable gets Node's fresh buffer per read.
+  // read into reused buffers, from FIFOs (output-pipes.ts); any other writable, or no mkfifo, gets
+  // Node's pipes and a fresh buffer per read.
   const handed = options.outputs;
   const pooled = handed === undefined && process.platform !== "win32" && retainsChunks(io.stdout) && retainsChunks(io.stderr);
-  const outputs = pooled ? await pooledOutputs(io.stdout, io.stderr) : undefined;
-  // Aborted while the sockets were being made: the kill below is not listening yet.
+  const pipes: OutputPipes | undefined = pooled ? await openOutputPipes(io.stdout, io.stderr).catch(() => undefined) : undefined;
+  // Aborted while the FIFOs were being opened: the kill below is not listening yet.
   const signal = io.signal;
   if (signal?.aborted) {
-    outputs?.forEach(discard);
+    pipes?.close();
     throw signal.reason ?? new Error("aborted");
   }
   let child: ChildProcess;
@@ -126,17 +138,16 @@ async function runPipes(file: string, args: string[], env: Record<string, string
       stdio:
         handed !== undefined
           ? ["pipe", handed.stdout, handed.stderr]
-          : outputs === undefined
+          : pipes === undefined
             ? ["pipe", "pipe", "pipe"]
-            : ["pipe", outputs[0].theirs, outputs[1].theirs],
+            : ["pipe", ...pipes.writers],
       // Own process group, so abort can kill everything the command started.
       detached: true,
     });
   } finally {
     // The child has its own copies (or never will): ours would keep the output from reaching EOF.
-    for (const o of outputs ?? []) o.theirs.destroy();
-    handed?.stdout.destroy();
-    handed?.stderr.destroy();
+    pipes?.closeWriters();
+    releaseHanded();
   }
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolvePromise, reject) => {
     child.once("error", reject);
@@ -147,13 +158,12 @@ async function runPipes(file: string, args: string[], env: Record<string, string
         io.stderr.end();
         resolvePromise([code, sig]);
       });
-    } else if (outputs === undefined) {
+    } else if (pipes === undefined) {
       // 'close' comes after exit AND after both pipes hit EOF: no output is lost.
       child.once("close", (code, sig) => resolvePromise([code, sig]));
     } else {
-      // The same for our own sockets: the exit, then EOF on both.
-      child.once("exit", (code, sig) => void Promise.all(outputs.map((o) => o.eof)).then(() => resolvePromise([code, sig])));
-      child.once("error", () => outputs.forEach((o) => o.ours.destroy()));
+      // The same for our FIFOs: the exit, then EOF on both.
+      child.once("exit", (code, sig) => void pipes.eof.then(() => resolvePromise([code, sig])));
     }
   });
   const kill = () => {
@@ -161,17 +171,17 @@ async function runPipes(file: string, args: string[], env: Record<string, string
     // Nobody reads the output any more. Output held back by backpressure would keep the pipes from
     // reaching EOF, so the exit would never be reported: the exec would never return and leak its pipes.
     if (handed !== undefined) return;
-    if (outputs === undefined) {
+    if (pipes === undefined) {
       child.stdout!.destroy();
       child.stderr!.destroy();
-    } else for (const o of outputs) o.ours.destroy();
+    } else pipes.close();
   };
   io.signal?.addEventListener("abort", kill, { once: true });
 
   const stdin = child.stdin!;
   stdin.on("error", () => {}); // EPIPE when the process exits without reading all input
   io.stdin.pipe(stdin);
-  if (handed === undefined && outputs === undefined) {
+  if (handed === undefined && pipes === undefined) {
     child.stdout!.pipe(io.stdout);
     child.stderr!.pipe(io.stderr);
   }
@@ -184,38 +194,9 @@ async function runPipes(file: string, args: string[], env: Record<string, string
   } finally {
     io.signal?.removeEventListener("abort", kill);
     io.stdin.unpipe(stdin);
+    // Only this process and the command knew the FIFOs: after EOF on both they can serve again.
+    pipes?.close(true);
   }
-}
-
-interface PooledOutput {
-  /** The child's end: its stdout or stderr. */
-  readonly theirs: Socket;
-  /** Our end, reading into pooled buffers. */
-  readonly ours: Socket;
-  /** Resolves once the output reached EOF (or our end was destroyed) and `target` was ended. */
-  readonly eof: Promise<void>;
-}
-
-/** Pooled outputs for both streams, or undefined (plain pipes then) if the sockets cannot be made. */
-async function pooledOutputs(stdout: Writable, stderr: Writable): Promise<[PooledOutput, PooledOutput] | undefined> {
-  const made = await Promise.allSettled([pooledOutput(stdout), pooledOutput(stderr)]);
-  if (made[0].status === "fulfilled" && made[1].status === "fulfilled") return [made[0].value, made[1].value];
-  // E.g. a TMPDIR too long for a socket path: nothing is lost but the buffer reuse.
-  for (const m of made) if (m.status === "fulfilled") discard(m.value);
-  return undefined;
-}
-
-/** Close both ends of an output that will not be used. */
-function discard(o: PooledOutput): void {
-  o.theirs.destroy();
-  o.ours.destroy();
-}
-
-/** A socket pair whose reading end writes into `target` like `pipe()` would, from pooled buffers. */
-async function pooledOutput(target: Writable): Promise<PooledOutput> {
-  const reader = readSocketInto(target);
-  const [ours, theirs] = await socketPair(reader.onread);
-  return { theirs, ours, eof: reader.attach(ours) };
 }
 
 /** The subset of node-pty's IPty used here. */

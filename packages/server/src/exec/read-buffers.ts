@@ -32,8 +32,10 @@ interface Block {
 const blocks = new WeakMap<ArrayBufferLike, Block>();
 const free: Block[] = [];
 let created = 0;
+let taken = 0;
 
 function take(): Block {
+  taken++;
   const b = free.pop();
   if (b !== undefined) return b;
   // Its own ArrayBuffer (not Node's shared pool), so the block is found from any view of it.
@@ -120,14 +122,14 @@ export class PooledReader {
   }
 }
 
-/** For tests and diagnostics: blocks free for reuse now, and blocks allocated so far. */
-export function readBufferStats(): { free: number; created: number } {
-  return { free: free.length, created };
+/** For tests and diagnostics: blocks free for reuse now, blocks allocated and taken for reading so far. */
+export function readBufferStats(): { free: number; created: number; taken: number } {
+  return { free: free.length, created, taken };
 }
 
 /** A socket read into pooled buffers and written into a Writable ({@link readSocketInto}). */
 export interface PooledSocketReader {
-  /** Give these to `net.connect` (or `socketPair`) as its `onread`. */
+  /** Give these to `net.connect` (or `new net.Socket`) as its `onread`. */
   readonly onread: { buffer: () => Buffer; callback: (n: number) => boolean };
   /**
    * The socket made with {@link onread}: from now on its EOF ends `target` (unless `end` was false).

@@ -1,6 +1,6 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { ExecTaskStreamingRequest, ExecTaskStreamingResponse } from "@nomadkit/protocol/driver";
-import { OUTPUT_HANDOFF_HEADER, type OutputHandoff } from "../exec/handoff.js";
+import { OUTPUT_HANDOFF_HEADER, closeHandedOutputs, openHandedOutputs } from "../exec/handoff.js";
 import { runExecCommand, type ExecCommandOptions } from "../exec/local.js";
 import { execStreaming } from "../exec/session.js";
 import { commandInContext, lookPath } from "./context.js";
@@ -9,9 +9,9 @@ import type { TaskProcess } from "./process.js";
 /**
  * Executor.ExecStreaming for a task: the SDK's exec protocol engine (high-level form) with the
  * local command runner (pipes, or node-pty for a tty), the command running in the task's context:
- * its environment, working directory, user and network namespace. With `handoff` (the executor's
- * listener) a call naming a handoff token gets its output sockets from there: the process writes
- * into them and the driver plugin reads them (see exec/handoff.ts).
+ * its environment, working directory, user and network namespace. A call whose
+ * `nomadkit-exec-output` header names the driver plugin's FIFOs (the output handoff, see
+ * exec/handoff.ts) has the process write its output into those, for the plugin to read.
  *
  * @example
  * ```ts
@@ -23,21 +23,18 @@ export function execStreamingInTask(
   task: TaskProcess,
   requests: AsyncIterable<ExecTaskStreamingRequest>,
   context: HandlerContext,
-  handoff?: OutputHandoff,
 ): AsyncIterable<ExecTaskStreamingResponse> {
-  const token = context.requestHeader.get(OUTPUT_HANDOFF_HEADER);
+  const handoff = context.requestHeader.get(OUTPUT_HANDOFF_HEADER);
   return execStreaming(
     requests,
     {
       exec: async (session) => {
         const options: ExecCommandOptions = { command: [], tty: session.tty };
-        // Claimed (or declined: then closed) before anything can fail, so the plugin never waits on them.
-        if (token !== null && handoff !== undefined) {
-          const outputs = await handoff.claim(token, session.signal);
-          if (outputs !== undefined && session.tty) {
-            outputs.stdout.destroy();
-            outputs.stderr.destroy();
-          } else if (outputs !== undefined) options.outputs = outputs;
+        // Opened (or declined) before anything can fail: once the exit is reported, the plugin
+        // knows this process is done with the paths.
+        if (handoff !== null && !session.tty) {
+          const outputs = openHandedOutputs(handoff);
+          if (outputs !== undefined) options.outputs = outputs;
         }
         try {
           const ctx = task.context;
@@ -50,8 +47,7 @@ export function execStreamingInTask(
           if (c.uid !== undefined) options.uid = c.uid;
           if (c.gid !== undefined) options.gid = c.gid;
         } catch (err) {
-          options.outputs?.stdout.destroy();
-          options.outputs?.stderr.destroy();
+          if (options.outputs !== undefined) closeHandedOutputs(options.outputs);
           throw err;
         }
         return runExecCommand(options, session);

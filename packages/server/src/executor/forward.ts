@@ -3,7 +3,8 @@ import type { ExecutorClient } from "@nomadkit/client";
 import { PLUGIN_STREAM_WINDOW, rawBidiStream } from "@nomadkit/client/runtime";
 import { ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
 import { Executor } from "@nomadkit/protocol/executor";
-import { OUTPUT_HANDOFF_HEADER, openHandoffSession, outputHandoffPath, type HandoffSession } from "../exec/handoff.js";
+import { OUTPUT_HANDOFF_HEADER, outputHandoffHeader } from "../exec/handoff.js";
+import { openOutputPipes, type OutputPipes } from "../exec/output-pipes.js";
 import { serveExecSession, type ExecResult, type ExecSession, type ExecTaskStream } from "../exec/session.js";
 import { messageFromFrame } from "../runtime/wire-frame.js";
 import { scavengeEvery } from "../runtime/young-generation.js";
@@ -21,9 +22,9 @@ const SCAVENGE_INTERVAL = PLUGIN_STREAM_WINDOW + 3 * 1024 * 1024;
 /**
  * Serves a driver's ExecTaskStreaming call with the task's executor (Executor.ExecStreaming).
  *
- * Without a terminal, and with an {@link ExecutorHandle} of a nomadkit executor on a unix socket,
- * the command's output takes the output handoff (exec/handoff.ts): the executor starts the command
- * with its stdout and stderr connected to sockets this process reads, so the output crosses one
+ * Without a terminal, and with an {@link ExecutorHandle} (a nomadkit executor on this machine), the
+ * command's output takes the output handoff (exec/handoff.ts): the executor starts the command
+ * with its stdout and stderr connected to FIFOs this process reads, so the output crosses one
  * process instead of two; stdin, the exit and errors still travel as ExecStreaming messages. This
  * process then speaks the exec protocol itself (chunking, close markers, the exit after all output).
  *
@@ -42,9 +43,8 @@ const SCAVENGE_INTERVAL = PLUGIN_STREAM_WINDOW + 3 * 1024 * 1024;
  * ```
  */
 export async function forwardExecStream(stream: ExecTaskStream, executor: ExecutorClient | ExecutorHandle): Promise<void> {
-  if ("plugin" in executor && !stream.tty) {
-    const path = outputHandoffPath(executor.reattach.network, executor.reattach.address);
-    if (path !== undefined) return serveExecSession(stream, (session) => execWithHandoff(executor, path, session));
+  if ("plugin" in executor && !stream.tty && process.platform !== "win32") {
+    return serveExecSession(stream, (session) => execWithHandoff(executor, session));
   }
   const received = scavengeEvery(SCAVENGE_INTERVAL);
   if ("plugin" in executor) {
@@ -65,40 +65,46 @@ export async function forwardExecStream(stream: ExecTaskStream, executor: Execut
 }
 
 /**
- * One non-tty session run by the executor, its output read here from the handoff sockets (or, if
- * the executor declines or cannot be reached that way, from its messages).
+ * One non-tty session run by the executor, its output read here from the handoff FIFOs (or, if
+ * the executor declines or none could be made, from its messages).
  */
-async function execWithHandoff(executor: ExecutorHandle, path: string, session: ExecSession): Promise<ExecResult> {
-  let handoff: HandoffSession | undefined;
+async function execWithHandoff(executor: ExecutorHandle, session: ExecSession): Promise<ExecResult> {
+  let pipes: OutputPipes | undefined;
   try {
-    handoff = await openHandoffSession(path, session.stdout, session.stderr);
+    // Not ended at EOF: the session ends them after the exit, whichever way the output came.
+    pipes = await openOutputPipes(session.stdout, session.stderr, { end: false });
   } catch {
-    // An executor without the handoff socket (another build, or one started before it existed).
+    // No mkfifo here: the output comes as messages.
   }
   const requests = async function* () {
     yield { setup: { taskId: session.taskId, command: [...session.command], tty: false } };
     for await (const data of session.stdin) yield { stdin: { data: data as Uint8Array } };
     yield { stdin: { close: true } };
   };
-  const headers = handoff === undefined ? undefined : { [OUTPUT_HANDOFF_HEADER]: handoff.token };
+  const headers = pipes === undefined ? undefined : { [OUTPUT_HANDOFF_HEADER]: outputHandoffHeader(pipes.dir) };
   // Cancelled while a leftover process still holds the output: stop reading (it gets EPIPE).
-  const onAbort = () => handoff?.close();
+  const onAbort = () => pipes?.close();
   session.signal.addEventListener("abort", onAbort, { once: true });
+  let done = false;
   try {
     let result: ExecResult | undefined;
     for await (const res of executor.client.execStreaming(requests(), { signal: session.signal, headers })) {
-      // Output as messages: the executor did not take the sockets (they are at EOF already).
+      // Output as messages: the executor did not take the FIFOs.
       if (res.stdout !== undefined && res.stdout.data.byteLength > 0) await write(session.stdout, res.stdout.data);
       if (res.stderr !== undefined && res.stderr.data.byteLength > 0) await write(session.stderr, res.stderr.data);
       if (res.exited) result = { exitCode: res.result?.exitCode ?? 0, signal: res.result?.signal ?? 0, oomKilled: res.result?.oomKilled ?? false };
     }
     if (result === undefined) throw new Error("the executor ended ExecStreaming without an exit result");
-    // The process has exited; its output ends when the last process holding it lets go.
-    await handoff?.done;
+    // The executor opened the FIFOs (or declined) before the process started, and the process has
+    // exited: the output ends when the last process holding it lets go.
+    pipes?.closeWriters();
+    await pipes?.eof;
+    done = true;
     return result;
   } finally {
     session.signal.removeEventListener("abort", onAbort);
-    handoff?.close();
+    // After an exit the executor will not open them again; after anything else it might still.
+    pipes?.close(done);
   }
 }
 

@@ -4,7 +4,6 @@ import { servePlugin, type ServedPlugin } from "../goplugin/serve.js";
 import { registerExecutor } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { ServerRuntime } from "../runtime/server-runtime.js";
 import { ExecutorService } from "./service.js";
-import { OutputHandoff, outputHandoffPath } from "../exec/handoff.js";
 import { hostCompute } from "../stats/host.js";
 import { dropOwnMallocArenaCap } from "./malloc-arenas.js";
 
@@ -121,9 +120,7 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
   let served: ServedPlugin | undefined;
   const hostOpts: Parameters<typeof hostCompute>[0] = {};
   if (config.totalComputeMhz) hostOpts.totalComputeMhz = config.totalComputeMhz;
-  const outputHandoff = new OutputHandoff();
   const service = new ExecutorService({
-    outputHandoff,
     host: hostCompute(hostOpts),
     logger,
     afterShutdown: () => {
@@ -140,13 +137,6 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
       registerExecutor(router, service, new ServerRuntime({ logger }));
     },
   });
-  // Before any call is read (those need I/O events; this listens now), so the plugin finds it.
-  const handoffPath = outputHandoffPath(served.network, served.address);
-  if (handoffPath !== undefined) {
-    await outputHandoff.listen(handoffPath).catch((err: unknown) => {
-      logger.warn("exec output handoff unavailable: exec output goes through the driver as messages", { error: err });
-    });
-  }
   return served;
 }
 

@@ -19,7 +19,6 @@ import { CGROUP_V2_ROOT } from "../stats/cgroup.js";
 import type { HostCompute } from "../stats/host.js";
 import { ProcessTreeSampler, pollTaskStats } from "../stats/sampler.js";
 import { execInContext } from "./exec.js";
-import type { OutputHandoff } from "../exec/handoff.js";
 import { execStreamingInTask } from "./exec-streaming.js";
 import { TaskProcess, type TaskExit } from "./process.js";
 
@@ -43,7 +42,6 @@ export type ExecStreamingHandler = (
   task: TaskProcess,
   requests: AsyncIterable<ExecTaskStreamingRequest>,
   context: HandlerContext,
-  handoff?: OutputHandoff,
 ) => AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>>;
 
 /** Options for {@link ExecutorService}. */
@@ -58,8 +56,6 @@ export interface ExecutorServiceOptions {
   execStreaming?: ExecStreamingHandler;
   /** Output cap of buffered Exec, bytes. */
   execOutputLimit?: number;
-  /** Where ExecStreaming calls take their output handoffs from (`runExecutorMain` listens on it). */
-  outputHandoff?: OutputHandoff;
 }
 
 const noLog: ExecutorLogger = { debug() {}, info() {}, warn() {}, error() {} };
@@ -226,6 +222,6 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     ctx: HandlerContext,
   ): AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>> {
     const task = this.requireTask("exec_streaming");
-    yield* (this.options.execStreaming ?? execStreamingInTask)(task, requests, ctx, this.options.outputHandoff);
+    yield* (this.options.execStreaming ?? execStreamingInTask)(task, requests, ctx);
   }
 }
