@@ -85,31 +85,37 @@ async function stdoutOf(plugin: PluginClient): Promise<{ target: string; heldByD
   return { target: out.trim(), heldByDriver: held === true };
 }
 
-describe("exec output handoff, through a driver and its executor", () => {
-  let dir: string;
-  let plugin: PluginClient;
-
+/**
+ * For the enclosing describe: the fixture driver with task "t" started, TMPDIR a fresh directory
+ * (`env` may name more variables, given that directory).
+ */
+function fixturePlugin(env: (dir: string) => Record<string, string> = () => ({})): { dir: string; plugin: PluginClient } {
+  const it = {} as { dir: string; plugin: PluginClient };
   beforeAll(async () => {
     if (!existsSync(executorBinPath())) throw new Error(`build first: ${executorBinPath()} is missing (npx turbo run build)`);
-    dir = mkdtempSync(join(tmpdir(), "nk-handoff-"));
-    plugin = await launchPlugin(process.execPath, [fixture], { env: { TMPDIR: dir, NOMADKIT_LOG_LEVEL: "warn" } });
-    await plugin.driver.startTask({ task: { id: "t", name: "t", allocId: "a1" } });
+    it.dir = mkdtempSync(join(tmpdir(), "nk-handoff-"));
+    it.plugin = await launchPlugin(process.execPath, [fixture], { env: { TMPDIR: it.dir, NOMADKIT_LOG_LEVEL: "warn", ...env(it.dir) } });
+    await it.plugin.driver.startTask({ task: { id: "t", name: "t", allocId: "a1" } });
   });
-
   afterAll(async () => {
-    await plugin?.driver.destroyTask({ taskId: "t", force: true }).catch(() => undefined);
-    await plugin?.kill();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await it.plugin?.driver.destroyTask({ taskId: "t", force: true }).catch(() => undefined);
+    await it.plugin?.kill();
+    if (it.dir) rmSync(it.dir, { recursive: true, force: true });
   });
+  return it;
+}
+
+describe("exec output handoff, through a driver and its executor", () => {
+  const fx = fixturePlugin();
 
   it("gives the command a FIFO of the driver's as its stdout", async () => {
-    const out = await stdoutOf(plugin);
-    expect(out.target).toMatch(new RegExp(`^${dir}/nomadkit-pipes-[^/]+/\\d+/stdout$`));
+    const out = await stdoutOf(fx.plugin);
+    expect(out.target).toMatch(new RegExp(`^${fx.dir}/nomadkit-pipes-[^/]+/\\d+/stdout$`));
     expect(out.heldByDriver).toBe(true);
   });
 
   it("keeps stdout and stderr apart, passes stdin, and reports the exit after every close marker", async () => {
-    const r = await exec(plugin, ["/bin/sh", "-c", "cat; echo err >&2; exit 3"], "from stdin\n");
+    const r = await exec(fx.plugin, ["/bin/sh", "-c", "cat; echo err >&2; exit 3"], "from stdin\n");
     expect(r.stdout).toBe("from stdin\n");
     expect(r.stderr).toBe("err\n");
     expect([...r.events].sort()).toEqual(["exited", "stderr-close", "stdout-close"]);
@@ -118,31 +124,31 @@ describe("exec output handoff, through a driver and its executor", () => {
   });
 
   it("waits for output written after the command exited (a background process still holding stdout)", async () => {
-    const r = await exec(plugin, ["/bin/sh", "-c", "echo first; (sleep 0.5; echo late) & exit 0"]);
+    const r = await exec(fx.plugin, ["/bin/sh", "-c", "echo first; (sleep 0.5; echo late) & exit 0"]);
     expect(r.stdout).toBe("first\nlate\n");
     expect(r.events.at(-1)).toBe("exited");
   });
 
   it("reuses a session's FIFOs for the next one once it is over", async () => {
-    const first = await stdoutOf(plugin);
-    const second = await stdoutOf(plugin);
+    const first = await stdoutOf(fx.plugin);
+    const second = await stdoutOf(fx.plugin);
     expect(second.target).toBe(first.target);
   });
 
   it("a call cancelled while a leftover process holds the output ends, and lets go of the FIFOs", async () => {
     // Idle pairs are held open too (their keepers); a session adds its own ends.
-    const fifos = () => openFiles(plugin.pid, /\/nomadkit-pipes-/).length;
+    const fifos = () => openFiles(fx.plugin.pid, /\/nomadkit-pipes-/).length;
     const before = fifos();
     const ac = new AbortController();
     async function* requests() {
-      const command = `sleep 30 & echo $! > ${join(dir, "leftover.pid")}; readlink /proc/self/fd/1; exit 0`;
+      const command = `sleep 30 & echo $! > ${join(fx.dir, "leftover.pid")}; readlink /proc/self/fd/1; exit 0`;
       yield { setup: { taskId: "t", command: ["/bin/sh", "-c", command], tty: false } };
       await new Promise(() => {});
     }
     let during = 0;
     let cancelled = "";
     const err = await (async () => {
-      for await (const r of plugin.driver.execTaskStreaming(requests(), { signal: ac.signal })) {
+      for await (const r of fx.plugin.driver.execTaskStreaming(requests(), { signal: ac.signal })) {
         cancelled += Buffer.from(r.stdout?.data ?? []).toString();
         if (!cancelled.endsWith("\n")) continue;
         during = fifos();
@@ -155,21 +161,21 @@ describe("exec output handoff, through a driver and its executor", () => {
     // The leftover sleep still holds its end; the plugin's ends must be closed all the same.
     for (let i = 0; i < 100 && fifos() > before; i++) await sleep(50);
     expect(fifos()).toBeLessThanOrEqual(before);
-    process.kill(Number(readFileSync(join(dir, "leftover.pid"), "utf8")), "SIGKILL");
+    process.kill(Number(readFileSync(join(fx.dir, "leftover.pid"), "utf8")), "SIGKILL");
     // Not reused: the next session gets other FIFOs (the leftover may have held these on).
-    const next = await stdoutOf(plugin);
+    const next = await stdoutOf(fx.plugin);
     expect(next.heldByDriver).toBe(true);
     expect(next.target).not.toBe(cancelled.trim());
   });
 
   it("reports a command killed by a signal as Nomad does (128+N)", async () => {
-    const r = await exec(plugin, ["/bin/sh", "-c", "kill -9 $$"]);
+    const r = await exec(fx.plugin, ["/bin/sh", "-c", "kill -9 $$"]);
     expect(r.exitCode).toBe(137);
     expect(r.signal).toBe(9);
   });
 
   it("carries bulk output byte-exact", async () => {
-    const r = await exec(plugin, ["/bin/sh", "-c", "seq 1 300000"]);
+    const r = await exec(fx.plugin, ["/bin/sh", "-c", "seq 1 300000"]);
     const expected = Array.from({ length: 300000 }, (_, i) => `${i + 1}\n`).join("");
     expect(r.stdout.length).toBe(expected.length);
     expect(r.stdout === expected).toBe(true);
@@ -177,25 +183,12 @@ describe("exec output handoff, through a driver and its executor", () => {
 });
 
 describe("exec output handoff, when the driver cannot make FIFOs", () => {
-  let dir: string;
-  let plugin: PluginClient;
-
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), "nk-handoff-nofifo-"));
-    // No mkfifo on the plugin's (and so its executor's) PATH; the task's own PATH is set by the fixture.
-    plugin = await launchPlugin(process.execPath, [fixture], { env: { TMPDIR: dir, PATH: join(dir, "empty"), NOMADKIT_LOG_LEVEL: "warn" } });
-    await plugin.driver.startTask({ task: { id: "t", name: "t", allocId: "a1" } });
-  });
-
-  afterAll(async () => {
-    await plugin?.driver.destroyTask({ taskId: "t", force: true }).catch(() => undefined);
-    await plugin?.kill();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  });
+  // No mkfifo on the plugin's (and so its executor's) PATH; the task's own PATH is set by the fixture.
+  const fx = fixturePlugin((dir) => ({ PATH: join(dir, "empty") }));
 
   it("has the executor send the output as messages, from Node's own pipes", async () => {
-    expect((await stdoutOf(plugin)).target).toMatch(/^socket:\[\d+\]$/);
-    const r = await exec(plugin, ["/bin/sh", "-c", "cat; echo err >&2; exit 4"], "again\n");
+    expect((await stdoutOf(fx.plugin)).target).toMatch(/^socket:\[\d+\]$/);
+    const r = await exec(fx.plugin, ["/bin/sh", "-c", "cat; echo err >&2; exit 4"], "again\n");
     expect(r).toMatchObject({ stdout: "again\n", stderr: "err\n", exitCode: 4 });
     expect(r.events.at(-1)).toBe("exited");
   });

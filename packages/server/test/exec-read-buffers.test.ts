@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createDriverHandlers, defineDriver } from "../src/driver/index.js";
 import { runExecCommand } from "../src/exec/index.js";
 import { PooledReader, RETAINS_CHUNKS, readBufferStats, releaseChunk, retainChunk } from "../src/exec/read-buffers.js";
-import { openOutputPipes } from "../src/exec/output-pipes.js";
+import { openOutputPipes, type OutputPipes } from "../src/exec/output-pipes.js";
 import { outputMessage } from "../src/exec/wire.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { attachWireFrame, wireFrameOf } from "../src/runtime/wire-frame.js";
@@ -91,16 +91,21 @@ function collector(into: Buffer[]): Writable {
   return Object.assign(new Writable({ write: (c: Buffer, _e, cb) => void into.push(Buffer.from(c)) ?? cb() }), { [RETAINS_CHUNKS]: true });
 }
 
+/** Run `script` with stdout and stderr on `pipes`, then wait for EOF on both (and leave them open). */
+async function runInto(pipes: OutputPipes, script: string): Promise<void> {
+  const child = spawn("/bin/sh", ["-c", script], { stdio: ["ignore", ...pipes.writers] });
+  pipes.closeWriters();
+  await new Promise((resolve, reject) => child.once("exit", resolve).once("error", reject));
+  await pipes.eof;
+}
+
 describe("openOutputPipes", () => {
   it("pairs the right ends when many are opened at once, and a child writes into its own", async () => {
     const got = Array.from({ length: 8 }, () => ({ out: [] as Buffer[], err: [] as Buffer[] }));
     const pipes = await Promise.all(got.map((g) => openOutputPipes(collector(g.out), collector(g.err))));
     await Promise.all(
       pipes.map(async (p, i) => {
-        const child = spawn("/bin/sh", ["-c", `printf 'out-%s' ${i}; printf 'err-%s' ${i} >&2`], { stdio: ["ignore", ...p.writers] });
-        p.closeWriters();
-        await new Promise((resolve, reject) => child.once("exit", resolve).once("error", reject));
-        await p.eof;
+        await runInto(p, `printf 'out-%s' ${i}; printf 'err-%s' ${i} >&2`);
         p.close(true);
       }),
     );
@@ -113,10 +118,7 @@ describe("openOutputPipes", () => {
   it("gives the child blocking stdio, though its own ends are non-blocking", async () => {
     const out: Buffer[] = [];
     const p = await openOutputPipes(collector(out), collector([]));
-    const child = spawn("/bin/sh", ["-c", "grep ^flags /proc/self/fdinfo/1"], { stdio: ["ignore", ...p.writers] });
-    p.closeWriters();
-    await new Promise((resolve) => child.once("exit", resolve));
-    await p.eof;
+    await runInto(p, "grep ^flags /proc/self/fdinfo/1");
     p.close();
     const flags = parseInt(/flags:\s*([0-7]+)/.exec(Buffer.concat(out).toString())![1]!, 8);
     expect(flags & 0o4000).toBe(0); // O_NONBLOCK
@@ -217,10 +219,7 @@ describe("openOutputPipes after a cleaner removed its directory", () => {
     const drained = async () => {
       const got: Buffer[] = [];
       const p = await openOutputPipes(collector(got), collector([]));
-      const child = spawn("/bin/sh", ["-c", "printf ok"], { stdio: ["ignore", ...p.writers] });
-      p.closeWriters();
-      await new Promise((resolve) => child.once("exit", resolve));
-      await p.eof;
+      await runInto(p, "printf ok");
       p.close(true);
       return { dir: p.dir, out: Buffer.concat(got).toString() };
     };
