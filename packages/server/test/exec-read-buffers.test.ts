@@ -2,15 +2,16 @@
 // chunk still uses (fast-check), output FIFOs connect the right ends, hold EOF until their writers
 // let go and are reused only when drained (real child processes), and a real exec served on the
 // direct path comes out byte-exact while its blocks come back for reuse.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { PassThrough, Writable } from "node:stream";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { DriverClient, createUnixSocketTransport } from "@nomadkit/client";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -140,7 +141,7 @@ describe("openOutputPipes", () => {
     p.close();
   });
 
-  it("holds 1 MiB per pipe, and still does when a pair serves again (perl raises it once)", async () => {
+  it("holds 1 MiB per pipe as root, and still does when a pair serves again (perl raises it once)", async () => {
     /** Bytes a non-blocking writer gets into the pipe while nothing reads it. */
     const capacity = (fd: number) => {
       const chunk = Buffer.alloc(64 * 1024);
@@ -166,9 +167,41 @@ describe("openOutputPipes", () => {
       return { dir: p.dir, size };
     };
     const first = await session();
-    expect(first.size).toBe(1024 * 1024);
+    // Others keep Linux's default: their user's pipe budget is shared with everything they run.
+    expect(first.size).toBe(process.getuid!() === 0 ? 1024 * 1024 : 64 * 1024);
     const again = await session();
     expect(again).toEqual(first);
+  });
+
+  it("leaves an unprivileged user's pipes at Linux's default (their pipe budget is shared)", async () => {
+    // The built module, run as nobody: the same measurement as above, in a process of its own. Copied
+    // (with the one module it imports) where nobody can read it, wherever this checkout is.
+    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/exec");
+    if (!existsSync(join(built, "output-pipes.js"))) throw new Error(`build first: ${built}/output-pipes.js is missing (npx turbo run build)`);
+    const home = mkdtempSync(join(tmpdir(), "nk-nobody-"));
+    chmodSync(home, 0o755);
+    for (const f of ["output-pipes.js", "read-buffers.js"]) copyFileSync(join(built, f), join(home, f));
+    writeFileSync(join(home, "package.json"), '{"type":"module"}');
+    const script = `
+      import { writeSync } from "node:fs";
+      import { Writable } from "node:stream";
+      const { openOutputPipes } = await import(${JSON.stringify(pathToFileURL(join(home, "output-pipes.js")).href)});
+      const sink = () => new Writable({ write: (_c, _e, cb) => cb() });
+      const p = await openOutputPipes(sink(), sink());
+      let n = 0;
+      try { for (;;) n += writeSync(p.writers[0], Buffer.alloc(4096)); } catch (err) { if (err.code !== "EAGAIN") throw err; }
+      p.close();
+      process.stdout.write(String(n));`;
+    const tmp = join(home, "tmp");
+    mkdirSync(tmp, { mode: 0o777 });
+    chmodSync(tmp, 0o777);
+    try {
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { uid: 65534, gid: 65534, cwd: home, env: { PATH: process.env.PATH, TMPDIR: tmp }, encoding: "utf8" });
+      expect(r.stderr).toBe("");
+      expect(Number(r.stdout)).toBe(64 * 1024);
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   it("serves a drained pair again when the caller says nobody else knows it, and removes any other", async () => {

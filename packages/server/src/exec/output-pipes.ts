@@ -6,7 +6,7 @@
  * kernel's per-write socket buffers cost the reader 0.58–0.60 CPU s/GiB where a pipe costs 0.36–0.38
  * (BENCHMARKS.md, twelfth round). Node has no pipe(2), mkfifo(3) or fcntl(2), so a pair of FIFOs is
  * made by the `mkfifo` utility (one spawn, a few ms) in a private 0700 directory, its capacity
- * raised to 1 MiB by a one-line perl where there is one, and the pair serves the next session once
+ * raised to 1 MiB by a one-line perl where there is one (as root), and the pair serves the next session once
  * the last one is done with it (both reached EOF, and nobody will open them by path any more);
  * otherwise it is removed.
  *
@@ -91,7 +91,9 @@ async function makePair(): Promise<Pair> {
   }
   // Node has no fcntl(2); perl (essential on Debian, near universal elsewhere) makes the call on
   // the keepers it inherits as stdout and stderr. Without it the pipes keep the default capacity.
-  if (process.platform === "linux") {
+  // Only as root (as Nomad runs plugins): Linux charges a pipe's capacity to its user, and an
+  // unprivileged user over pipe-user-pages-soft (64 MiB) gets tiny pipes everywhere, not only here.
+  if (process.platform === "linux" && process.getuid?.() === 0) {
     await run("perl", ["-e", `fcntl(STDOUT, ${F_SETPIPE_SZ}, ${PIPE_SIZE}); fcntl(STDERR, ${F_SETPIPE_SZ}, ${PIPE_SIZE})`], ["ignore", keepers[0]!, keepers[1]!]);
   }
   return { dir, keepers };
