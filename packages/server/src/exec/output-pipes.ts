@@ -28,7 +28,7 @@ export const OUTPUT_PIPE_NAMES = ["stdout", "stderr"] as const;
 /** Idle pairs kept for reuse, per process. */
 const KEEP_IDLE = 8;
 /**
- * Pipe capacity asked for (Linux F_SETPIPE_SZ; 1 MiB is what an unprivileged process may ask).
+ * Pipe capacity asked for (Linux F_SETPIPE_SZ; 1 MiB is `pipe-max-size`'s default).
  * With the default 64 KiB every read is at most that, and so is, mostly, every output message: a
  * GiB of output was ~12,000 messages instead of ~2,000, and per-message costs dominated.
  */
