@@ -1,6 +1,6 @@
 // Go interop: the reference driver driven by hashicorp/go-plugin + grpc-go, the client stack Nomad
 // uses (tools/interop-go). The first run installs Debian's Go packages and builds the host, which
-// takes minutes; later runs reuse node_modules/.cache/nomadkit-interop-go.
+// takes minutes; later runs reuse node_modules/.cache/nomadkit-go.
 import { spawn } from "node:child_process";
 import { accessSync, constants, existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
