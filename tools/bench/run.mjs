@@ -2,18 +2,20 @@
 // nomadkit benchmark (`npm run bench`, issue 7): exec throughput, unary rate, TaskStats streams,
 // start-up, idle RSS and slow-reader memory, each next to its peers (@grpc/grpc-js serving the same
 // handlers, a raw node:http2 limit, bare node), and what each task costs (its executor's start and
-// memory, the plugin's memory), printed as a table and written as JSON.
+// memory, the plugin's memory), printed as a table and written as JSON. Exec and unary are measured
+// with two clients: this process's node:http2 client, and grpc-go (Nomad's client stack).
 // Not a test: numbers depend on the machine; targets are reported as PASS/MISS, never asserted.
 //
 //   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 2] [--slow-bytes <exec-bytes>]
 //     [--slow-rate 128MiB] [--startup-runs 11] [--executor-runs 11] [--plugin-tasks 20] [--unary-seconds 3] [--unary-concurrency 16] [--unary-warmup 3]
-//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow,tasks]
+//     [--stats-streams 100] [--heap-streams 500] [--only exec,unary,stats,startup,idle,slow,tasks] [--go-client auto|on|off]
 //     [--quick] [--json tools/bench/results/latest.json] [--snapshot <name>]
 import { execFileSync } from "node:child_process";
 import { cpus, freemem, loadavg, tmpdir, totalmem } from "node:os";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { GO_CLIENT_DESCRIPTION, buildGoClient, goExecOnce, goUnaryRound } from "./lib/go-client.mjs";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
 import { execThroughputs, executorCosts, idleRss, pluginPerTask, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
 import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, referenceExecutor, repoRoot, startServer } from "./lib/targets.mjs";
@@ -43,6 +45,7 @@ function parseArgs(argv) {
     json: join(here, "results/latest.json"),
     snapshot: undefined,
     profile: undefined,
+    goClient: "auto",
   };
   const num = (flag, v) => {
     const n = Number(v);
@@ -81,6 +84,11 @@ function parseArgs(argv) {
       case "--json": o.json = resolve(val()); break;
       case "--snapshot": o.snapshot = val(); break;
       case "--profile": o.profile = resolve(val()); break;
+      case "--go-client": {
+        o.goClient = val();
+        if (!["auto", "on", "off"].includes(o.goClient)) throw new Error(`--go-client ${JSON.stringify(o.goClient)}: expected auto, on or off`);
+        break;
+      }
       case "-h":
       case "--help":
         process.stdout.write(readHelp());
@@ -124,7 +132,10 @@ function readHelp() {
   --json FILE             where to write the JSON; default tools/bench/results/latest.json
   --snapshot NAME         also write tools/bench/results/NAME.json
   --profile DIR           run the served processes with --cpu-prof into DIR (summarise with
-                          node tools/bench/profile-summary.mjs DIR/*.cpuprofile)\n`;
+                          node tools/bench/profile-summary.mjs DIR/*.cpuprofile)
+  --go-client MODE        exec and unary also with the grpc-go client (tools/bench/client-go, built
+                          by tools/go/build.sh from Debian's Go packages, installed when missing):
+                          auto (default: skipped with a message if it cannot be built), on, off\n`;
 }
 
 function machine() {
@@ -171,6 +182,7 @@ async function main() {
     command: `node tools/bench/run.mjs ${process.argv.slice(2).join(" ")}`.trim(),
     machine: machine(),
     client: CLIENT_DESCRIPTION,
+    goClient: undefined,
     options: { ...o, json: undefined },
     measures: {},
     targets: [],
@@ -215,6 +227,17 @@ async function main() {
         await t.stop().catch((e) => log(`stopping ${t.name}: ${e.message}`));
       }
     };
+    let goBin;
+    if (o.goClient !== "off" && (want.has("exec") || want.has("unary"))) {
+      log("building the grpc-go client (tools/go/build.sh tools/bench/client-go)");
+      try {
+        goBin = await buildGoClient();
+        report.goClient = GO_CLIENT_DESCRIPTION;
+      } catch (err) {
+        if (o.goClient === "on") throw err;
+        log(`no grpc-go client, measuring with the node:http2 client only: ${err.message}`);
+      }
+    }
     if (needTargets) {
       log("starting the reference driver (launchPlugin + StartTask), the one-hop bench driver, grpc-js and the raw HTTP/2 server");
       for (const k of ["ref", "onehop", "grpcjs", "raw"]) targets[k] = await launch[k]();
@@ -252,6 +275,9 @@ async function main() {
         what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers, best of ${o.execRuns} runs alternating between the targets; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB`,
         ...(await execThroughputs({ raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs }, o.execBytes, o.execRuns, log)),
       };
+      if (goBin) {
+        M.exec.goClient = await execThroughputs({ raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs }, o.execBytes, o.execRuns, log, goExecOnce(goBin));
+      }
     }
     if (want.has("unary")) {
       const rounds = o.quick ? 1 : 5;
@@ -263,6 +289,12 @@ async function main() {
           { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup, rounds, log },
         )),
       };
+      if (goBin) {
+        M.unary.goClient = await unaryRates(
+          { ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs },
+          { seconds: o.unarySeconds, concurrency: o.unaryConcurrency, warmupSeconds: o.unaryWarmup, rounds, log, round: goUnaryRound(goBin) },
+        );
+      }
     }
     if (want.has("slow")) {
       M.slowReader = {
@@ -320,11 +352,22 @@ async function main() {
     M.exec.ratios = { refVsRaw: r, refVsGrpcjs: g, onehopVsRaw: M.exec.onehop.mbPerSec / M.exec.raw.mbPerSec, onehopVsGrpcjs: M.exec.onehop.mbPerSec / M.exec.grpcjs.mbPerSec };
     target("exec throughput vs raw HTTP/2 limit", r, ">= 0.6x", r >= 0.6, fmt.x(r));
     target("exec throughput vs grpc-js", g, ">= 3x", g >= 3, fmt.x(g));
+    const go = M.exec.goClient;
+    if (go) {
+      go.ratios = { refVsRaw: go.ref.mbPerSec / go.raw.mbPerSec, refVsGrpcjs: go.ref.mbPerSec / go.grpcjs.mbPerSec, onehopVsRaw: go.onehop.mbPerSec / go.raw.mbPerSec, onehopVsGrpcjs: go.onehop.mbPerSec / go.grpcjs.mbPerSec };
+      target("exec throughput vs raw HTTP/2 limit (grpc-go client)", go.ratios.refVsRaw, ">= 0.6x", go.ratios.refVsRaw >= 0.6, fmt.x(go.ratios.refVsRaw));
+      target("exec throughput vs grpc-js (grpc-go client)", go.ratios.refVsGrpcjs, ">= 3x", go.ratios.refVsGrpcjs >= 3, fmt.x(go.ratios.refVsGrpcjs));
+    }
   }
   if (M.unary) {
     const u = M.unary.ref.callsPerSec / M.unary.grpcjs.callsPerSec;
     M.unary.ratios = { refVsGrpcjs: u };
     target("unary rate vs grpc-js", u, ">= 1x", u >= 1, fmt.x(u));
+    const go = M.unary.goClient;
+    if (go) {
+      go.ratios = { refVsGrpcjs: go.ref.callsPerSec / go.grpcjs.callsPerSec };
+      target("unary rate vs grpc-js (grpc-go client)", go.ratios.refVsGrpcjs, ">= 1x", go.ratios.refVsGrpcjs >= 1, fmt.x(go.ratios.refVsGrpcjs));
+    }
   }
   if (M.startup) target("start-up vs bare node", M.startup.ratio, "<= 1.5x", M.startup.ratio <= 1.5, fmt.x(M.startup.ratio));
   if (M.idleRss) target("idle RSS vs bare node", M.idleRss.ratio, "<= 1.3x", M.idleRss.ratio <= 1.3, fmt.x(M.idleRss.ratio));
@@ -343,6 +386,12 @@ async function main() {
     const split = (r) => (r.serverCpuSecondsPerGiBByProcess?.length > 1 ? ` (${r.serverCpuSecondsPerGiBByProcess.map((v) => v.toFixed(2)).join(" + ")})` : "");
     rows.push(["exec server CPU s per GiB", e.ref.serverCpuSecondsPerGiB.toFixed(2) + split(e.ref), e.onehop.serverCpuSecondsPerGiB.toFixed(2), e.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${e.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "plugin + executor"]);
     rows.push(["exec client CPU s per GiB", e.ref.clientCpuSecondsPerGiB.toFixed(2), e.onehop.clientCpuSecondsPerGiB.toFixed(2), e.grpcjs.clientCpuSecondsPerGiB.toFixed(2), `${e.raw.clientCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "the bench client, same for all"]);
+    const g = e.goClient;
+    if (g) {
+      rows.push([`exec stdout ${fmtBytes(e.bytes)}, grpc-go client (MB/s)`, fmt.mbs(g.ref.mbPerSec), fmt.mbs(g.onehop.mbPerSec), fmt.mbs(g.grpcjs.mbPerSec), `${fmt.mbs(g.raw.mbPerSec)} (raw h2)`, `ref/raw ${X(g.ratios.refVsRaw)}, ref/grpc-js ${X(g.ratios.refVsGrpcjs)}`]);
+      rows.push(["  server CPU s per GiB", g.ref.serverCpuSecondsPerGiB.toFixed(2) + split(g.ref), g.onehop.serverCpuSecondsPerGiB.toFixed(2), g.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${g.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "plugin + executor"]);
+      rows.push(["  client CPU s per GiB", g.ref.clientCpuSecondsPerGiB.toFixed(2), g.onehop.clientCpuSecondsPerGiB.toFixed(2), g.grpcjs.clientCpuSecondsPerGiB.toFixed(2), `${g.raw.clientCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "the grpc-go client"]);
+    }
   }
   if (M.unary) {
     const u = M.unary;
@@ -350,6 +399,11 @@ async function main() {
     rows.push(["  same, + fixYoungGenerationSize", fmt.rate(u.refyg.callsPerSec, "/s"), "-", "-", "", `ref+fyg/grpc-js ${X(u.refyg.callsPerSec / u.grpcjs.callsPerSec)}`]);
     const us = (r) => `${r.serverCpuMicrosPerCall.toFixed(1)} µs`;
     rows.push(["  server CPU per call", us(u.ref), us(u.onehop), us(u.grpcjs), "", `ref/grpc-js ${X(u.ref.serverCpuMicrosPerCall / u.grpcjs.serverCpuMicrosPerCall)} (lower is better)`]);
+    const g = u.goClient;
+    if (g) {
+      rows.push([`unary InspectTask, grpc-go client (calls/s, ${u.concurrency} in flight)`, fmt.rate(g.ref.callsPerSec, "/s"), fmt.rate(g.onehop.callsPerSec, "/s"), fmt.rate(g.grpcjs.callsPerSec, "/s"), "", `ref/grpc-js ${X(g.ratios.refVsGrpcjs)}`]);
+      rows.push(["  server CPU per call", us(g.ref), us(g.onehop), us(g.grpcjs), "", `ref/grpc-js ${X(g.ref.serverCpuMicrosPerCall / g.grpcjs.serverCpuMicrosPerCall)} (lower is better)`]);
+    }
   }
   if (M.statsRate) {
     const s = M.statsRate;
@@ -399,6 +453,7 @@ async function main() {
     "",
     `nomadkit bench — ${report.date} — node ${report.machine.node}, ${report.machine.nproc} CPUs (${report.machine.cpuModel}), load ${report.machine.loadAverage.join(" ")}`,
     `client (all measures): ${CLIENT_DESCRIPTION}`,
+    report.goClient ? `second client (exec and unary rows marked grpc-go client): ${report.goClient}` : "second client: none (grpc-go client not built; --go-client)",
     "",
     table(rows, ["measure", "nomadkit reference driver", "nomadkit one hop", "grpc-js", "limit / bare", "ratio"]),
     "",

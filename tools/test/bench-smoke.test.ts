@@ -2,13 +2,15 @@
 // report with every measure, its peers and the targets. No performance assertions: numbers depend
 // on the machine; the bench itself reports PASS/MISS.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+// Exec and unary also run with the grpc-go client where it can be built (Debian's Go packages).
+const goClient = process.platform === "linux" && existsSync("/usr/bin/dpkg");
 
 describe("npm run bench", () => {
   it("runs every measure with minimal sizes and writes the JSON report", async () => {
@@ -16,7 +18,7 @@ describe("npm run bench", () => {
     const json = join(dir, "bench.json");
     try {
       const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((done, fail) => {
-        const child = spawn(process.execPath, [join(repo, "tools/bench/run.mjs"), "--exec-bytes", "4MiB", "--slow-rate", "64MiB", "--quick", "--json", json], {
+        const child = spawn(process.execPath, [join(repo, "tools/bench/run.mjs"), "--exec-bytes", "4MiB", "--slow-rate", "64MiB", "--quick", "--json", json, "--go-client", goClient ? "on" : "off"], {
           cwd: repo,
           stdio: ["ignore", "pipe", "pipe"],
         });
@@ -35,6 +37,20 @@ describe("npm run bench", () => {
       for (const k of ["raw", "ref", "onehop", "grpcjs"]) expect(m.exec[k].mbPerSec).toBeGreaterThan(0);
       expect(m.exec.bytes).toBe(4 * 1024 * 1024);
       for (const k of ["ref", "refyg", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
+      if (goClient) {
+        expect(report.goClient).toMatch(/grpc-go/);
+        for (const k of ["raw", "ref", "onehop", "grpcjs"]) {
+          expect(m.exec.goClient[k].mbPerSec).toBeGreaterThan(0);
+          expect(m.exec.goClient[k].messages).toBeGreaterThan(0);
+        }
+        for (const k of ["ref", "onehop", "grpcjs"]) {
+          expect(m.unary.goClient[k].callsPerSec).toBeGreaterThan(0);
+          expect(m.unary.goClient[k].serverCpuMicrosPerCall).toBeGreaterThan(0);
+        }
+        expect(stdout).toContain("grpc-go client (MB/s)");
+      } else {
+        expect(m.exec.goClient).toBeUndefined();
+      }
       for (const k of ["onehop", "grpcjs"]) {
         expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
         expect(m.statsRate[k].serverCpuMicrosPerMsg).toBeGreaterThan(0);
@@ -76,7 +92,9 @@ describe("npm run bench", () => {
       expect(report.targets.map((t: { name: string }) => t.name)).toEqual([
         "exec throughput vs raw HTTP/2 limit",
         "exec throughput vs grpc-js",
+        ...(goClient ? ["exec throughput vs raw HTTP/2 limit (grpc-go client)", "exec throughput vs grpc-js (grpc-go client)"] : []),
         "unary rate vs grpc-js",
+        ...(goClient ? ["unary rate vs grpc-js (grpc-go client)"] : []),
         "start-up vs bare node",
         "idle RSS vs bare node",
         "slow-reader RSS growth",
@@ -86,5 +104,5 @@ describe("npm run bench", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 300_000);
+  }, 20 * 60_000); // minutes more on a fresh machine: the grpc-go client's first build installs Debian's Go packages
 });

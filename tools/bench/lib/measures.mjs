@@ -17,7 +17,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { EnvelopeReader, GrpcH2Client } from "./h2client.mjs";
 import { benchTask, heapProbePreload, profileEnv } from "./targets.mjs";
-import { cpuOf, cpuSeconds, median, privateMemory, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
+import { cpuMeter, cpuOf, median, privateMemory, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -92,8 +92,7 @@ export async function execOnce(target, bytes, { rate, onTick } = {}) {
   }
   const client = await GrpcH2Client.connect(target.socket);
   t0 = performance.now();
-  const cpu0 = cpuOf(target.pids);
-  const perPid0 = target.pids.map(cpuSeconds);
+  const served = cpuMeter(target.pids);
   const client0 = process.cpuUsage();
   let result;
   try {
@@ -106,8 +105,7 @@ export async function execOnce(target, bytes, { rate, onTick } = {}) {
   }
   const { status, message } = result;
   const seconds = (performance.now() - t0) / 1000;
-  const cpu = cpuOf(target.pids) - cpu0;
-  const perPid = target.pids.map((p, i) => cpuSeconds(p) - perPid0[i]);
+  const cpu = served();
   const c = process.cpuUsage(client0);
   const clientCpu = (c.user + c.system) / 1e6;
   if (status !== 0) fail(`grpc-status ${status}: ${message}`);
@@ -115,19 +113,20 @@ export async function execOnce(target, bytes, { rate, onTick } = {}) {
   if (exitCode !== 0) fail(`exit code ${exitCode}`);
   if (stdout !== bytes) fail(`got ${stdout} stdout bytes, expected ${bytes}`);
   if (stderr !== 0) fail(`got ${stderr} stderr bytes`);
-  return { seconds, mbPerSec: bytes / 1e6 / seconds, serverCpuSeconds: cpu, serverCpuSecondsByProcess: perPid, clientCpuSeconds: clientCpu, messages: reader.messages };
+  return { seconds, mbPerSec: bytes / 1e6 / seconds, serverCpuSeconds: cpu.seconds, serverCpuSecondsByProcess: cpu.byProcess, clientCpuSeconds: clientCpu, messages: reader.messages };
 }
 
 /**
  * Exec throughput of each of `targets` (by key): `runs` rounds alternating between the targets
- * (so drift in the machine's speed favours none), best run per target kept.
+ * (so drift in the machine's speed favours none), best run per target kept. `once` is one exec
+ * with a client: `execOnce` (this process's HTTP/2 client) by default.
  */
-export async function execThroughputs(targets, bytes, runs, log = () => {}) {
+export async function execThroughputs(targets, bytes, runs, log = () => {}, once = execOnce) {
   const best = {};
   for (let i = 0; i < runs; i++) {
     for (const [k, target] of Object.entries(targets)) {
-      log(`exec ${bytes} bytes via ${target.name}, run ${i + 1} of ${runs}`);
-      const r = await execOnce(target, bytes);
+      log(`exec ${bytes} bytes via ${target.name}${once === execOnce ? "" : ` (${once.clientName})`}, run ${i + 1} of ${runs}`);
+      const r = await once(target, bytes);
       if (best[k] === undefined || r.mbPerSec > best[k].mbPerSec) best[k] = r;
     }
   }
@@ -152,14 +151,15 @@ export async function execThroughputs(targets, bytes, runs, log = () => {}) {
  * Unary InspectTask calls per second: `concurrency` calls in flight on one connection, for each of
  * `targets` (by key). Rounds alternate between the targets (a warm-up round first, then `rounds`
  * counted ones) and each target's median round is kept: a machine whose speed drifts over the run
- * then favours no target.
+ * then favours no target. `round` is one round with a client: `unaryRound` (this process's HTTP/2
+ * client) by default.
  */
-export async function unaryRates(targets, { seconds, concurrency, warmupSeconds = 3, rounds = 1, log = () => {} }) {
+export async function unaryRates(targets, { seconds, concurrency, warmupSeconds = 3, rounds = 1, log = () => {}, round = unaryRound }) {
   const runs = Object.fromEntries(Object.keys(targets).map((k) => [k, []]));
   for (let i = 0; i < rounds; i++) {
     for (const [k, target] of Object.entries(targets)) {
-      log(`unary InspectTask via ${target.name}, round ${i + 1} of ${rounds}`);
-      runs[k].push(await unaryRound(target, { seconds, concurrency, warmupSeconds: i === 0 ? warmupSeconds : 0.5 }));
+      log(`unary InspectTask via ${target.name}${round === unaryRound ? "" : ` (${round.clientName})`}, round ${i + 1} of ${rounds}`);
+      runs[k].push(await round(target, { seconds, concurrency, warmupSeconds: i === 0 ? warmupSeconds : 0.5 }));
     }
   }
   return Object.fromEntries(
@@ -170,7 +170,7 @@ export async function unaryRates(targets, { seconds, concurrency, warmupSeconds 
   );
 }
 
-async function unaryRound(target, { seconds, concurrency, warmupSeconds }) {
+export async function unaryRound(target, { seconds, concurrency, warmupSeconds }) {
   const req = toBinary(InspectTaskRequestSchema, create(InspectTaskRequestSchema, { taskId: target.taskId }));
   const path = `${DRIVER}/InspectTask`;
   const client = await GrpcH2Client.connect(target.socket);

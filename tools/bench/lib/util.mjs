@@ -116,3 +116,12 @@ export function cpuOf(pids) {
   for (const p of pids) s += cpuSeconds(p);
   return s;
 }
+
+/** Starts counting the CPU time of `pids`; the function returned gives the seconds since, in all and per process. */
+export function cpuMeter(pids) {
+  const start = pids.map(cpuSeconds);
+  return () => {
+    const byProcess = pids.map((p, i) => cpuSeconds(p) - start[i]);
+    return { seconds: byProcess.reduce((a, b) => a + b, 0), byProcess };
+  };
+}

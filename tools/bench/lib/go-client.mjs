@@ -1,0 +1,97 @@
+// The second client: tools/bench/client-go, grpc-go dialled as go-plugin dials a plugin, so the
+// servers are also measured from the client stack Nomad itself uses (its own threads, grpc-go's
+// flow control and 16 KiB frames), not only from this process's node:http2 client. Built with
+// tools/go/build.sh (Debian's Go packages, offline); exec and unary measures take `goExecOnce` /
+// `goUnaryRound` bound to it in place of the Node client's functions.
+import { execFile, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { repoRoot } from "./targets.mjs";
+import { cpuMeter } from "./util.mjs";
+
+export const GO_CLIENT_DESCRIPTION =
+  "grpc-go 1.33 (Debian) as go-plugin dials a plugin: h2c over the unix socket, grpc-go's default windows (BDP-sized) and 16 KiB frames, no message size limits; message fields read with protowire, payload never copied out (tools/bench/client-go)";
+
+/** Builds the client (installing Debian's Go packages when missing); resolves to its path. */
+export function buildGoClient() {
+  if (process.platform !== "linux" || !existsSync("/usr/bin/dpkg")) {
+    return Promise.reject(new Error("the grpc-go client is built from Debian's Go packages (Linux with dpkg)"));
+  }
+  return new Promise((resolve, reject) => {
+    execFile(join(repoRoot, "tools/go/build.sh"), [join(repoRoot, "tools/bench/client-go")], { encoding: "utf8", maxBuffer: 1 << 20 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`tools/go/build.sh tools/bench/client-go failed: ${stderr.trim() || err.message}`)) : resolve(stdout.trim()),
+    );
+  });
+}
+
+/**
+ * Runs the client with `args` against `target`; `onLine(obj)` gets each JSON line it prints. Rejects
+ * with its stderr when it exits non-zero (a protocol error it found, or a failed call).
+ */
+function runClient(bin, target, args, onLine) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, ["-socket", target.socket, "-task", target.taskId, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    child.stdout.setEncoding("utf8").on("data", (d) => {
+      out += d;
+      for (let nl = out.indexOf("\n"); nl >= 0; nl = out.indexOf("\n")) {
+        const line = out.slice(0, nl);
+        out = out.slice(nl + 1);
+        if (line.trim()) onLine(JSON.parse(line));
+      }
+    });
+    child.stderr.setEncoding("utf8").on("data", (d) => (err += d));
+    child.once("error", reject);
+    child.once("close", (code, signal) =>
+      code === 0 ? resolve() : reject(new Error(`${target.name} (grpc-go client): ${err.trim() || `exit ${code ?? signal}`}`)),
+    );
+  });
+}
+
+/** `execOnce` with the grpc-go client: same result shape, the client's CPU from its own getrusage. */
+export function goExecOnce(bin) {
+  const once = async (target, bytes) => {
+    let result;
+    // Counted from the spawn: the client's start and dial (a few ms) fall inside, against ~1 s of output.
+    const served = cpuMeter(target.pids);
+    await runClient(bin, target, ["-mode", "exec", "-bytes", String(bytes)], (r) => (result = r));
+    const cpu = served();
+    if (!result) throw new Error(`${target.name} (grpc-go client): no result`);
+    return {
+      seconds: result.seconds,
+      mbPerSec: bytes / 1e6 / result.seconds,
+      serverCpuSeconds: cpu.seconds,
+      serverCpuSecondsByProcess: cpu.byProcess,
+      clientCpuSeconds: result.clientCpuSeconds,
+      messages: result.messages,
+    };
+  };
+  once.clientName = "grpc-go client";
+  return once;
+}
+
+/** `unaryRound` with the grpc-go client: the server's CPU is read between its "counting" line and its result. */
+export function goUnaryRound(bin) {
+  const round = async (target, { seconds, concurrency, warmupSeconds }) => {
+    let served;
+    let cpu;
+    let result;
+    await runClient(bin, target, ["-mode", "unary", "-concurrency", String(concurrency), "-warmup", `${warmupSeconds}s`, "-seconds", `${seconds}s`], (line) => {
+      if (line.phase === "counting") served = cpuMeter(target.pids);
+      else {
+        cpu = served?.();
+        result = line;
+      }
+    });
+    if (!result || !cpu) throw new Error(`${target.name} (grpc-go client): no result`);
+    return {
+      callsPerSec: result.callsPerSec,
+      serverCpuMicrosPerCall: (cpu.seconds / result.calls) * 1e6,
+      clientCpuMicrosPerCall: (result.clientCpuSeconds / result.calls) * 1e6,
+      concurrency,
+    };
+  };
+  round.clientName = "grpc-go client";
+  return round;
+}
