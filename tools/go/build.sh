@@ -25,11 +25,18 @@ pkgs=(
 
 log() { echo "$name: $*" >&2; }
 
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ] || ! command -v go >/dev/null 2>&1; then
+missing_pkgs() {
+  missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || ! command -v go >/dev/null 2>&1
+}
+mkdir -p "$cache"
+# Test files may build at once: one installs, the others wait for it, then find nothing missing.
+exec 9>"$cache/.install.lock"
+flock 9
+if missing_pkgs; then
   sudo=()
   if [ "$(id -u)" != 0 ]; then
     if command -v sudo >/dev/null 2>&1; then sudo=(sudo -n); else
@@ -39,12 +46,13 @@ if [ ${#missing[@]} -gt 0 ] || ! command -v go >/dev/null 2>&1; then
   fi
   log "installing ${missing[*]:-golang-go} from Debian"
   t0=$SECONDS
-  # Two builds may start at once (test files run in parallel): wait for dpkg's lock, not fail.
+  # Another apt user (not a build of ours) may hold dpkg's lock: wait for it, not fail.
   "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
     --no-install-recommends "${pkgs[@]}" >&2
   log "installed in $((SECONDS - t0))s"
 fi
+flock -u 9
 
 # Build key: the command's sources, the Go toolchain and every Debian Go package's version.
 key=$(
