@@ -76,7 +76,7 @@ if [ ! -x "$bin" ]; then
   # Renamed into place: a concurrent build of the same key finds a whole binary or none.
   mv -f "$tmp" "$bin"
   log "built in $((SECONDS - t0))s"
-  # Older builds of this command are dead weight.
-  find "$cache/$name" -maxdepth 1 -name 'bin-*' ! -name "bin-$key" -exec rm -rf {} +
+  # Older builds of this command are dead weight once nothing started a while ago still runs them.
+  find "$cache/$name" -maxdepth 1 -name 'bin-*' ! -name "bin-$key" -mmin +60 -exec rm -rf {} +
 fi
 echo "$bin"

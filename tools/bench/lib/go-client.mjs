@@ -26,11 +26,17 @@ export function buildGoClient() {
 
 /**
  * Runs the client with `args` against `target`; `onLine(obj)` gets each JSON line it prints. Rejects
- * with its stderr when it exits non-zero (a protocol error it found, or a failed call).
+ * with its stderr when it exits non-zero (a protocol error it found, or a failed call), or when it
+ * is still running after `timeoutMs` (killed: a server that stopped answering).
  */
-function runClient(bin, target, args, onLine) {
+function runClient(bin, target, args, onLine, timeoutMs) {
   return new Promise((resolve, reject) => {
     const child = spawn(bin, ["-socket", target.socket, "-task", target.taskId, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, timeoutMs);
     let out = "";
     let err = "";
     child.stdout.setEncoding("utf8").on("data", (d) => {
@@ -43,9 +49,12 @@ function runClient(bin, target, args, onLine) {
     });
     child.stderr.setEncoding("utf8").on("data", (d) => (err += d));
     child.once("error", reject);
-    child.once("close", (code, signal) =>
-      code === 0 ? resolve() : reject(new Error(`${target.name} (grpc-go client): ${err.trim() || `exit ${code ?? signal}`}`)),
-    );
+    child.once("close", (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve();
+      else if (timedOut) reject(new Error(`${target.name} (grpc-go client): no result after ${timeoutMs / 1000} s`));
+      else reject(new Error(`${target.name} (grpc-go client): ${err.trim() || `exit ${code ?? signal}`}`));
+    });
   });
 }
 
@@ -55,7 +64,7 @@ export function goExecOnce(bin) {
     let result;
     // Counted from the spawn: the client's start and dial (a few ms) fall inside, against ~1 s of output.
     const served = cpuMeter(target.pids);
-    await runClient(bin, target, ["-mode", "exec", "-bytes", String(bytes)], (r) => (result = r));
+    await runClient(bin, target, ["-mode", "exec", "-bytes", String(bytes), "-timeout", "10m"], (r) => (result = r), 11 * 60_000);
     const cpu = served();
     if (!result) throw new Error(`${target.name} (grpc-go client): no result`);
     return {
@@ -77,13 +86,15 @@ export function goUnaryRound(bin) {
     let served;
     let cpu;
     let result;
-    await runClient(bin, target, ["-mode", "unary", "-concurrency", String(concurrency), "-warmup", `${warmupSeconds}s`, "-seconds", `${seconds}s`], (line) => {
+    const args = ["-mode", "unary", "-concurrency", String(concurrency), "-warmup", `${warmupSeconds}s`, "-seconds", `${seconds}s`];
+    const onLine = (line) => {
       if (line.phase === "counting") served = cpuMeter(target.pids);
       else {
         cpu = served?.();
         result = line;
       }
-    });
+    };
+    await runClient(bin, target, args, onLine, (warmupSeconds + seconds + 60) * 1000);
     if (!result || !cpu) throw new Error(`${target.name} (grpc-go client): no result`);
     return {
       callsPerSec: result.callsPerSec,
