@@ -3,7 +3,6 @@
 // protocol violation the Node client also rejects; its unary mode must check the reply and count.
 // Replies are encoded with protobuf-es, so its protowire parsing meets an independent encoder.
 import * as http2 from "node:http2";
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,6 +16,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error: a plain .mjs module of the bench, no types
 import { buildGoClient } from "../bench/lib/go-client.mjs";
+import { runProcess, type ProcessResult } from "./run-process.js";
 
 const skip =
   process.platform !== "linux" || !existsSync("/usr/bin/dpkg")
@@ -53,16 +53,8 @@ let socket: string;
 let server: http2.Http2Server;
 let bin: string;
 
-function runClient(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done, fail) => {
-    const child = spawn(bin, ["-socket", socket, "-task", "task-1", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-    child.on("error", fail);
-    child.on("close", (code) => done({ code, stdout, stderr }));
-  });
+function runClient(args: string[]): Promise<ProcessResult> {
+  return runProcess(bin, ["-socket", socket, "-task", "task-1", ...args]);
 }
 
 describe.skipIf(skip !== undefined)(`bench grpc-go client${skip ? ` [skipped: ${skip}]` : ""}`, () => {

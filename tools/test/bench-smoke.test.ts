@@ -1,12 +1,12 @@
 // `npm run bench` smoke test: the benchmark runs end to end with tiny sizes and writes a JSON
 // report with every measure, its peers and the targets. No performance assertions: numbers depend
 // on the machine; the bench itself reports PASS/MISS.
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { runProcess } from "./run-process.js";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 // Exec and unary also run with the grpc-go client where it can be built (Debian's Go packages).
@@ -17,18 +17,11 @@ describe("npm run bench", () => {
     const dir = mkdtempSync(join(tmpdir(), "nk-bench-smoke-"));
     const json = join(dir, "bench.json");
     try {
-      const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((done, fail) => {
-        const child = spawn(process.execPath, [join(repo, "tools/bench/run.mjs"), "--exec-bytes", "4MiB", "--slow-rate", "64MiB", "--quick", "--json", json, "--go-client", goClient ? "on" : "off"], {
-          cwd: repo,
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-        let out = "";
-        let err = "";
-        child.stdout.on("data", (d) => (out += d));
-        child.stderr.on("data", (d) => (err += d));
-        child.once("error", fail);
-        child.once("exit", (c) => done({ code: c, stdout: out, stderr: err }));
-      });
+      const { code, stdout, stderr } = await runProcess(
+        process.execPath,
+        [join(repo, "tools/bench/run.mjs"), "--exec-bytes", "4MiB", "--slow-rate", "64MiB", "--quick", "--json", json, "--go-client", goClient ? "on" : "off"],
+        { cwd: repo },
+      );
       expect(code, `bench failed:\n${stderr}\n${stdout}`).toBe(0);
       const report = JSON.parse(readFileSync(json, "utf8"));
       expect(report.client).toMatch(/http2/);

@@ -1,11 +1,11 @@
 // Go interop: the reference driver driven by hashicorp/go-plugin + grpc-go, the client stack Nomad
 // uses (tools/interop-go). The first run installs Debian's Go packages and builds the host, which
 // takes minutes; later runs reuse node_modules/.cache/nomadkit-go.
-import { spawn } from "node:child_process";
 import { accessSync, constants, existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { runProcess, type ProcessResult } from "./run-process.js";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const runSh = join(repo, "tools/interop-go/run.sh");
@@ -34,22 +34,11 @@ function skipReason(): string | undefined {
   return undefined;
 }
 
-function run(
-  args: string[],
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done, fail) => {
-    const child = spawn("bash", [runSh, ...args], {
-      cwd: repo,
-      stdio: ["ignore", "pipe", "pipe"],
-      // The launcher says on stderr what it started from (see the load phase below).
-      env: { ...process.env, NOMADKIT_CODE_CACHE: "report" },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-    child.on("error", fail);
-    child.on("close", (code) => done({ code, stdout, stderr }));
+function run(args: string[]): Promise<ProcessResult> {
+  return runProcess("bash", [runSh, ...args], {
+    cwd: repo,
+    // The launcher says on stderr what it started from (see the load phase below).
+    env: { ...process.env, NOMADKIT_CODE_CACHE: "report" },
   });
 }
 

@@ -13,7 +13,7 @@
 //   supplementary group), and exec into it — streaming with pipes, with a tty, and buffered
 //   ExecTask — runs as exactly the same identity; numeric uid:gid works; an unknown user is
 //   InvalidArgument naming the field.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import * as net from "node:net";
@@ -26,6 +26,7 @@ import { HealthClient, generateSelfSignedCertificate, launchPlugin, type PluginC
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
 import { executorBinPath } from "@nomadkit/server/executor";
 import { launchRawexec, rawexecBin, rawexecTask, until } from "../reliability/helpers.js";
+import { runProcess, type ProcessResult } from "./run-process.js";
 
 const isRoot = process.getuid?.() === 0;
 
@@ -34,13 +35,8 @@ function mode(path: string): number {
 }
 
 /** Runs a binary with `env` (no cookie unless given) and collects its exit and output. */
-function runRaw(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(file, args, { env, stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+function runRaw(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<ProcessResult> {
+  return runProcess(file, args, { env });
 }
 
 function envWithout(): NodeJS.ProcessEnv {
