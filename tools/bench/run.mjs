@@ -3,7 +3,8 @@
 // start-up, idle RSS and slow-reader memory, each next to its peers (@grpc/grpc-js serving the same
 // handlers, a raw node:http2 limit, bare node), and what each task costs (its executor's start and
 // memory, the plugin's memory), printed as a table and written as JSON. Exec and unary are measured
-// with two clients: this process's node:http2 client, and grpc-go (Nomad's client stack).
+// with two clients: this process's node:http2 client, and grpc-go (Nomad's client stack); start-up
+// with two hosts: @nomadkit/client's launchPlugin, and go-plugin's Client (Nomad's).
 // Not a test: numbers depend on the machine; targets are reported as PASS/MISS, never asserted.
 //
 //   node tools/bench/run.mjs [--exec-bytes 1GiB] [--exec-runs 2] [--slow-bytes <exec-bytes>]
@@ -15,7 +16,7 @@ import { cpus, freemem, loadavg, tmpdir, totalmem } from "node:os";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { GO_CLIENT_DESCRIPTION, buildGoClient, goExecOnce, goUnaryRound } from "./lib/go-client.mjs";
+import { GO_CLIENT_DESCRIPTION, buildGoClient, goExecOnce, goStartup, goUnaryRound } from "./lib/go-client.mjs";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
 import { execThroughputs, executorCosts, idleRss, pluginPerTask, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
 import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, referenceExecutor, repoRoot, startServer } from "./lib/targets.mjs";
@@ -133,9 +134,10 @@ function readHelp() {
   --snapshot NAME         also write tools/bench/results/NAME.json
   --profile DIR           run the served processes with --cpu-prof into DIR (summarise with
                           node tools/bench/profile-summary.mjs DIR/*.cpuprofile)
-  --go-client MODE        exec and unary also with the grpc-go client (tools/bench/client-go, built
-                          by tools/go/build.sh from Debian's Go packages, installed when missing):
-                          auto (default: skipped with a message if it cannot be built), on, off\n`;
+  --go-client MODE        exec and unary also with the grpc-go client, start-up also with go-plugin
+                          as the host (tools/bench/client-go, built by tools/go/build.sh from
+                          Debian's Go packages, installed when missing): auto (default: skipped
+                          with a message if it cannot be built), on, off\n`;
 }
 
 function machine() {
@@ -196,6 +198,7 @@ async function main() {
     for (const t of Object.values(targets)) await t.stop().catch((e) => log(`stopping ${t.name}: ${e.message}`));
   };
   const onSignal = () => void cleanup().finally(() => process.exit(130));
+  let goBin; // the grpc-go client / go-plugin host, when built
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   try {
@@ -227,8 +230,7 @@ async function main() {
         await t.stop().catch((e) => log(`stopping ${t.name}: ${e.message}`));
       }
     };
-    let goBin;
-    if (o.goClient !== "off" && (want.has("exec") || want.has("unary"))) {
+    if (o.goClient !== "off" && ["exec", "unary", "startup"].some((m) => want.has(m))) {
       log("building the grpc-go client (tools/go/build.sh tools/bench/client-go)");
       try {
         goBin = await buildGoClient();
@@ -318,6 +320,11 @@ async function main() {
       what: "spawn → go-plugin handshake → PluginInfo answered → kill() done (GRPCController.Shutdown + exit), via launchPlugin, versus spawn of `node -e 0` until exit, and the same cycle of the minimal Node plugin (the floor); medians",
       ...(await startup(referenceDriverBin, { runs: o.startupRuns, floor: minimalPlugin() })),
     };
+    if (goBin) {
+      log(`start-up cycle x${o.startupRuns}, go-plugin host`);
+      M.startup.goHost = await goStartup(goBin, referenceDriverBin, { runs: o.startupRuns, floor: minimalPlugin() });
+      M.startup.what += "; go-plugin host: the same cycle and `node -e 0` timed in client-go, go-plugin's Client launching the plugin as Nomad's plugin loader does (handshake, Dispense, PluginInfo, Kill: GRPCController.Shutdown + exit)";
+    }
   }
   if (want.has("idle")) {
     log("idle RSS");
@@ -370,6 +377,8 @@ async function main() {
     }
   }
   if (M.startup) target("start-up vs bare node", M.startup.ratio, "<= 1.5x", M.startup.ratio <= 1.5, fmt.x(M.startup.ratio));
+  const goHost = M.startup?.goHost;
+  if (goHost) target("start-up vs bare node (go-plugin host)", goHost.ratio, "<= 1.5x", goHost.ratio <= 1.5, fmt.x(goHost.ratio));
   if (M.idleRss) target("idle RSS vs bare node", M.idleRss.ratio, "<= 1.3x", M.idleRss.ratio <= 1.3, fmt.x(M.idleRss.ratio));
   if (M.slowReader) {
     const g = M.slowReader.ref.growthBytes;
@@ -427,6 +436,11 @@ async function main() {
     const s = M.startup;
     rows.push([`start-up cycle (median of ${s.runs})`, fmt.ms(s.pluginMs), "-", "-", `${fmt.ms(s.bareNodeMs)} (node -e 0)`, `${X(s.ratio)} (handshake ${fmt.ms(s.phasesMs.handshake)}, PluginInfo ${fmt.ms(s.phasesMs.pluginInfo)}, shutdown ${fmt.ms(s.phasesMs.shutdown)})`]);
     rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.ms(s.floorMs), `floor/bare ${X(s.floorRatio)}; ref/floor ${X(s.pluginMs / s.floorMs)}`]);
+    const g = s.goHost;
+    if (g) {
+      rows.push([`start-up cycle, go-plugin host (median of ${g.runs})`, fmt.ms(g.pluginMs), "-", "-", `${fmt.ms(g.bareNodeMs)} (node -e 0)`, `${X(g.ratio)} (handshake ${fmt.ms(g.phasesMs.handshake)}, PluginInfo ${fmt.ms(g.phasesMs.pluginInfo)}, Kill ${fmt.ms(g.phasesMs.shutdown)})`]);
+      rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.ms(g.floorMs), `floor/bare ${X(g.floorRatio)}; ref/floor ${X(g.pluginMs / g.floorMs)}`]);
+    }
   }
   if (M.idleRss) {
     const s = M.idleRss;
@@ -453,7 +467,9 @@ async function main() {
     "",
     `nomadkit bench — ${report.date} — node ${report.machine.node}, ${report.machine.nproc} CPUs (${report.machine.cpuModel}), load ${report.machine.loadAverage.join(" ")}`,
     `client (all measures): ${CLIENT_DESCRIPTION}`,
-    report.goClient ? `second client (exec and unary rows marked grpc-go client): ${report.goClient}` : "second client: none (grpc-go client not built; --go-client)",
+    report.goClient
+      ? `second client (exec and unary rows marked grpc-go client): ${report.goClient}; start-up rows marked go-plugin host: go-plugin's Client launching the plugin as Nomad's plugin loader does (handshake, Dispense, PluginInfo, Kill)`
+      : "second client: none (grpc-go client not built; --go-client)",
     "",
     table(rows, ["measure", "nomadkit reference driver", "nomadkit one hop", "grpc-js", "limit / bare", "ratio"]),
     "",

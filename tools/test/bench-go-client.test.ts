@@ -1,11 +1,13 @@
 // The bench's grpc-go client (tools/bench/client-go) against a scripted node:http2 server on a unix
 // socket: it must count what a correct exec stream carries, and fail, naming the fault, on every
 // protocol violation the Node client also rejects; its unary mode must check the reply and count.
-// Replies are encoded with protobuf-es, so its protowire parsing meets an independent encoder.
+// Replies are encoded with protobuf-es, so its protowire parsing meets an independent encoder. Its
+// start-up mode launches the bench's minimal plugin through go-plugin.
 import * as http2 from "node:http2";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   ExecTaskStreamingRequestSchema,
@@ -13,11 +15,13 @@ import {
   InspectTaskRequestSchema,
   InspectTaskResponseSchema,
 } from "@nomadkit/protocol/driver";
+import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error: a plain .mjs module of the bench, no types
 import { buildGoClient } from "../bench/lib/go-client.mjs";
 import { runProcess, type ProcessResult } from "./run-process.js";
 
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const skip =
   process.platform !== "linux" || !existsSync("/usr/bin/dpkg")
     ? "the grpc-go client is built from Debian's Go packages"
@@ -159,5 +163,42 @@ describe.skipIf(skip !== undefined)(`bench grpc-go client${skip ? ` [skipped: ${
     const r = await runClient(["-mode", "unary", "-warmup", "100ms", "-seconds", "100ms"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`InspectTask answered for "someone-else"`);
+  });
+
+  describe("start-up: go-plugin launches a plugin, PluginInfo, Kill", () => {
+    const minimal = join(repo, "tools/bench/servers/minimal-plugin.cjs");
+    const info = (name: string) =>
+      Buffer.from(toBinary(PluginInfoResponseSchema, create(PluginInfoResponseSchema, { type: PluginType.DRIVER, name, pluginApiVersions: ["v0.1.0"] }))).toString("hex");
+    const startup = (env: Record<string, string>, extra: string[] = []) =>
+      runProcess(bin, ["-mode", "startup", "-plugin", minimal, "-node", process.execPath, "-runs", "2", ...extra], { env: { ...process.env, ...env } });
+
+    it("times the cycles of the plugin, the floor and node -e 0; medians as JSON", async () => {
+      const r = await startup({ NOMADKIT_BENCH_PLUGIN_INFO: info("minimal") }, ["-floor", minimal, "-floor-env", `NOMADKIT_BENCH_PLUGIN_INFO=${info("floor")}`]);
+      expect(r.code, r.stderr).toBe(0);
+      const res = JSON.parse(r.stdout);
+      expect(res.runs).toBe(2);
+      for (const k of ["pluginMs", "bareNodeMs", "floorMs"]) expect(res[k]).toBeGreaterThan(0);
+      for (const k of ["handshake", "pluginInfo", "shutdown"]) expect(res.phasesMs[k]).toBeGreaterThan(0);
+      expect(res.pluginMs).toBeGreaterThanOrEqual(res.phasesMs.handshake);
+    });
+
+    it("fails when PluginInfo has no name, naming the plugin", async () => {
+      const r = await startup({ NOMADKIT_BENCH_PLUGIN_INFO: info("") });
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`${minimal}: PluginInfo without name`);
+      // The floor gets -floor-env on top of the environment: here the nameless answer.
+      const floor = join(dir, "floor.cjs");
+      copyFileSync(minimal, floor);
+      chmodSync(floor, 0o755);
+      const f = await startup({ NOMADKIT_BENCH_PLUGIN_INFO: info("minimal") }, ["-floor", floor, "-floor-env", `NOMADKIT_BENCH_PLUGIN_INFO=${info("")}`]);
+      expect(f.code).toBe(1);
+      expect(f.stderr).toContain(`${floor}: PluginInfo without name`);
+    });
+
+    it("fails, naming the plugin, when it never completes the handshake", async () => {
+      const r = await runProcess(bin, ["-mode", "startup", "-plugin", "/bin/false", "-runs", "1"]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/\/bin\/false: handshake/);
+    });
   });
 });

@@ -9,7 +9,8 @@ import { describe, expect, it } from "vitest";
 import { runProcess } from "./run-process.js";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-// Exec and unary also run with the grpc-go client where it can be built (Debian's Go packages).
+// Exec and unary also run with the grpc-go client, start-up with go-plugin as the host, where
+// tools/bench/client-go can be built (Debian's Go packages).
 const goClient = process.platform === "linux" && existsSync("/usr/bin/dpkg");
 
 describe("npm run bench", () => {
@@ -41,8 +42,12 @@ describe("npm run bench", () => {
           expect(m.unary.goClient[k].serverCpuMicrosPerCall).toBeGreaterThan(0);
         }
         expect(stdout).toContain("grpc-go client (MB/s)");
+        // Start-up with go-plugin as the host: the plugin, the floor and node -e 0 timed.
+        for (const k of ["pluginMs", "bareNodeMs", "floorMs"]) expect(m.startup.goHost[k]).toBeGreaterThan(0);
+        expect(stdout).toContain("start-up cycle, go-plugin host");
       } else {
         expect(m.exec.goClient).toBeUndefined();
+        expect(m.startup.goHost).toBeUndefined();
       }
       for (const k of ["onehop", "grpcjs"]) {
         expect(m.statsRate[k].msgsPerSec).toBeGreaterThan(0);
@@ -89,6 +94,7 @@ describe("npm run bench", () => {
         "unary rate vs grpc-js",
         ...(goClient ? ["unary rate vs grpc-js (grpc-go client)"] : []),
         "start-up vs bare node",
+        ...(goClient ? ["start-up vs bare node (go-plugin host)"] : []),
         "idle RSS vs bare node",
         "slow-reader RSS growth",
       ]);

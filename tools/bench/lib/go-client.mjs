@@ -1,8 +1,9 @@
 // The second client: tools/bench/client-go, grpc-go dialled as go-plugin dials a plugin, so the
 // servers are also measured from the client stack Nomad itself uses (its own threads, grpc-go's
-// flow control and 16 KiB frames), not only from this process's node:http2 client. Built with
-// tools/go/build.sh (Debian's Go packages, offline); exec and unary measures take `goExecOnce` /
-// `goUnaryRound` bound to it in place of the Node client's functions.
+// flow control and 16 KiB frames), not only from this process's node:http2 client; and the
+// start-up cycle with go-plugin's own Client as the host. Built with tools/go/build.sh (Debian's Go
+// packages, offline); exec and unary measures take `goExecOnce` / `goUnaryRound` bound to it in
+// place of the Node client's functions.
 import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -31,7 +32,8 @@ export function buildGoClient() {
  */
 function runClient(bin, target, args, onLine, timeoutMs) {
   return new Promise((resolve, reject) => {
-    const child = spawn(bin, ["-socket", target.socket, "-task", target.taskId, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const connect = target.socket ? ["-socket", target.socket, "-task", target.taskId] : [];
+    const child = spawn(bin, [...connect, ...args], { stdio: ["ignore", "pipe", "pipe"] });
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
@@ -52,8 +54,8 @@ function runClient(bin, target, args, onLine, timeoutMs) {
     child.once("close", (code, signal) => {
       clearTimeout(timer);
       if (code === 0) resolve();
-      else if (timedOut) reject(new Error(`${target.name} (grpc-go client): no result after ${timeoutMs / 1000} s`));
-      else reject(new Error(`${target.name} (grpc-go client): ${err.trim() || `exit ${code ?? signal}`}`));
+      else if (timedOut) reject(new Error(`${target.name} (client-go): no result after ${timeoutMs / 1000} s`));
+      else reject(new Error(`${target.name} (client-go): ${err.trim() || `exit ${code ?? signal}`}`));
     });
   });
 }
@@ -105,4 +107,22 @@ export function goUnaryRound(bin) {
   };
   round.clientName = "grpc-go client";
   return round;
+}
+
+/**
+ * The start-up measure with go-plugin as the host, as Nomad's plugin loader launches a plugin:
+ * rounds of `node -e 0`, the plugin's cycle (spawn → go-plugin handshake → PluginInfo → Kill done)
+ * and the floor's, in the Go process; medians.
+ */
+export async function goStartup(bin, pluginBin, { runs, floor }) {
+  const args = ["-mode", "startup", "-plugin", pluginBin, "-node", process.execPath, "-runs", String(runs), "-floor", floor.bin];
+  for (const [k, v] of Object.entries(floor.env ?? {})) args.push("-floor-env", `${k}=${v}`);
+  let result;
+  await runClient(bin, { name: "start-up" }, args, (r) => (result = r), runs * 3 * 60_000);
+  if (!result) throw new Error("start-up (go-plugin host): no result");
+  return {
+    ...result,
+    ratio: result.pluginMs / result.bareNodeMs,
+    floorRatio: result.floorMs / result.bareNodeMs,
+  };
 }
