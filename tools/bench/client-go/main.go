@@ -58,6 +58,7 @@ func main() {
 	concurrency := flag.Int("concurrency", 16, "unary: calls in flight")
 	warmup := flag.Duration("warmup", 3*time.Second, "unary: time before counting")
 	seconds := flag.Duration("seconds", 3*time.Second, "unary: counted time")
+	deadline := flag.Duration("deadline", 0, "unary: each call's deadline (0: none, as Nomad calls InspectTask)")
 	pluginPath := flag.String("plugin", "", "startup: the plugin executable")
 	node := flag.String("node", "node", "startup: the node binary timed as `node -e 0`")
 	floor := flag.String("floor", "", "startup: a floor plugin executable timed the same way (optional)")
@@ -103,7 +104,7 @@ func main() {
 	}
 	defer conn.Close()
 	if *mode == "unary" {
-		if err := unary(conn, *taskID, *concurrency, *warmup, *seconds, out); err != nil {
+		if err := unary(conn, *taskID, *concurrency, *warmup, *seconds, *deadline, out); err != nil {
 			fail("unary: %v", err)
 		}
 		return

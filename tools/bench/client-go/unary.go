@@ -26,15 +26,20 @@ type unaryResult struct {
 // unary keeps `concurrency` InspectTask calls in flight on one connection: `warmup` first, then
 // `seconds` counted. A "counting" line on stdout marks the start of the counted window, so the
 // bench can read the server's CPU time around it; the result line marks its end.
-func unary(conn *grpc.ClientConn, taskID string, concurrency int, warmup, seconds time.Duration, out *json.Encoder) error {
+func unary(conn *grpc.ClientConn, taskID string, concurrency int, warmup, seconds, deadline time.Duration, out *json.Encoder) error {
 	var req []byte
 	req = protowire.AppendTag(req, 1, protowire.BytesType)
 	req = protowire.AppendString(req, taskID)
-	// No deadline, as Nomad calls InspectTask (a deadline would add grpc-timeout and a server timer
-	// to every call); the bench kills this process if it hangs.
+	// By default no deadline, as Nomad calls InspectTask (a deadline adds grpc-timeout and a server
+	// timer to every call); the bench kills this process if it hangs.
 	call := func() ([]byte, error) {
 		var reply []byte
-		err := conn.Invoke(context.Background(), inspectMethod, &req, &reply, grpc.ForceCodec(rawCodec{}))
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if deadline > 0 {
+			ctx, cancel = context.WithTimeout(ctx, deadline)
+		}
+		defer cancel()
+		err := conn.Invoke(ctx, inspectMethod, &req, &reply, grpc.ForceCodec(rawCodec{}))
 		return reply, err
 	}
 	// Sanity: InspectTaskResponse{task: TaskStatus{id}} names the task.

@@ -46,7 +46,15 @@ function runClient(bin, target, args, onLine, timeoutMs) {
       for (let nl = out.indexOf("\n"); nl >= 0; nl = out.indexOf("\n")) {
         const line = out.slice(0, nl);
         out = out.slice(nl + 1);
-        if (line.trim()) onLine(JSON.parse(line));
+        if (!line.trim()) continue;
+        let value;
+        try {
+          value = JSON.parse(line);
+        } catch {
+          child.kill("SIGKILL");
+          return reject(new Error(`${target.name} (client-go): not a JSON line: ${line.slice(0, 200)}`));
+        }
+        onLine(value);
       }
     });
     child.stderr.setEncoding("utf8").on("data", (d) => (err += d));
