@@ -169,6 +169,12 @@ const fmt = {
   x: (v) => (v === undefined || !Number.isFinite(v) ? "-" : `${v.toFixed(2)}x`),
 };
 
+/** Each nomadkit driver's exec throughput over the raw limit's and over grpc-js's, with one client. */
+function execRatios(e) {
+  const over = (k, peer) => e[k].mbPerSec / e[peer].mbPerSec;
+  return { refVsRaw: over("ref", "raw"), refVsGrpcjs: over("ref", "grpcjs"), onehopVsRaw: over("onehop", "raw"), onehopVsGrpcjs: over("onehop", "grpcjs") };
+}
+
 function table(rows, headers) {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i] ?? "").length)));
   const line = (cells) => "| " + cells.map((c, i) => String(c ?? "").padEnd(widths[i])).join(" | ") + " |";
@@ -237,7 +243,7 @@ async function main() {
         report.goClient = GO_CLIENT_DESCRIPTION;
       } catch (err) {
         if (o.goClient === "on") throw err;
-        log(`no grpc-go client, measuring with the node:http2 client only: ${err.message}`);
+        log(`no client-go: exec and unary with the node:http2 client only, start-up with launchPlugin only: ${err.message}`);
       }
     }
     if (needTargets) {
@@ -354,14 +360,13 @@ async function main() {
   const T = report.targets;
   const target = (name, value, limit, pass, shown) => T.push({ name, value, limit, pass, shown });
   if (M.exec) {
-    const r = M.exec.ref.mbPerSec / M.exec.raw.mbPerSec;
-    const g = M.exec.ref.mbPerSec / M.exec.grpcjs.mbPerSec;
-    M.exec.ratios = { refVsRaw: r, refVsGrpcjs: g, onehopVsRaw: M.exec.onehop.mbPerSec / M.exec.raw.mbPerSec, onehopVsGrpcjs: M.exec.onehop.mbPerSec / M.exec.grpcjs.mbPerSec };
+    M.exec.ratios = execRatios(M.exec);
+    const { refVsRaw: r, refVsGrpcjs: g } = M.exec.ratios;
     target("exec throughput vs raw HTTP/2 limit", r, ">= 0.6x", r >= 0.6, fmt.x(r));
     target("exec throughput vs grpc-js", g, ">= 3x", g >= 3, fmt.x(g));
     const go = M.exec.goClient;
     if (go) {
-      go.ratios = { refVsRaw: go.ref.mbPerSec / go.raw.mbPerSec, refVsGrpcjs: go.ref.mbPerSec / go.grpcjs.mbPerSec, onehopVsRaw: go.onehop.mbPerSec / go.raw.mbPerSec, onehopVsGrpcjs: go.onehop.mbPerSec / go.grpcjs.mbPerSec };
+      go.ratios = execRatios(go);
       target("exec throughput vs raw HTTP/2 limit (grpc-go client)", go.ratios.refVsRaw, ">= 0.6x", go.ratios.refVsRaw >= 0.6, fmt.x(go.ratios.refVsRaw));
       target("exec throughput vs grpc-js (grpc-go client)", go.ratios.refVsGrpcjs, ">= 3x", go.ratios.refVsGrpcjs >= 3, fmt.x(go.ratios.refVsGrpcjs));
     }
