@@ -17,7 +17,6 @@ import {
 } from "@nomadkit/protocol/driver";
 import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-// @ts-expect-error: a plain .mjs module of the bench, no types
 import { buildGoClient } from "../bench/lib/go-client.mjs";
 import { runProcess, type ProcessResult } from "./run-process.js";
 
@@ -48,7 +47,7 @@ interface Seen {
   halfClosedEarly?: boolean;
 }
 
-/** What the scripted server answers next, and what it saw. */
+/** What the scripted server answers next. */
 let script: { messages: Buffer[]; status?: number; inspectId?: string } = { messages: [] };
 const seen: Seen = {};
 
