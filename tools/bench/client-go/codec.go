@@ -17,22 +17,46 @@ func (rawCodec) Unmarshal(data []byte, v interface{}) error {
 	return nil
 }
 
-// firstBytes reads the first field `num` of message b holding bytes (a string or a nested message).
-func firstBytes(b []byte, num protowire.Number) ([]byte, bool) {
+// eachField calls fn with every length-delimited or varint field of message b, in order: its
+// number and wire type, its bytes (length-delimited) or its value (varint). Other fields are
+// skipped; fn's error, or a malformed message, ends the walk.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, data []byte, value uint64) error) error {
 	for len(b) > 0 {
-		n, typ, m := protowire.ConsumeTag(b)
-		if m < 0 {
-			return nil, false
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
 		}
-		b = b[m:]
-		if n == num && typ == protowire.BytesType {
-			v, k := protowire.ConsumeBytes(b)
-			return v, k >= 0
+		b = b[n:]
+		var data []byte
+		var value uint64
+		switch typ {
+		case protowire.BytesType:
+			data, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			value, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
-		if m = protowire.ConsumeFieldValue(n, typ, b); m < 0 {
-			return nil, false
+		if n < 0 {
+			return protowire.ParseError(n)
 		}
-		b = b[m:]
+		b = b[n:]
+		if typ == protowire.BytesType || typ == protowire.VarintType {
+			if err := fn(num, typ, data, value); err != nil {
+				return err
+			}
+		}
 	}
-	return nil, false
+	return nil
+}
+
+// firstBytes reads the first field `num` of message b holding bytes (a string or a nested message).
+func firstBytes(b []byte, num protowire.Number) (found []byte, ok bool) {
+	err := eachField(b, func(n protowire.Number, typ protowire.Type, data []byte, _ uint64) error {
+		if !ok && n == num && typ == protowire.BytesType {
+			found, ok = data, true
+		}
+		return nil
+	})
+	return found, ok && err == nil
 }

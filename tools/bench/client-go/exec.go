@@ -49,60 +49,27 @@ type session struct {
 
 // ioOp reads an ExecTaskStreamingIOOperation {data = 1, close = 2}.
 func ioOp(b []byte) (data int, closed bool, err error) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, false, protowire.ParseError(n)
-		}
-		b = b[n:]
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return 0, false, protowire.ParseError(m)
-			}
 			data += len(v)
-			n = m
 		case num == 2 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return 0, false, protowire.ParseError(m)
-			}
-			closed = v != 0
-			n = m
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return 0, false, protowire.ParseError(n)
-			}
+			closed = u != 0
 		}
-		b = b[n:]
-	}
-	return data, closed, nil
+		return nil
+	})
+	return data, closed, err
 }
 
 // exitCode reads ExitResult {exit_code = 1}.
-func exitCode(b []byte) (int64, error) {
-	var code int64
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
+func exitCode(b []byte) (code int64, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte, u uint64) error {
 		if num == 1 && typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return 0, protowire.ParseError(m)
-			}
-			code = int64(int32(v))
-			n = m
-		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return 0, protowire.ParseError(n)
+			code = int64(int32(u))
 		}
-		b = b[n:]
-	}
-	return code, nil
+		return nil
+	})
+	return code, err
 }
 
 // take checks one ExecTaskStreamingResponse {stdout = 1, stderr = 2, exited = 3, result = 4}.
@@ -112,18 +79,9 @@ func (s *session) take(b []byte) error {
 		return errors.New("a message after exited")
 	}
 	exited := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
 		switch {
 		case (num == 1 || num == 2) && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return protowire.ParseError(m)
-			}
 			data, closed, err := ioOp(v)
 			if err != nil {
 				return err
@@ -142,31 +100,19 @@ func (s *session) take(b []byte) error {
 				}
 				*done = true
 			}
-			n = m
 		case num == 3 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return protowire.ParseError(m)
-			}
-			exited = v != 0
-			n = m
+			exited = u != 0
 		case num == 4 && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return protowire.ParseError(m)
-			}
 			code, err := exitCode(v)
 			if err != nil {
 				return err
 			}
 			s.exitCode = code
-			n = m
-		default:
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return protowire.ParseError(n)
-			}
 		}
-		b = b[n:]
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if exited {
 		if !s.stdoutClosed || !s.stderrClosed {
