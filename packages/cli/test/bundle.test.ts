@@ -35,6 +35,11 @@ function nomadkit(cwd: string, ...args: string[]) {
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** `nomadkit bundle <args>` run in the test's work directory. */
+function bundle(...args: string[]) {
+  return nomadkit(work, "bundle", ...args);
+}
+
 /** Runs a launcher by hand (no magic cookie) with the code-cache report on. */
 function report(launcher: string) {
   const r = spawnSync(process.execPath, [launcher], {
@@ -125,15 +130,7 @@ describe("nomadkit bundle", () => {
   let out: string;
 
   it("writes the launcher, the bundle, its code cache and a package.json naming what stayed outside", () => {
-    const r = nomadkit(
-      work,
-      "bundle",
-      "hello.mjs",
-      "--out",
-      "out",
-      "--name",
-      "hello",
-    );
+    const r = bundle("hello.mjs", "--out", "out", "--name", "hello");
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("(PluginInfo: hello 0.1.0)");
@@ -239,7 +236,7 @@ describe("nomadkit bundle", () => {
   }, 180_000);
 
   it("bundles an entry with top-level await as an ES module (no code cache) and says so", () => {
-    const r = nomadkit(work, "bundle", "hello-tla.mjs", "--out", "tla");
+    const r = bundle("hello-tla.mjs", "--out", "tla");
     expect(r.code).toBe(0);
     expect(r.stderr).toContain(
       "nomadkit: warning: hello-tla.mjs uses top-level await, so the bundle is an ES module (hello-tla.mjs)",
@@ -375,15 +372,7 @@ describe("nomadkit bundle", () => {
       return { plugin, log, stdout };
     };
     beforeAll(() => {
-      const r = nomadkit(
-        work,
-        "bundle",
-        "hello-stdio.mjs",
-        "--out",
-        "fast",
-        "--name",
-        "hello",
-      );
+      const r = bundle("hello-stdio.mjs", "--out", "fast", "--name", "hello");
       expect(r.stderr).toBe("");
       expect(r.code).toBe(0);
       fastDir = join(work, "fast");
@@ -470,15 +459,7 @@ describe("nomadkit bundle", () => {
       leftover: existsSync(join(work, dir, "hello.load.json.transport")),
     });
     const none = { prelude: false, recording: false, leftover: false };
-    let r = nomadkit(
-      work,
-      "bundle",
-      "hello.mjs",
-      "--out",
-      "no-load",
-      "--name",
-      "hello",
-    );
+    let r = bundle("hello.mjs", "--out", "no-load", "--name", "hello");
     expect(r.code).toBe(0);
     expect(files("no-load")).toEqual({
       prelude: true,
@@ -486,9 +467,7 @@ describe("nomadkit bundle", () => {
       leftover: false,
     });
     // Bundled again without it: nothing of an earlier run stays behind.
-    r = nomadkit(
-      work,
-      "bundle",
+    r = bundle(
       "hello.mjs",
       "--out",
       "no-load",
@@ -503,15 +482,7 @@ describe("nomadkit bundle", () => {
       /^hello: code cache used\n/,
     );
 
-    r = nomadkit(
-      work,
-      "bundle",
-      "hello-env.mjs",
-      "--out",
-      "env",
-      "--name",
-      "hello",
-    );
+    r = bundle("hello-env.mjs", "--out", "env", "--name", "hello");
     expect(r.code).toBe(0);
     expect(r.stderr).toContain(
       "nomadkit: warning: servePlugin gets an env of its own or exitProcess: false, which a launcher cannot replay, so its load launches start the whole plugin",
@@ -524,9 +495,7 @@ describe("nomadkit bundle", () => {
 
   /** `nomadkit bundle` of the reference driver (it launches task executors) into `work/<out>`. */
   const bundleRawexec = (out: string, name: string, ...flags: string[]) =>
-    nomadkit(
-      work,
-      "bundle",
+    bundle(
       join(root, "examples/rawexec-driver/dist/main.js"),
       "--out",
       out,
@@ -602,34 +571,26 @@ describe("nomadkit bundle", () => {
   });
 
   it("names the file or flag when it cannot bundle", () => {
-    let r = nomadkit(work, "bundle", "missing.mjs");
+    let r = bundle("missing.mjs");
     expect(r.code).toBe(1);
     expect(r.stderr).toBe("nomadkit: bundle missing.mjs: no such file\n");
 
-    r = nomadkit(work, "bundle", "hello.mjs", "--name", "../hello");
+    r = bundle("hello.mjs", "--name", "../hello");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       'nomadkit: --name "../hello": expected a file name',
     );
 
-    r = nomadkit(work, "bundle", "hello.mjs", "--out", "a-file");
+    r = bundle("hello.mjs", "--out", "a-file");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nomadkit: --out a-file:");
 
-    r = nomadkit(work, "bundle", "syntax.mjs", "--out", "syntax");
+    r = bundle("syntax.mjs", "--out", "syntax");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nomadkit: bundle syntax.mjs: esbuild failed:");
     expect(r.stderr).toMatch(/syntax\.mjs:2:\d+/);
 
-    r = nomadkit(
-      work,
-      "bundle",
-      "hello.mjs",
-      "--out",
-      "forced",
-      "--executor",
-      "--no-code-cache",
-    );
+    r = bundle("hello.mjs", "--out", "forced", "--executor", "--no-code-cache");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       "nomadkit: --executor: hello.mjs does not use @nomadkit/server's launchExecutor",
@@ -637,21 +598,13 @@ describe("nomadkit bundle", () => {
   });
 
   it("names the package of a native addon to leave outside, and lists it in package.json once it is", () => {
-    let r = nomadkit(work, "bundle", "addon.mjs", "--out", "addon");
+    let r = bundle("addon.mjs", "--out", "addon");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('No loader is configured for ".node" files');
     expect(r.stderr).toContain(
       "a native addon cannot be bundled: leave its package outside with --external fake-addon",
     );
-    r = nomadkit(
-      work,
-      "bundle",
-      "addon.mjs",
-      "--out",
-      "addon",
-      "--external",
-      "fake-addon",
-    );
+    r = bundle("addon.mjs", "--out", "addon", "--external", "fake-addon");
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("(PluginInfo: addon 0.0.1)");
@@ -662,15 +615,7 @@ describe("nomadkit bundle", () => {
   });
 
   it("fails when the bundled plugin cannot start as Nomad starts it, showing its stderr; --no-code-cache skips that run", () => {
-    let r = nomadkit(
-      work,
-      "bundle",
-      "throws.mjs",
-      "--out",
-      "throws",
-      "--start-timeout",
-      "30000",
-    );
+    let r = bundle("throws.mjs", "--out", "throws", "--start-timeout", "30000");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       "nomadkit: bundle: the bundled plugin did not start as Nomad starts it",
@@ -679,14 +624,7 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toContain("--no-code-cache");
     expect(existsSync(join(work, "throws/throws.cjs.v8cache"))).toBe(false);
 
-    r = nomadkit(
-      work,
-      "bundle",
-      "throws.mjs",
-      "--out",
-      "throws",
-      "--no-code-cache",
-    );
+    r = bundle("throws.mjs", "--out", "throws", "--no-code-cache");
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     for (const f of ["throws", "throws.cjs"])
