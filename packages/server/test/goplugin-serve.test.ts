@@ -127,9 +127,11 @@ describe("servePlugin", () => {
     expect(raw.stderr()).toContain("hello from console.error\n");
   });
 
-  it("writes hclog JSON lines with microsecond timestamps", async () => {
+  it("writes hclog JSON lines with microsecond timestamps of the wall clock", async () => {
+    const before = Date.now();
     const { plugin, logs } = await launch();
     const ready = await logs.waitFor((e) => e.message === "test driver ready");
+    const after = Date.now();
     expect(ready.structured).toBe(true);
     expect(ready.level).toBe("info");
     expect(ready.module).toBe("test-driver");
@@ -137,6 +139,10 @@ describe("servePlugin", () => {
     expect(ready.timestamp).toMatch(
       /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/,
     );
+    // Local time with its offset: the same instant as this process's clock (to the millisecond).
+    const at = Date.parse(ready.timestamp);
+    expect(at).toBeGreaterThanOrEqual(before);
+    expect(at).toBeLessThanOrEqual(after);
   });
 
   it("carries what the plugin prints over GRPCStdio", async () => {

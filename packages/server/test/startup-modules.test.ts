@@ -2,7 +2,7 @@
 // boots, each time for little more than PluginInfo and the config schemas, so the Node built-ins
 // only later calls need stay unloaded until then: connect-node's transports (they bring zlib and
 // https) load only for a call the direct path does not serve, node:v8 only when an exec session
-// holds the young generation. Seen from inside the plugin: a preload records Node's list of loaded
+// holds the young generation, perf_hooks (the `performance` global) never. Seen from inside the plugin: a preload records Node's list of loaded
 // built-ins as the process exits.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -35,7 +35,7 @@ async function builtinsAfter(calls: (plugin: Awaited<ReturnType<typeof launchFix
 }
 
 describe("a starting driver plugin", () => {
-  it("serves the handshake, PluginInfo and the config schemas without connect-node's transports or node:v8", async () => {
+  it("serves the handshake, PluginInfo and the config schemas without connect-node's transports, node:v8 or perf_hooks", async () => {
     const builtins = await builtinsAfter(async (plugin) => {
       expect((await plugin.basePlugin.pluginInfo({})).name).toBe("minimal");
       await plugin.basePlugin.configSchema({});
@@ -46,5 +46,6 @@ describe("a starting driver plugin", () => {
     expect(builtins).not.toContain("zlib");
     expect(builtins).not.toContain("https");
     expect(builtins).not.toContain("v8");
+    expect(builtins).not.toContain("perf_hooks");
   });
 });
