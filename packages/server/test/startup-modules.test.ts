@@ -2,8 +2,8 @@
 // boots, each time for little more than PluginInfo and the config schemas, so the Node built-ins
 // only later calls need stay unloaded until then: connect-node's transports (they bring zlib and
 // https) load only for a call the direct path does not serve, node:v8 only when an exec session
-// holds the young generation, perf_hooks (the `performance` global) never. Seen from inside the plugin: a preload records Node's list of loaded
-// built-ins as the process exits.
+// holds the young generation, perf_hooks (the `performance` global) never. Seen from inside the
+// plugin: a preload records Node's list of loaded built-ins as the process exits.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

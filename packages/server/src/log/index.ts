@@ -96,7 +96,7 @@ export function formatHclogTimestamp(epochMs: number): string {
 
 // Microseconds, as hclog writes them: Date.now() has only milliseconds, so the wall clock read
 // once is advanced by the monotonic clock (as performance.timeOrigin + performance.now() would be,
-// but the \`performance\` global loads perf_hooks, ~2 ms of every plugin's start-up).
+// but the `performance` global loads perf_hooks, 1-2 ms of every plugin's start-up).
 const clockStartMs = Date.now();
 const clockStartNs = process.hrtime.bigint();
 function nowMs(): number {
