@@ -17,7 +17,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { EnvelopeReader, GrpcH2Client } from "./h2client.mjs";
 import { benchTask, heapProbePreload, profileEnv } from "./targets.mjs";
-import { cpuMeter, cpuOf, median, privateMemory, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
+import { cpuMeter, median, privateMemory, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -196,13 +196,13 @@ export async function unaryRound(target, { seconds, concurrency, warmupSeconds }
     };
     const workers = Array.from({ length: concurrency }, worker);
     await sleep(warmupSeconds * 1000);
-    const cpu0 = cpuOf(target.pids);
+    const served = cpuMeter(target.pids);
     counting = true;
     const t0 = performance.now();
     await sleep(seconds * 1000);
     counting = false;
     const elapsed = (performance.now() - t0) / 1000;
-    const cpu = cpuOf(target.pids) - cpu0;
+    const cpu = served().seconds;
     stop = true;
     await Promise.all(workers);
     if (failure) throw new Error(`${target.name}: InspectTask failed: ${failure.message}`);
@@ -261,12 +261,12 @@ export async function statsRate(target, { streams, seconds, intervalMs = 1 }) {
   const s = await openStatsStreams(target, streams, intervalMs);
   await sleep(500);
   const c0 = s.total();
-  const cpu0 = cpuOf(target.pids);
+  const served = cpuMeter(target.pids);
   const t0 = performance.now();
   await sleep(seconds * 1000);
   const msgs = s.total() - c0;
   const elapsed = (performance.now() - t0) / 1000;
-  const cpu = cpuOf(target.pids) - cpu0;
+  const cpu = served().seconds;
   await s.close();
   return { msgsPerSec: msgs / elapsed, streams, serverCpuMicrosPerMsg: (cpu / Math.max(1, msgs)) * 1e6 };
 }

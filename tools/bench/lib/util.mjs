@@ -111,12 +111,6 @@ export function cpuSeconds(pid) {
   }
 }
 
-export function cpuOf(pids) {
-  let s = 0;
-  for (const p of pids) s += cpuSeconds(p);
-  return s;
-}
-
 /** Starts counting the CPU time of `pids`; the function returned gives the seconds since, in all and per process. */
 export function cpuMeter(pids) {
   const start = pids.map(cpuSeconds);
