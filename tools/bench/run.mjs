@@ -277,14 +277,15 @@ async function main() {
       }
     }
     if (want.has("exec")) {
+      const execTargets = { raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs };
       M.exec = {
         bytes: o.execBytes,
         runs: o.execRuns,
         what: `ExecTaskStreaming of "head -c ${o.execBytes} /dev/zero", stdout MB/s (1 MB = 10^6 B) from request to trailers, best of ${o.execRuns} runs alternating between the targets; CPU seconds of the serving processes (plugin + executor for the reference driver) per GiB`,
-        ...(await execThroughputs({ raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs }, o.execBytes, o.execRuns, log)),
+        ...(await execThroughputs(execTargets, o.execBytes, o.execRuns, log)),
       };
       if (goBin) {
-        M.exec.goClient = await execThroughputs({ raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs }, o.execBytes, o.execRuns, log, goExecOnce(goBin));
+        M.exec.goClient = await execThroughputs(execTargets, o.execBytes, o.execRuns, log, goExecOnce(goBin));
       }
     }
     if (want.has("unary")) {
