@@ -18,7 +18,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { GO_CLIENT_DESCRIPTION, buildGoClient, goExecOnce, goStartup, goUnaryRound } from "./lib/go-client.mjs";
 import { CLIENT_DESCRIPTION } from "./lib/h2client.mjs";
-import { execThroughputs, executorCosts, idleRss, pluginPerTask, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
+import { agentBoot, execThroughputs, executorCosts, idleRss, pluginPerTask, slowReader, startup, statsMemory, statsRate, unaryRates } from "./lib/measures.mjs";
 import { benchDriverFile, fixedYoungGenerationPreload, heapProbePreload, launchDriver, minimalPlugin, referenceDriverBin, referenceExecutor, repoRoot, startServer } from "./lib/targets.mjs";
 import { MiB, fmtBytes, parseSize } from "./lib/util.mjs";
 
@@ -332,6 +332,11 @@ async function main() {
       M.startup.goHost = await goStartup(goBin, referenceDriverBin, { runs: o.startupRuns, floor: minimalPlugin() });
       M.startup.what += "; go-plugin host: the same cycle and `node -e 0` timed in client-go, go-plugin's Client launching the plugin as Nomad's plugin loader does (handshake, Dispense, PluginInfo, Kill: GRPCController.Shutdown + exit)";
     }
+    log(`agent start: Nomad's three launches x${o.startupRuns}`);
+    M.startup.agentBoot = {
+      what: "not a target: the three launches Nomad makes while an agent starts, one after the other, via launchPlugin — load (PluginInfo, ConfigSchema, kill), validate (SetConfig twice, kill), run (SetConfig, Init, TaskEvents opened, until the first Fingerprint message) — versus three `node -e 0`; medians",
+      ...(await agentBoot(referenceDriverBin, { runs: o.startupRuns })),
+    };
   }
   if (want.has("idle")) {
     log("idle RSS");
@@ -447,6 +452,10 @@ async function main() {
       rows.push([`start-up cycle, go-plugin host (median of ${g.runs})`, fmt.ms(g.pluginMs), "-", "-", `${fmt.ms(g.bareNodeMs)} (node -e 0)`, `${X(g.ratio)} (handshake ${fmt.ms(g.phasesMs.handshake)}, PluginInfo ${fmt.ms(g.phasesMs.pluginInfo)}, Kill ${fmt.ms(g.phasesMs.shutdown)})`]);
       rows.push(["  floor: minimal Node plugin", "-", "-", "-", fmt.ms(g.floorMs), `floor/bare ${X(g.floorRatio)}; ref/floor ${X(g.pluginMs / g.floorMs)}`]);
     }
+    const a = s.agentBoot;
+    if (a) {
+      rows.push([`agent start: Nomad's 3 launches (median of ${a.runs})`, fmt.ms(a.totalMs), "-", "-", `${fmt.ms(3 * a.bareNodeMs)} (3 x node -e 0)`, `${X(a.ratio)} (load ${fmt.ms(a.loadMs)}, validate ${fmt.ms(a.validateMs)}, run to 1st Fingerprint ${fmt.ms(a.runMs)}; not a target)`]);
+    }
   }
   if (M.idleRss) {
     const s = M.idleRss;
@@ -483,6 +492,7 @@ async function main() {
     "",
     "what was measured:",
     ...Object.entries(M).map(([k, v]) => `  ${k}: ${v.what}`),
+    ...(M.startup?.agentBoot ? [`  startup.agentBoot (agent start): ${M.startup.agentBoot.what}`] : []),
     `  reference driver = examples/rawexec-driver (launchPlugin; ExecTaskStreaming through the task's executor, which starts the child with its output handed off to the driver: child → driver → client)`,
     `  + fixYoungGenerationSize = the same driver with @nomadkit/server's fixYoungGenerationSize() called before it loads (preload), as a driver's entry file may`,
     `  nomadkit one hop = tools/bench/servers/nomadkit-driver.mjs (serveDriver; runExecCommand in the plugin)`,

@@ -64,6 +64,9 @@ describe("npm run bench", () => {
       expect(m.startup.pluginMs).toBeGreaterThan(0);
       expect(m.startup.bareNodeMs).toBeGreaterThan(0);
       expect(m.startup.floorMs).toBeGreaterThan(0); // the minimal Node plugin answered PluginInfo
+      // Nomad's three launches at an agent's start: each timed, the run launch until a Fingerprint came.
+      for (const k of ["loadMs", "validateMs", "runMs", "totalMs", "bareNodeMs"]) expect(m.startup.agentBoot[k]).toBeGreaterThan(0);
+      expect(stdout).toContain("agent start: Nomad's 3 launches");
       expect(m.idleRss.floorBytes).toBeGreaterThan(0);
       for (const k of ["ref", "grpcjs"]) expect(m.unary[k].serverCpuMicrosPerCall).toBeGreaterThan(0);
       expect(m.idleRss.pluginBytes).toBeGreaterThan(0);

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { encode } from "@msgpack/msgpack";
+import { Code } from "@connectrpc/connect";
 import { launchPlugin } from "@nomadkit/client";
 import {
   ExecTaskStreamingRequestSchema,
@@ -17,7 +18,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { EnvelopeReader, GrpcH2Client } from "./h2client.mjs";
 import { benchTask, heapProbePreload, profileEnv } from "./targets.mjs";
-import { cpuMeter, median, privateMemory, procMemory, rssOf, rssSampler, sleep } from "./util.mjs";
+import { cpuMeter, median, privateMemory, procMemory, rssOf, rssSampler, sleep, timeMs } from "./util.mjs";
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -374,6 +375,43 @@ async function pluginCycle(bin, env) {
 }
 
 /**
+ * What an agent's start costs a driver (not a target): the three launches Nomad makes (the
+ * protocol's "What Nomad calls, in order") one after the other — load (PluginInfo, ConfigSchema,
+ * kill), validate (SetConfig twice, kill) and run (SetConfig, Init, TaskEvents opened, until the
+ * first Fingerprint message) — next to three `node -e 0`; median of `runs`, alternating. The load
+ * launch is what the start-up cycle measures (the launcher's fast path answers it); the other two
+ * load the driver.
+ */
+export async function agentBoot(bin, { runs }) {
+  const phases = { load: [], validate: [], run: [], total: [], bare: [] };
+  const config = { msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" };
+  for (let i = 0; i < runs; i++) {
+    phases.bare.push(await spawnTimed(process.execPath, ["-e", "0"]));
+    const { ms: load } = await timeMs(async () => {
+      const p = await launchPlugin(bin, [], {});
+      const info = await p.basePlugin.pluginInfo({});
+      await p.basePlugin.configSchema({});
+      await p.kill();
+      if (!info.name) throw new Error(`${bin}: PluginInfo without name`);
+    });
+    const { ms: validate } = await timeMs(async () => {
+      const p = await launchPlugin(bin, [], {});
+      await p.basePlugin.setConfig(config);
+      await p.basePlugin.setConfig(config);
+      await p.kill();
+    });
+    const { ms: run, value: serving } = await timeMs(() => servingAsNomad(bin));
+    await serving.stop();
+    phases.load.push(load);
+    phases.validate.push(validate);
+    phases.run.push(run);
+    phases.total.push(load + validate + run);
+  }
+  const m = Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, median(v)]));
+  return { runs, loadMs: m.load, validateMs: m.validate, runMs: m.run, totalMs: m.total, bareNodeMs: m.bare, ratio: m.total / (3 * m.bare) };
+}
+
+/**
  * Idle RSS of a freshly started plugin (1 s after PluginInfo) versus an idle bare node (1 s after
  * spawn) and `floor` (the minimal Node plugin, 1 s after PluginInfo), medians of `runs`; the first
  * run also waits until `settledMs` and reads the plugin and bare node again (V8's memory reducer
@@ -422,14 +460,18 @@ export async function idleRss(bin, { runs = 3, settleMs = 1000, settledMs = 12_0
 }
 
 /**
- * A driver plugin as Nomad keeps one once the agent is up: SetConfig answered, the Fingerprint
- * stream's first message received and the TaskEvents stream open (no tasks).
+ * A driver plugin as Nomad keeps one once the agent is up: SetConfig and Init answered (Init's
+ * Unimplemented counts as success, as in Nomad), the TaskEvents stream open and the Fingerprint
+ * stream's first message received (no tasks).
  */
 async function servingAsNomad(bin) {
   const plugin = await launchPlugin(bin, [], {});
   const ac = new AbortController();
   try {
     await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
+    await plugin.driver.init({}).catch((err) => {
+      if (err?.code !== Code.Unimplemented) throw err;
+    });
     const events = plugin.driver.taskEvents({}, { signal: ac.signal })[Symbol.asyncIterator]();
     const eventsDone = events.next().catch(() => {});
     const fingerprints = plugin.driver.fingerprint({}, { signal: ac.signal })[Symbol.asyncIterator]();
