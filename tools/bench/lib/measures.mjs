@@ -387,19 +387,19 @@ export async function agentBoot(bin, { runs }) {
   const config = { msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" };
   for (let i = 0; i < runs; i++) {
     phases.bare.push(await spawnTimed(process.execPath, ["-e", "0"]));
-    const { ms: load } = await timeMs(async () => {
-      const p = await launchPlugin(bin, [], {});
-      const info = await p.basePlugin.pluginInfo({});
-      await p.basePlugin.configSchema({});
-      await p.kill();
-      if (!info.name) throw new Error(`${bin}: PluginInfo without name`);
-    });
-    const { ms: validate } = await timeMs(async () => {
-      const p = await launchPlugin(bin, [], {});
-      await p.basePlugin.setConfig(config);
-      await p.basePlugin.setConfig(config);
-      await p.kill();
-    });
+    const { ms: load } = await timeMs(() =>
+      launchedOnce(bin, async (p) => {
+        const info = await p.basePlugin.pluginInfo({});
+        await p.basePlugin.configSchema({});
+        if (!info.name) throw new Error(`${bin}: PluginInfo without name`);
+      }),
+    );
+    const { ms: validate } = await timeMs(() =>
+      launchedOnce(bin, async (p) => {
+        await p.basePlugin.setConfig(config);
+        await p.basePlugin.setConfig(config);
+      }),
+    );
     const { ms: run, value: serving } = await timeMs(() => servingAsNomad(bin));
     await serving.stop();
     phases.load.push(load);
@@ -409,6 +409,16 @@ export async function agentBoot(bin, { runs }) {
   }
   const m = Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, median(v)]));
   return { runs, loadMs: m.load, validateMs: m.validate, runMs: m.run, totalMs: m.total, bareNodeMs: m.bare, ratio: m.total / (3 * m.bare) };
+}
+
+/** Launch `bin`, make `calls`, kill it (also when a call failed). */
+async function launchedOnce(bin, calls) {
+  const p = await launchPlugin(bin, [], {});
+  try {
+    await calls(p);
+  } finally {
+    await p.kill();
+  }
 }
 
 /**
