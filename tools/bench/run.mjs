@@ -365,27 +365,18 @@ async function main() {
   // Targets.
   const T = report.targets;
   const target = (name, value, limit, pass, shown) => T.push({ name, value, limit, pass, shown });
-  if (M.exec) {
-    M.exec.ratios = execRatios(M.exec);
-    const { refVsRaw: r, refVsGrpcjs: g } = M.exec.ratios;
-    target("exec throughput vs raw HTTP/2 limit", r, ">= 0.6x", r >= 0.6, fmt.x(r));
-    target("exec throughput vs grpc-js", g, ">= 3x", g >= 3, fmt.x(g));
-    const go = M.exec.goClient;
-    if (go) {
-      go.ratios = execRatios(go);
-      target("exec throughput vs raw HTTP/2 limit (grpc-go client)", go.ratios.refVsRaw, ">= 0.6x", go.ratios.refVsRaw >= 0.6, fmt.x(go.ratios.refVsRaw));
-      target("exec throughput vs grpc-js (grpc-go client)", go.ratios.refVsGrpcjs, ">= 3x", go.ratios.refVsGrpcjs >= 3, fmt.x(go.ratios.refVsGrpcjs));
-    }
+  // The same targets for each client's results: the Node client's, then grpc-go's when it ran.
+  const byClient = (m) => (m ? [[m, ""], [m.goClient, " (grpc-go client)"]].filter(([r]) => r !== undefined) : []);
+  for (const [e, by] of byClient(M.exec)) {
+    e.ratios = execRatios(e);
+    const { refVsRaw: r, refVsGrpcjs: g } = e.ratios;
+    target(`exec throughput vs raw HTTP/2 limit${by}`, r, ">= 0.6x", r >= 0.6, fmt.x(r));
+    target(`exec throughput vs grpc-js${by}`, g, ">= 3x", g >= 3, fmt.x(g));
   }
-  if (M.unary) {
-    const u = M.unary.ref.callsPerSec / M.unary.grpcjs.callsPerSec;
-    M.unary.ratios = { refVsGrpcjs: u };
-    target("unary rate vs grpc-js", u, ">= 1x", u >= 1, fmt.x(u));
-    const go = M.unary.goClient;
-    if (go) {
-      go.ratios = { refVsGrpcjs: go.ref.callsPerSec / go.grpcjs.callsPerSec };
-      target("unary rate vs grpc-js (grpc-go client)", go.ratios.refVsGrpcjs, ">= 1x", go.ratios.refVsGrpcjs >= 1, fmt.x(go.ratios.refVsGrpcjs));
-    }
+  for (const [u, by] of byClient(M.unary)) {
+    const r = u.ref.callsPerSec / u.grpcjs.callsPerSec;
+    u.ratios = { refVsGrpcjs: r };
+    target(`unary rate vs grpc-js${by}`, r, ">= 1x", r >= 1, fmt.x(r));
   }
   if (M.startup) target("start-up vs bare node", M.startup.ratio, "<= 1.5x", M.startup.ratio <= 1.5, fmt.x(M.startup.ratio));
   const goHost = M.startup?.goHost;
