@@ -7,7 +7,7 @@ import {
   createGrpcTransport,
 } from "@connectrpc/connect-node";
 import { ClientRuntime } from "../runtime/client-runtime.js";
-import { registerRawSessions } from "../runtime/raw-stream.js";
+import { registerPluginSessions } from "../runtime/h2-call.js";
 import { PluginSessionManager } from "../runtime/sessions.js";
 import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { DriverClient } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
@@ -204,8 +204,8 @@ function createTransport(params: ConnectionParams): {
     sessionManager: sessions,
     acceptCompression: [],
   });
-  // Relays (rawBidiStream) open their streams on the same connection.
-  registerRawSessions(transport, sessions);
+  // Unary calls (ClientRuntime) and relays (rawBidiStream) run directly on these sessions.
+  registerPluginSessions(transport, sessions);
   return { transport, sessions };
 }
 

@@ -21,6 +21,7 @@ import type {
 import { Code, ConnectError, type CallOptions, type Transport } from "@connectrpc/connect";
 import { PluginShutdownError, cancellationError, isCancellation } from "../errors.js";
 import { ExitWatch, type PluginExitSignal } from "./exit-watch.js";
+import { h2Unary, pluginSessions } from "./h2-call.js";
 import { isTransportFailure, recoverableFrom } from "./normalize.js";
 
 export type { CallOptions };
@@ -90,14 +91,12 @@ export class ClientRuntime {
   ): Promise<MessageShape<O>> {
     const opts = this.#merge(options);
     try {
-      const res = await this.transport.unary(
-        method,
-        opts.signal,
-        opts.timeoutMs,
-        opts.headers,
-        request,
-        opts.contextValues,
-      );
+      // On a plugin connection, directly on its HTTP/2 session (h2-call.ts); connect otherwise.
+      const sessions = pluginSessions(this.transport);
+      const res =
+        sessions !== undefined
+          ? await h2Unary(sessions, method, request, opts)
+          : await this.transport.unary(method, opts.signal, opts.timeoutMs, opts.headers, request, opts.contextValues);
       opts.onHeader?.(res.header);
       opts.onTrailer?.(res.trailer);
       return res.message;
