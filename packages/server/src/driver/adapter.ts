@@ -43,6 +43,7 @@ import type {
   TaskStateName,
 } from "./types.js";
 import { anySignal, StreamWaits } from "./util.js";
+import { timerDelayMs } from "../runtime/timer-delay.js";
 
 /** The plugin API version Nomad negotiates for drivers. */
 export const DRIVER_PLUGIN_API_VERSION = "v0.1.0";
@@ -84,10 +85,10 @@ const EMPTY_SPEC: Spec = create(SpecSchema, { block: { case: "object", value: { 
 const utf8 = new TextDecoder();
 const encoder = new TextEncoder();
 
+/** A host's timeout in whole ms a timer can hold (see timer-delay.ts); 0 when unset. */
 function durationMs(d: Duration | undefined): number {
   if (d === undefined) return 0;
-  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
-  return Number.isFinite(ms) && ms > 0 ? ms : 0;
+  return timerDelayMs(Number(d.seconds) * 1000 + d.nanos / 1e6);
 }
 
 /** A signal name or number as its canonical name; InvalidArgument naming `field` otherwise. */

@@ -14,6 +14,7 @@ import {
   type TaskResourceUsage,
   type TaskStats,
 } from "@nomadkit/protocol/driver";
+import { timerDelayMs } from "../runtime/timer-delay.js";
 import { hostCompute, totalTicks, type HostCompute } from "../stats/host.js";
 import type { ResourceUsageInput, TaskStatsInput } from "./types.js";
 
@@ -31,8 +32,8 @@ const MIN_STATS_INTERVAL_MS = 10;
  */
 export function statsIntervalMs(d: Duration | undefined): number {
   if (d === undefined) return DEFAULT_STATS_INTERVAL_MS;
-  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
-  if (!Number.isFinite(ms) || ms <= 0) return DEFAULT_STATS_INTERVAL_MS;
+  const ms = timerDelayMs(Number(d.seconds) * 1000 + d.nanos / 1e6);
+  if (ms === 0) return DEFAULT_STATS_INTERVAL_MS;
   return Math.max(MIN_STATS_INTERVAL_MS, ms);
 }
 

@@ -1,5 +1,7 @@
 /** Small async helpers for the driver streams. */
 
+import { timerDelayMs } from "../runtime/timer-delay.js";
+
 /**
  * The waits of one stream (a TaskStats stream waits once per sample, a TaskEvents stream once per
  * event): it listens to `signals` once for the stream's life and reuses one timer, instead of adding
@@ -42,7 +44,7 @@ export class StreamWaits {
     return new Promise<boolean>((resolve) => {
       this.#pending = resolve;
       if (!Number.isFinite(ms)) return;
-      const delay = Math.max(1, ms);
+      const delay = Math.max(1, timerDelayMs(ms));
       // A timer that fired (or is still due, after a poke) is re-armed rather than replaced.
       if (this.#timer !== undefined && this.#timerMs === delay) this.#timer.refresh();
       else {

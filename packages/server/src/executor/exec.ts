@@ -1,3 +1,4 @@
+import { timerDelayMs } from "../runtime/timer-delay.js";
 import { lookPath, spawnInContext, type TaskContext } from "./context.js";
 import { signalNumber } from "./signals.js";
 
@@ -62,7 +63,7 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
     timer = setTimeout(() => {
       timedOut = true;
       kill();
-    }, Math.max(0, options.deadline.getTime() - Date.now()));
+    }, timerDelayMs(options.deadline.getTime() - Date.now()));
   }
   options.signal?.addEventListener("abort", kill, { once: true });
   try {

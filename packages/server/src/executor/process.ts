@@ -2,6 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { constants as fsConstants } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { timerDelayMs } from "../runtime/timer-delay.js";
 import { processTree } from "../stats/proc.js";
 import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
 import { signalName, signalNumber } from "./signals.js";
@@ -154,7 +155,7 @@ export class TaskProcess {
         // exited meanwhile
       }
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, graceMs)))]);
+      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, timerDelayMs(graceMs))))]);
       clearTimeout(timer);
     }
     if (!this.exitState) await this.killTree();

@@ -16,6 +16,7 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Handl
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { webHeaders } from "@nomadkit/client/runtime";
 import { encodeBinary } from "./binary-encoder.js";
+import { timerDelayMs } from "./timer-delay.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
 type AnyImpl = (input: unknown, context: unknown) => unknown;
@@ -306,7 +307,7 @@ class DirectContext implements HandlerContext {
       if (left <= 0) {
         this.#controller = ac;
         timedOut();
-      } else this.#timer = setTimeout(timedOut, left);
+      } else this.#timer = setTimeout(timedOut, timerDelayMs(left));
     }
     return ac;
   }

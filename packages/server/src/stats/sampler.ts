@@ -11,6 +11,7 @@ import {
   type TaskStats,
 } from "@nomadkit/protocol/driver";
 import { setTimeout as delay } from "node:timers/promises";
+import { timerDelayMs } from "../runtime/timer-delay.js";
 import { readCgroupV2, type CgroupV2Reading } from "./cgroup.js";
 import { clockTicksPerSecond, hostCompute, totalTicks, type HostCompute } from "./host.js";
 import { processTree, readProcMemory, readUptimeSeconds, type ProcStat } from "./proc.js";
@@ -244,7 +245,7 @@ export async function* pollTaskStats(
   id: string,
   options: { intervalMs: number; signal?: AbortSignal },
 ): AsyncGenerator<TaskStats> {
-  const interval = Math.max(1, options.intervalMs);
+  const interval = Math.max(1, timerDelayMs(options.intervalMs));
   const { signal } = options;
   while (!signal?.aborted) {
     yield await sampler.taskStats(id);

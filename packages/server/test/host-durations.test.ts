@@ -1,0 +1,148 @@
+// Durations a host sends can be anything a Go time.Duration holds; Node's timers take whole ms up
+// to 2^31-1 (~24.8 days) and fire after 1 ms beyond that. Every timer armed from a host's duration
+// goes through timerDelayMs: checked here on the wire (TaskStats intervals, ExecTask and StopTask
+// timeouts, a far grpc-timeout) and for the executor's stop grace period.
+import { mkdtempSync, rmSync } from "node:fs";
+import * as http2 from "node:http2";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import fc from "fast-check";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
+import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
+import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { createPluginHandler } from "../src/runtime/adapter.js";
+import { ServerRuntime } from "../src/runtime/server-runtime.js";
+import { MAX_TIMER_DELAY_MS, timerDelayMs } from "../src/runtime/timer-delay.js";
+import { TaskProcess } from "../src/executor/process.js";
+
+const DAY_S = 86_400n;
+let dir: string;
+let server: http2.Http2Server;
+let host: DriverHost;
+let driver: DriverClient;
+const sessions = new Set<http2.ServerHttp2Session>();
+const seen: { execTimeoutMs?: number; stopTimeoutMs?: number } = {};
+let releaseWait: (() => void) | undefined;
+
+beforeAll(async () => {
+  host = createDriverHandlers(
+    defineDriver({
+      name: "durations",
+      version: "0.0.1",
+      fingerprint: () => ({ health: "healthy" }),
+      startTask: () => {},
+      waitTask: (_id, ctx) =>
+        new Promise((resolve) => {
+          releaseWait = () => resolve({ exitCode: 0 });
+          ctx.signal.addEventListener("abort", () => resolve({ exitCode: 1 }), { once: true });
+        }),
+      stopTask: (_id, opts) => void (seen.stopTimeoutMs = opts.timeoutMs),
+      destroyTask: () => {},
+      execTask: (_id, _cmd, opts) => {
+        seen.execTimeoutMs = opts.timeoutMs;
+        return { exitCode: 0, stdout: new Uint8Array(), stderr: new Uint8Array() };
+      },
+      taskStats: () => ({ timestamp: new Date(), resources: { memory: { rss: 1 } } }),
+    }),
+  );
+  const drop = () => {};
+  const runtime = new ServerRuntime({ logger: { trace: drop, debug: drop, info: drop, warn: drop, error: drop } });
+  server = http2.createServer(
+    createPluginHandler((router) => {
+      registerBasePlugin(router, host.base, runtime);
+      registerDriver(router, host.driver, runtime);
+    }),
+  );
+  server.on("session", (s) => sessions.add(s));
+  dir = mkdtempSync(join(tmpdir(), "nomadkit-durations-"));
+  const sock = join(dir, "plugin.sock");
+  await new Promise<void>((resolve) => server.listen(sock, resolve));
+  const transport = createUnixSocketTransport(sock);
+  driver = new DriverClient(transport);
+  await new BasePluginClient(transport).setConfig({});
+  await driver.startTask({ task: { id: "t1", name: "t1", allocId: "a1" } });
+});
+
+afterAll(async () => {
+  await host?.close();
+  const closed = new Promise<void>((resolve) => server?.close(() => resolve()));
+  for (const s of sessions) s.destroy();
+  await closed;
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("timerDelayMs", () => {
+  it("gives whole ms a Node timer honours, never shorter than asked (up to the cap)", () => {
+    expect(timerDelayMs(1000.000001)).toBe(1001);
+    expect(timerDelayMs(30 * 86_400_000)).toBe(MAX_TIMER_DELAY_MS);
+    expect(timerDelayMs(-5)).toBe(0);
+    expect(timerDelayMs(Number.NaN)).toBe(0);
+    expect(timerDelayMs(Number.POSITIVE_INFINITY)).toBe(MAX_TIMER_DELAY_MS);
+    fc.assert(
+      fc.property(fc.double({ noNaN: true }), (ms) => {
+        const d = timerDelayMs(ms);
+        expect(Number.isInteger(d)).toBe(true);
+        expect(d).toBeGreaterThanOrEqual(0);
+        expect(d).toBeLessThanOrEqual(MAX_TIMER_DELAY_MS);
+        if (ms > 0 && ms <= MAX_TIMER_DELAY_MS) expect(d).toBeGreaterThanOrEqual(ms);
+        if (ms > 0 && ms <= MAX_TIMER_DELAY_MS) expect(d - ms).toBeLessThanOrEqual(1);
+      }),
+    );
+  });
+});
+
+describe("durations from the host", () => {
+  it("a 30-day TaskStats interval sends one sample, not one every millisecond", async () => {
+    const ac = new AbortController();
+    let samples = 0;
+    const timer = setTimeout(() => ac.abort(), 300);
+    await (async () => {
+      for await (const _ of driver.taskStats({ taskId: "t1", collectionInterval: { seconds: 30n * DAY_S } }, { signal: ac.signal })) samples++;
+    })().catch(() => {});
+    clearTimeout(timer);
+    expect(samples).toBe(1);
+  });
+
+  it("ExecTask timeouts with a fraction of a ms or beyond 24.8 days run, with whole-ms timeouts", async () => {
+    await driver.execTask({ taskId: "t1", command: ["true"], timeout: { seconds: 1n, nanos: 1 } });
+    expect(seen.execTimeoutMs).toBe(1001);
+    await driver.execTask({ taskId: "t1", command: ["true"], timeout: { seconds: 100n * DAY_S } });
+    expect(seen.execTimeoutMs).toBe(MAX_TIMER_DELAY_MS);
+  });
+
+  it("a 30-day StopTask timeout reaches the driver as the longest timer", async () => {
+    await driver.stopTask({ taskId: "t1", timeout: { seconds: 30n * DAY_S }, signal: "SIGTERM" });
+    expect(seen.stopTimeoutMs).toBe(MAX_TIMER_DELAY_MS);
+  });
+
+  it("a grpc-timeout of 30 days does not end the call at once", async () => {
+    const call = driver.waitTask({ taskId: "t1" }, { headers: { "grpc-timeout": "2592000S" } }).then(
+      () => "answered",
+      (e: unknown) => ConnectError.from(e).code,
+    );
+    const early = await Promise.race([call, new Promise((r) => setTimeout(() => r("still waiting"), 300))]);
+    expect(early).toBe("still waiting");
+    releaseWait?.();
+    expect(await call).toBe("answered");
+    // Near deadlines still apply.
+    const near = await driver
+      .waitTask({ taskId: "t1" }, { headers: { "grpc-timeout": "50m" } })
+      .then(() => "answered", (e: unknown) => ConnectError.from(e).code);
+    expect(near).toBe(Code.DeadlineExceeded);
+  });
+
+  it("the executor waits out a 30-day stop grace period instead of killing the task at once", async () => {
+    // The task exits 7 on SIGTERM, after its current sleep (up to 0.5 s); a SIGKILL first says signal 9.
+    const task = await TaskProcess.launch({
+      cmd: "sh",
+      args: ["-c", "trap 'exit 7' TERM; echo ready; while :; do sleep 0.5; done"],
+      env: [`PATH=${process.env.PATH}`],
+    });
+    await new Promise((r) => setTimeout(r, 100)); // the trap is set
+    const exit = await task.shutdown("SIGTERM", 30 * 86_400_000);
+    expect(exit).toMatchObject({ exitCode: 7, signal: 0 });
+  });
+});
