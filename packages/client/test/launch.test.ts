@@ -1,4 +1,7 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import {
@@ -129,6 +132,27 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
       { autoMTLS: true },
     );
     expect(err.message).toMatch(/ignored AutoMTLS/);
+  });
+
+  it("an invalid tcp address, and the plugin is killed", async () => {
+    const pidFile = join(mkdtempSync(join(tmpdir(), "nk-fake-")), "pid");
+    for (const address of ["localhost", "127.0.0.1:http", "127.0.0.1:70000", ":1234"]) {
+      const err = await launchFake({ FAKE_HANDSHAKE: `1|2|tcp|${address}|grpc|`, FAKE_PIDFILE: pidFile });
+      expect(err.message).toContain(`sent a handshake with an invalid tcp address ${JSON.stringify(address)} (expected host:port)`);
+      expect(err.stderr).toContain("a plain stderr line");
+      const pid = Number(readFileSync(pidFile, "utf8"));
+      const alive = () => {
+        try {
+          process.kill(pid, 0);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      // Killed before the error was thrown; reaped (no longer a pid) within moments.
+      for (let i = 0; i < 100 && alive(); i++) await new Promise((r) => setTimeout(r, 20));
+      expect(alive()).toBe(false);
+    }
   });
 
   it("a handshake pointing nowhere fails to connect, naming the address", async () => {

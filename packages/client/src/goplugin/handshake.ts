@@ -79,6 +79,10 @@ export function parseHandshake(
     throw new PluginLaunchError(
       `${plugin} sent a handshake without an address`,
     );
+  if (network === "tcp" && tcpTarget(address) === undefined)
+    throw new PluginLaunchError(
+      `${plugin} sent a handshake with an invalid tcp address ${JSON.stringify(truncate(address))} (expected host:port)`,
+    );
   if (protocol !== "grpc") {
     throw new PluginLaunchError(
       `${plugin} speaks go-plugin protocol ${JSON.stringify(protocol)}; only grpc is supported (net/rpc plugins are not)`,
@@ -92,6 +96,23 @@ export function parseHandshake(
     protocol: "grpc",
     serverCert: cert,
   };
+}
+
+/**
+ * Host and port of a go-plugin tcp address (`127.0.0.1:1234`, `[::1]:1234`); undefined when it is
+ * not one.
+ *
+ * @example
+ * ```ts
+ * tcpTarget("[::1]:1234"); // { host: "::1", port: 1234 }
+ * ```
+ */
+export function tcpTarget(address: string): { host: string; port: number } | undefined {
+  const i = address.lastIndexOf(":");
+  const portText = address.slice(i + 1);
+  const port = Number(portText);
+  if (i <= 0 || !/^\d+$/.test(portText) || port < 1 || port > 65535) return undefined;
+  return { host: address.slice(0, i).replace(/^\[|\]$/g, ""), port };
 }
 
 function truncate(s: string): string {

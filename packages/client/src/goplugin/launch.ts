@@ -21,6 +21,7 @@ import {
 import {
   PluginLaunchError,
   parseHandshake,
+  tcpTarget,
   type Handshake,
 } from "./handshake.js";
 import {
@@ -175,13 +176,12 @@ function createTransport(params: ConnectionParams): {
   let target: { path: string } | { host: string; port: number };
   if (network === "unix") target = { path: address };
   else {
-    const i = address.lastIndexOf(":");
-    const port = Number(address.slice(i + 1));
-    if (i < 0 || !Number.isInteger(port))
+    const t = tcpTarget(address);
+    if (t === undefined)
       throw new PluginLaunchError(
         `invalid tcp address ${JSON.stringify(address)}`,
       );
-    target = { host: address.slice(0, i).replace(/^\[|\]$/g, ""), port };
+    target = t;
   }
   const t = params.tls;
   const createConnection = t
