@@ -118,7 +118,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .option(
       "--state <file>",
-      "write a state file (.json) while the task runs, so `nomadkit exec <file> <task-id>` and `nomadkit stats <file> <task-id>` can reach it",
+      "write a state file (.json; an existing file must be an old state file) while the task runs, so `nomadkit exec <file> <task-id>` and `nomadkit stats <file> <task-id>` can reach it",
     )
     .addHelpText(
       "after",

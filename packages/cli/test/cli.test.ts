@@ -383,6 +383,27 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     );
   });
 
+  it("run --state refuses, before starting anything, a path it would lose data at or could not use", async () => {
+    const precious = join(dir, "precious.json");
+    writeFileSync(precious, '{"important":"data"}\n');
+    const taken = await nomadkit("run", driver, "--task-config", "task.json", "--state", precious);
+    expect(taken.code).toBe(1);
+    expect(taken.stderr).toBe(
+      `nomadkit: --state ${precious}: exists and is not a state file of "nomadkit run"; not overwriting it\n`,
+    );
+    expect(readFileSync(precious, "utf8")).toBe('{"important":"data"}\n');
+    // Its own task config, given twice by mistake.
+    const self = await nomadkit("run", driver, "--task-config", "task.json", "--state", "task.json");
+    expect(self.stderr).toContain("--state task.json: exists and is not a state file");
+    expect(readFileSync(join(dir, "task.json"), "utf8")).toContain("command");
+    const nodir = await nomadkit("run", driver, "--task-config", "task.json", "--state", "nodir/run.json");
+    expect(nodir.code).toBe(1);
+    expect(nodir.stderr).toMatch(/^nomadkit: --state nodir\/run\.json: cannot write in .*nodir: ENOENT\n$/);
+    const suffix = await nomadkit("run", driver, "--task-config", "task.json", "--state", "run.state");
+    expect(suffix.stderr).toContain("--state run.state: must end in .json");
+    for (const r of [taken, self, nodir, suffix]) expect(r.stderr).not.toContain("started task");
+  });
+
   it("a task config the driver rejects names the RPC and the file", async () => {
     const r = await nomadkit("run", driver, "--task-config", "agent.json");
     expect(r.code).toBe(1);

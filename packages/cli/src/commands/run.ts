@@ -1,17 +1,19 @@
 // nomadkit run: SetConfig, StartTask, WaitTask, like Nomad running one task.
 import { execFileSync } from "node:child_process";
 import {
+  accessSync,
   closeSync,
   constants,
-  createReadStream,
   mkdtempSync,
   openSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
+import { Socket, type SocketConstructorOpts } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, extname, join, resolve } from "node:path";
 import { createTaskDirs, nomadTaskConfig } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import {
@@ -35,10 +37,18 @@ export interface RunOptions {
   state?: string;
 }
 
-/** Forwards one of the task's output FIFOs (or plain files where mkfifo is unavailable). */
+/**
+ * Forwards one of the task's output FIFOs (or plain files where mkfifo is unavailable). The FIFO is
+ * opened without blocking, for reading and with a writer of our own that keeps it from reporting
+ * EOF before the driver opens it; `finish` closes that writer, so EOF comes once the driver's
+ * writers are gone. (A blocking open would wait in Node's thread pool for a writer, forever when
+ * the driver never opens the FIFO, keeping the process from exiting.)
+ */
 class TaskOutput {
   private readonly fifo: boolean;
   private readonly done: Promise<void>;
+  private keeper: number | undefined;
+  private reader: Socket | undefined;
 
   constructor(
     private readonly path: string,
@@ -52,11 +62,13 @@ class TaskOutput {
       this.fifo = false;
     }
     if (this.fifo) {
-      // The open completes when the driver opens the FIFO for writing (as Nomad's logmon does).
-      const rs = createReadStream(path);
+      const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+      this.keeper = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK);
+      // `fd` is honoured by the constructor (Node's types list it for pipes and sockets alike).
+      const rs = (this.reader = new Socket({ fd, readable: true, writable: false } as SocketConstructorOpts));
       rs.on("data", (d) => out.write(d));
       this.done = new Promise((r) => {
-        rs.once("close", r);
+        rs.once("close", () => r());
         rs.once("error", () => r());
       });
     } else {
@@ -70,19 +82,16 @@ class TaskOutput {
       this.out.write(readFileSync(this.path));
       return;
     }
-    // If the driver never opened the FIFO, our pending open would wait forever: complete it with a
-    // writer of our own, which also gives EOF once every other writer is gone.
-    try {
-      closeSync(openSync(this.path, constants.O_WRONLY | constants.O_NONBLOCK));
-    } catch {
-      // ENXIO: no reader pending any more
-    }
+    if (this.keeper !== undefined) closeSync(this.keeper);
+    this.keeper = undefined;
+    // EOF once no writer is left; a process the task left behind holding the FIFO gets 2 s.
     let t: NodeJS.Timeout | undefined;
     await Promise.race([
       this.done,
       new Promise((r) => (t = setTimeout(r, 2000))),
     ]);
     clearTimeout(t);
+    this.reader?.destroy();
   }
 }
 
@@ -105,6 +114,7 @@ export async function runCommand(
     ? readJsonObject("--task-config", opts.taskConfig)
     : {};
   const env = parseEnvPairs("--env", opts.env);
+  if (opts.state !== undefined) checkStatePath(opts.state);
   // It names the task's directory below the allocation's.
   if (!/^[A-Za-z0-9_.-]+$/.test(opts.name) || /^\.\.?$/.test(opts.name))
     throw new CliError(
@@ -120,6 +130,8 @@ export async function runCommand(
   const stderrPath = join(dirs.logsDir, `.${opts.name}.stderr.fifo`);
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
+  let destroyed = false;
+  let wroteState = false;
   let taskId = "";
   let interrupts = 0;
   const onSigint = () => {
@@ -185,9 +197,16 @@ export async function runCommand(
         taskId,
         reattach: c.plugin.reattachConfig,
       };
-      writeFileSync(statePath, JSON.stringify(state, null, 2) + "\n", {
-        mode: 0o600,
-      });
+      try {
+        writeFileSync(statePath, JSON.stringify(state, null, 2) + "\n", {
+          mode: 0o600,
+        });
+      } catch (err) {
+        throw new CliError(
+          `--state ${opts.state}: cannot write it: ${(err as Error).message}`,
+        );
+      }
+      wroteState = true;
       process.stderr.write(
         `nomadkit: wrote ${statePath}; try: nomadkit exec ${opts.state} ${taskId} -it -- /bin/sh\n`,
       );
@@ -200,6 +219,7 @@ export async function runCommand(
     } finally {
       await Promise.all([stdout.finish(), stderr.finish()]);
     }
+    destroyed = true;
     await c.plugin.driver
       .destroyTask({ taskId, force: true })
       .catch((e: unknown) => {
@@ -216,8 +236,52 @@ export async function runCommand(
     process.exitCode = status;
   } finally {
     process.off("SIGINT", onSigint);
-    if (statePath) rmSync(statePath, { force: true });
+    // A failure after the start (say, the state file) must not leave the task running: the
+    // executor outlives the plugin.
+    if (started && !destroyed)
+      await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+    if (statePath && wroteState) rmSync(statePath, { force: true });
     await c.release();
     rmSync(allocDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * `--state` is written after the task started and removed when it ends: refuse, before starting
+ * anything, a path `exec` and `stats` would not take for a state file (no `.json`), one in a
+ * directory we cannot write, and an existing file that is not a state file (it would be lost).
+ */
+function checkStatePath(path: string): void {
+  if (extname(path) !== ".json")
+    throw new CliError(
+      `--state ${path}: must end in .json (that is how exec and stats tell a state file from a plugin)`,
+    );
+  const dir = dirname(resolve(path));
+  try {
+    if (!statSync(dir).isDirectory()) throw new Error("not a directory");
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw new CliError(
+      `--state ${path}: cannot write in ${dir}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+    );
+  }
+  let existing: string;
+  try {
+    existing = readFileSync(path, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw new CliError(
+      `--state ${path}: exists and cannot be read: ${(err as Error).message}`,
+    );
+  }
+  let kind: unknown;
+  try {
+    kind = (JSON.parse(existing) as { kind?: unknown } | null)?.kind;
+  } catch {
+    // not JSON: not ours
+  }
+  if (kind !== "nomadkit-run-state")
+    throw new CliError(
+      `--state ${path}: exists and is not a state file of "nomadkit run"; not overwriting it`,
+    );
 }
