@@ -597,6 +597,40 @@ describe("nomadkit bundle", () => {
     );
   });
 
+  it("refuses to write over its entry or over a project's own launcher-named file or package.json", () => {
+    const project = join(work, "project");
+    mkdirSync(join(project, "src"), { recursive: true });
+    const source = readFileSync(join(work, "hello.mjs"), "utf8");
+    writeFileSync(join(project, "plugin.cjs"), source);
+    writeFileSync(join(project, "src/hello.mjs"), source);
+    const pkg = '{"name":"my-project","scripts":{"test":"vitest"}}\n';
+    writeFileSync(join(project, "package.json"), pkg);
+    // The bundle of plugin.cjs is plugin.cjs.
+    let r = bundle("project/plugin.cjs", "--out", "project", "--no-code-cache");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      "nomadkit: --out project: the bundle would overwrite its entry project/plugin.cjs; choose another --out or --name\n",
+    );
+    expect(readFileSync(join(project, "plugin.cjs"), "utf8")).toBe(source);
+    // The project's package.json.
+    r = bundle("project/src/hello.mjs", "--out", "project", "--no-code-cache");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("package.json exists and was not written by nomadkit bundle");
+    expect(readFileSync(join(project, "package.json"), "utf8")).toBe(pkg);
+    expect(existsSync(join(project, "hello.cjs"))).toBe(false); // nothing written
+    // A file of the project where the launcher would go.
+    writeFileSync(join(project, "notes"), "mine\n");
+    r = bundle("project/src/hello.mjs", "--out", "project", "--name", "notes", "--no-code-cache");
+    expect(r.stderr).toContain("notes exists and was not written by nomadkit bundle");
+    expect(readFileSync(join(project, "notes"), "utf8")).toBe("mine\n");
+    // Its own earlier output is replaced.
+    r = bundle("hello.mjs", "--out", "again", "--no-code-cache");
+    expect(r.code).toBe(0);
+    r = bundle("hello.mjs", "--out", "again", "--no-code-cache");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+  });
+
   it("names the package of a native addon to leave outside, and lists it in package.json once it is", () => {
     let r = bundle("addon.mjs", "--out", "addon");
     expect(r.code).toBe(1);

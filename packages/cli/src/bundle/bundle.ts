@@ -25,6 +25,7 @@ import {
 } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
 import {
+  LAUNCHER_MARK,
   bundleFiles,
   executorLauncherSource,
   launcherSource,
@@ -108,6 +109,38 @@ function checkName(name: string): void {
   }
 }
 
+/** What the package.json we write says about itself (how a rerun knows it may replace it). */
+const PACKAGE_MARK = "bundled by nomadkit bundle";
+
+/**
+ * Refuses, before writing anything, a bundle whose files would land on the entry (esbuild refuses
+ * that too, but only after it wrote the file) or replace a launcher or package.json that an earlier
+ * bundle did not write (bundling into a project's own directory). The other files are named after
+ * the plugin (`<name>.cjs`, `<name>-executor.cjs`, ...) and are always ours to replace.
+ */
+function checkOutputs(
+  options: BundleOptions,
+  entry: string,
+  outputs: readonly string[],
+  marked: readonly (readonly [file: string, mark: string])[],
+): void {
+  const where = `--out ${options.outDir}${options.name === undefined ? "" : ` --name ${options.name}`}`;
+  if (outputs.includes(entry))
+    throw new CliError(`${where}: the bundle would overwrite its entry ${options.entry}; choose another --out or --name`);
+  for (const [file, mark] of marked) {
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") continue;
+      throw new CliError(`${where}: ${file} exists and cannot be replaced (${code ?? (err as Error).message})`);
+    }
+    if (!text.includes(mark))
+      throw new CliError(`${where}: ${file} exists and was not written by nomadkit bundle; bundle into another directory`);
+  }
+}
+
 /**
  * Bundles a plugin into a directory Nomad can run from its `plugin_dir`: `<name>` (the launcher,
  * executable), `<name>.cjs` (the entry and everything it imports, in one CommonJS file),
@@ -162,9 +195,13 @@ export async function bundlePlugin(
       );
   }
 
-  const esbuild = await loadEsbuild();
   const files = bundleFiles(name);
   const out = (f: string) => join(outDir, f);
+  checkOutputs(options, entry, [...Object.values(files), "package.json"].map(out), [
+    [out(files.launcher), LAUNCHER_MARK],
+    [out("package.json"), PACKAGE_MARK],
+  ]);
+  const esbuild = await loadEsbuild();
   const external = [
     ...new Set([...ALWAYS_EXTERNAL, ...(options.external ?? [])]),
   ];
@@ -267,7 +304,7 @@ export async function bundlePlugin(
       {
         name,
         private: true,
-        description: `Nomad plugin ${name}, bundled by nomadkit bundle`,
+        description: `Nomad plugin ${name}, ${PACKAGE_MARK}`,
         type: "commonjs",
         bin: { [name]: `./${name}` },
         engines: { node: ">=20" },

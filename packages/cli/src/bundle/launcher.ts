@@ -18,6 +18,9 @@
 /** Environment variable that makes a launcher save (`write`) or report (`report`) its code cache. */
 export const CODE_CACHE_ENV = "NOMADKIT_CODE_CACHE";
 
+/** What a launcher's comment says it is: how a later `nomadkit bundle` knows it may replace it. */
+export const LAUNCHER_MARK = "made by `nomadkit bundle`";
+
 /** File names of a bundled plugin called `name`, relative to the bundle's directory. */
 export function bundleFiles(name: string): {
   launcher: string;
@@ -280,7 +283,7 @@ export function launcherSource(
       loadTransport: files.loadTransport,
     },
     [
-      `${name}: a Nomad plugin made by \`nomadkit bundle\`. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,
+      `${name}: a Nomad plugin ${LAUNCHER_MARK}. Keep this file next to ${format === "cjs" ? files.bundle : files.esmBundle}; put it`,
       "(or a symlink, or a wrapper naming node) in Nomad's plugin_dir. Started by hand it says so and exits 1.",
     ],
     format === "esm",
@@ -302,7 +305,7 @@ export function executorLauncherSource(name: string): string {
       executors: [],
     },
     [
-      `${files.executorLauncher}: the task executor of the Nomad plugin ${name}, made by \`nomadkit bundle\`. Keep this`,
+      `${files.executorLauncher}: the task executor of the Nomad plugin ${name}, ${LAUNCHER_MARK}. Keep this`,
       `file next to ${files.executor}; the plugin's launcher points launchExecutor at it.`,
     ],
   );
