@@ -219,6 +219,29 @@ describe("exec", () => {
     expect(o.exitCode).toBe(0);
   });
 
+  it("refuses NUL bytes in commands, arguments and environment with InvalidArgument naming the field", async () => {
+    const nul = "contains a NUL byte";
+    const buffered = await failure(() => p.driver.execTask({ taskId: t.id, command: ["/bin/echo", "a\0b"] }));
+    expect(code(buffered)).toBe(3);
+    expect(buffered.message).toContain(`command[1]: ${nul}`);
+    // With a terminal the argument used to be cut at the NUL and run (`echo a`).
+    for (const tty of [false, true]) {
+      const streamed = await failure(() => execStream(p, [{ setup: { taskId: t.id, command: ["/bin/echo", "a\0b"], tty } }]));
+      expect(code(streamed), `tty ${tty}`).toBe(3);
+      expect(streamed.message).toContain(`setup.command[1]: ${nul}`);
+    }
+    const badEnv = newTask(sh("true"));
+    badEnv.config.env = { ...badEnv.config.env, BAD: "x\0y" };
+    const env = await failure(() => p.driver.startTask({ task: badEnv.config }));
+    expect(code(env)).toBe(3);
+    expect(env.message).toContain(`task.env["BAD"]: ${nul}`);
+    // Task config arguments reach the executor's LaunchRequest, which names its own field.
+    const args = await failure(() => start(p, newTask({ command: "/bin/echo", args: ["ok", "a\0b"] })));
+    expect(code(args)).toBe(3);
+    expect(args.message).toContain(`args[1]: ${nul}`);
+    expect((await p.health.check({ service: "plugin" })).status).toBe(1);
+  });
+
   it("reports 128+N for a command killed by signal N, and exec into an unknown task is NotFound", async () => {
     const o = await execStream(p, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "kill -9 $$"] } }]);
     expect(o.exitCode).toBe(137);

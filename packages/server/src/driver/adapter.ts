@@ -43,6 +43,7 @@ import type {
   TaskStateName,
 } from "./types.js";
 import { anySignal, StreamWaits } from "./util.js";
+import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 
 /** The plugin API version Nomad negotiates for drivers. */
@@ -294,6 +295,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       if (cfg === undefined) throw invalidArgument("task", "required");
       if (cfg.id === "") throw invalidArgument("task.id", "must not be empty");
       if (tasks.has(cfg.id)) throw new ConnectError(`task with id ${JSON.stringify(cfg.id)} already started`, Code.AlreadyExists);
+      checkProcessEnv(cfg.env, (k) => `task.env[${JSON.stringify(k)}]`);
       const record: TaskRecord<TC> = { task: decodeTask(cfg), startedAt: new Date() };
       tasks.set(cfg.id, record);
       let res;
@@ -422,6 +424,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     handlers.execTask = async (req, hc) => {
       requireTask(req.taskId);
       if (req.command.length === 0 || req.command[0] === "") throw invalidArgument("command", "must not be empty");
+      checkProcessStrings(req.command, (i) => `command[${i}]`);
       const timeoutMs = durationMs(req.timeout);
       const { signal, dispose } = anySignal(hc.signal, timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : undefined);
       try {

@@ -27,6 +27,7 @@ import { OutboundQueue, type Consumed } from "./queue.js";
 import { outputMessage } from "./wire.js";
 import { RETAINS_CHUNKS, retainChunk } from "./read-buffers.js";
 import { TerminalResizes } from "./resize.js";
+import { checkProcessStrings } from "../runtime/process-strings.js";
 import { holdYoungGenerationSize } from "../runtime/young-generation.js";
 
 /**
@@ -153,6 +154,7 @@ export async function* execStreaming(
   if (setup.command.length === 0 || setup.command[0] === "") {
     throw new ConnectError("setup.command must not be empty", Code.InvalidArgument);
   }
+  checkProcessStrings(setup.command, (i) => `setup.command[${i}]`);
   await options.checkSetup?.(setup);
 
   const session = startSession(options.signal);

@@ -4,6 +4,7 @@ import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { findExecutable } from "../exec/find-executable.js";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
+import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
 import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
 import type { NetworkIsolation } from "../network/types.js";
 import { resolveUser, type ResolvedUser } from "./user.js";
@@ -80,7 +81,11 @@ export async function prepareTaskContext(options: TaskContextOptions): Promise<T
 function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
   if (env === undefined || (Array.isArray(env) && env.length === 0)) return withoutGoPluginVariables(process.env);
   const out: Record<string, string> = {};
-  if (!Array.isArray(env)) return { ...(env as Record<string, string>) };
+  if (!Array.isArray(env)) {
+    checkProcessEnv(env as Record<string, string>, (k) => `env[${JSON.stringify(k)}]`);
+    return { ...(env as Record<string, string>) };
+  }
+  checkProcessStrings(env, (i) => `env[${i}]`);
   env.forEach((kv, i) => {
     const eq = kv.indexOf("=");
     if (eq <= 0) throw new ConnectError(`env[${i}]: ${JSON.stringify(kv.slice(0, 80))} is not KEY=value`, Code.InvalidArgument);

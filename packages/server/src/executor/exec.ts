@@ -1,3 +1,4 @@
+import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { lookPath, spawnInContext, type TaskContext } from "./context.js";
 import { signalNumber } from "./signals.js";
@@ -37,6 +38,8 @@ export const DEFAULT_EXEC_OUTPUT_LIMIT = 16 * 1024 * 1024;
  * ```
  */
 export async function execInContext(ctx: TaskContext, cmd: string, args: readonly string[], options: ExecOptions = {}): Promise<BufferedExecResult> {
+  checkProcessStrings([cmd], () => "cmd");
+  checkProcessStrings(args, (i) => `args[${i}]`);
   const file = lookPath(cmd, ctx, "cmd");
   const limit = options.outputLimit ?? DEFAULT_EXEC_OUTPUT_LIMIT;
   const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });

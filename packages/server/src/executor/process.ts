@@ -2,6 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { constants as fsConstants } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { processTree } from "../stats/proc.js";
 import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
@@ -94,6 +95,8 @@ export class TaskProcess {
    * or unopenable output paths.
    */
   static async launch(options: TaskLaunchOptions): Promise<TaskProcess> {
+    checkProcessStrings([options.cmd], () => "cmd");
+    checkProcessStrings(options.args ?? [], (i) => `args[${i}]`);
     const context = await prepareTaskContext(options);
     const file = lookPath(options.cmd, context, "cmd");
     const out = await openOutput(options.stdoutPath, "stdout_path");

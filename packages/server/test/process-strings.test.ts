@@ -1,0 +1,36 @@
+// A NUL byte cannot be part of a command, argument or environment variable (the kernel takes them
+// NUL-terminated): the executor refuses one with InvalidArgument naming the LaunchRequest or
+// ExecRequest field, instead of Node's TypeError about its own parameters.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { execInContext } from "../src/executor/exec.js";
+import { prepareTaskContext } from "../src/executor/context.js";
+import { TaskProcess } from "../src/executor/process.js";
+
+const PATH = `PATH=${process.env.PATH}`;
+
+async function refusal(p: Promise<unknown>): Promise<string> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ConnectError);
+  expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+  return (err as ConnectError).rawMessage;
+}
+
+describe("NUL bytes in what a process is started with", () => {
+  it("TaskProcess.launch names cmd, args[i] and env[i] (or env[\"KEY\"])", async () => {
+    expect(await refusal(TaskProcess.launch({ cmd: "ech\0o", env: [PATH] }))).toMatch(/^cmd: contains a NUL byte/);
+    expect(await refusal(TaskProcess.launch({ cmd: "echo", args: ["ok", "a\0b"], env: [PATH] }))).toMatch(/^args\[1\]: contains a NUL byte/);
+    expect(await refusal(TaskProcess.launch({ cmd: "echo", env: [PATH, "A=x\0y"] }))).toMatch(/^env\[1\]: contains a NUL byte/);
+    expect(await refusal(TaskProcess.launch({ cmd: "echo", env: { PATH: process.env.PATH!, B: "\0" } }))).toMatch(/^env\["B"\]: contains a NUL byte/);
+  });
+
+  it("execInContext names cmd and args[i]", async () => {
+    const ctx = await prepareTaskContext({ env: [PATH] });
+    expect(await refusal(execInContext(ctx, "sh\0", []))).toMatch(/^cmd: contains a NUL byte/);
+    expect(await refusal(execInContext(ctx, "echo", ["a\0"]))).toMatch(/^args\[0\]: contains a NUL byte/);
+    expect((await execInContext(ctx, "echo", ["fine"])).exitCode).toBe(0);
+  });
+});
