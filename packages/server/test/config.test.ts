@@ -90,6 +90,16 @@ describe("hclspec builder", () => {
 });
 
 describe("decodeConfig", () => {
+  it("names the field of an `any` value whose cty type is nested too deeply", () => {
+    const deep = "[\"list\",".repeat(20_000) + '"string"' + "]".repeat(20_000);
+    const msg = invalid(() =>
+      decodeConfig(taskSchema, nomadMsgpack({ command: "x", extra: [Buffer.from(deep), ["x"]] }), "task config"),
+    );
+    expect(msg).toContain("extra");
+    expect(msg).toContain("nested too deeply");
+    expect(msg).not.toContain("call stack");
+  });
+
   it("decodes Nomad's msgpack into typed values with defaults", () => {
     const cfg: TaskConfig = decodeConfig(
       taskSchema,

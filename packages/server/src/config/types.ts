@@ -200,12 +200,16 @@ class Parser {
   }
 }
 
+/** Deepest cty type accepted (hostile input must not exhaust the stack). */
+const MAX_TYPE_DEPTH = 256;
+
 /**
  * Parse cty's JSON type notation (`"string"`, `["list","string"]`, `["object",{"a":"number"}]`,
  * `"dynamic"`), which prefixes dynamically typed (`any`) values in Nomad's msgpack. Returns
- * undefined for anything unrecognised.
+ * undefined for anything unrecognised; throws a RangeError for a type nested deeper than 256.
  */
-export function parseCtyJsonType(json: unknown): HclType | undefined {
+export function parseCtyJsonType(json: unknown, depth = 0): HclType | undefined {
+  if (depth > MAX_TYPE_DEPTH) throw new RangeError("type nested too deeply");
   if (typeof json === "string") {
     if (json === "dynamic") return { kind: "any" };
     return PRIMITIVES.has(json) ? { kind: json as "string" } : undefined;
@@ -216,14 +220,14 @@ export function parseCtyJsonType(json: unknown): HclType | undefined {
     case "list":
     case "set":
     case "map": {
-      const elem = parseCtyJsonType(arg);
+      const elem = parseCtyJsonType(arg, depth + 1);
       return elem === undefined ? undefined : { kind, elem };
     }
     case "object": {
       if (typeof arg !== "object" || arg === null || Array.isArray(arg)) return undefined;
       const attrs = new Map<string, HclType>();
       for (const [k, v] of Object.entries(arg)) {
-        const t = parseCtyJsonType(v);
+        const t = parseCtyJsonType(v, depth + 1);
         if (t === undefined) return undefined;
         attrs.set(k, t);
       }
@@ -233,7 +237,7 @@ export function parseCtyJsonType(json: unknown): HclType | undefined {
       if (!Array.isArray(arg)) return undefined;
       const elems: HclType[] = [];
       for (const v of arg) {
-        const t = parseCtyJsonType(v);
+        const t = parseCtyJsonType(v, depth + 1);
         if (t === undefined) return undefined;
         elems.push(t);
       }

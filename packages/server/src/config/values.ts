@@ -150,7 +150,13 @@ function convertDynamic(v: unknown, path: FieldPath, depth: number): unknown {
     } catch {
       typeJson = undefined;
     }
-    const t = parseCtyJsonType(typeJson);
+    let t;
+    try {
+      t = parseCtyJsonType(typeJson);
+    } catch (err) {
+      if (err instanceof RangeError) throw new ConfigFieldError(path, "value's type nested too deeply");
+      throw err;
+    }
     if (t !== undefined) return t.kind === "any" ? plain(v[1], path, depth + 1) : convertValue(t, v[1], path, depth + 1);
   }
   return plain(v, path, depth);
