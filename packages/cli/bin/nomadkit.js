@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 
 const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
-const { main } = await import("../dist/esm/index.js");
-const code = await main(process.argv, { version });
-process.exit(code);
+const { exitWith, installInterruptHandlers, main } = await import("../dist/esm/index.js");
+// Ctrl-C, SIGTERM and SIGHUP stop what the command started (plugins, tasks) before it exits.
+installInterruptHandlers();
+await exitWith(await main(process.argv, { version }));

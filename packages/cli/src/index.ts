@@ -14,6 +14,7 @@
  */
 export { createProgram, main } from "./program.js";
 export { CliError } from "./errors.js";
+export { exitWith, installInterruptHandlers } from "./interrupt.js";
 export { bundlePlugin, ALWAYS_EXTERNAL } from "./bundle/bundle.js";
 export type { BundleOptions, BundleResult } from "./bundle/bundle.js";
 export type { RunState, GlobalOptions } from "./plugin.js";

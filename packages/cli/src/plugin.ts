@@ -12,6 +12,7 @@ import {
   type ReattachConfig,
 } from "@nomadkit/client";
 import { CliError } from "./errors.js";
+import { interrupted, onInterrupt } from "./interrupt.js";
 
 /** Options every command shares (set on the root program). */
 export interface GlobalOptions {
@@ -153,11 +154,15 @@ export async function connectPlugin(
         `plugin ${plugin}: cannot reattach to ${state.plugin} (pid ${state.reattach.pid}); is "nomadkit run" still running? ${(err as Error).message}`,
       );
     }
+    const done = onInterrupt(() => client.close());
     return {
       plugin: client,
       name: state.plugin,
       stateTaskId: state.taskId,
-      release: async () => client.close(),
+      release: async () => {
+        done();
+        client.close();
+      },
     };
   }
   const { cmd, args } = pluginCommand(plugin);
@@ -168,21 +173,27 @@ export async function connectPlugin(
       logger: stderrLogger(g.logLevel, plugin),
       autoMTLS: g.automtls,
       startTimeoutMs,
+      signal: interrupted,
       ...extra,
     });
   } catch (err) {
     if (err instanceof PluginLaunchError) throw new CliError(err.message);
     throw err;
   }
+  // Nomad's stop sequence: Driver.Shutdown (2 s, errors such as Unimplemented ignored), then kill.
+  const stop = async () => {
+    if (!client.exitSignal.aborted) {
+      await client.driver.shutdown({}, { timeoutMs: 2000 }).catch(() => {});
+    }
+    await client.kill();
+  };
+  const done = onInterrupt(stop);
   return {
     plugin: client,
     name: plugin,
-    // Nomad's stop sequence: Driver.Shutdown (2 s, errors such as Unimplemented ignored), then kill.
     release: async () => {
-      if (!client.exitSignal.aborted) {
-        await client.driver.shutdown({}, { timeoutMs: 2000 }).catch(() => {});
-      }
-      await client.kill();
+      done();
+      await stop();
     },
   };
 }

@@ -4,7 +4,8 @@ import type { GlobalOptions } from "./plugin.js";
 
 const EXAMPLES = `
 Plugins are started exactly as Nomad starts them (magic cookie, go-plugin handshake, gRPC); a
-plugin may be a native binary or a .js/.mjs/.cjs file (run with this Node).
+plugin may be a native binary or a .js/.mjs/.cjs file (run with this Node). On Ctrl-C, SIGTERM or
+SIGHUP, what a command started (plugins, tasks) is stopped before it exits with 128+N.
 
 Examples:
   $ nomadkit info ./nomad-driver-foo

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { alive, descendants, until } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const driver = fileURLToPath(
@@ -402,6 +403,42 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     const suffix = await nomadkit("run", driver, "--task-config", "task.json", "--state", "run.state");
     expect(suffix.stderr).toContain("--state run.state: must end in .json");
     for (const r of [taken, self, nodir, suffix]) expect(r.stderr).not.toContain("started task");
+  });
+
+  it("a signal stops what was started: a plugin still handshaking (SIGINT, exit 130)", async () => {
+    const pidFile = join(dir, "silent.pid");
+    writeFileSync(
+      join(dir, "silent.mjs"),
+      `import { writeFileSync } from "node:fs"; writeFileSync(${JSON.stringify(pidFile)}, String(process.pid)); setInterval(() => {}, 1e6);\n`,
+    );
+    const info = start(["info", "silent.mjs"]);
+    await until(() => existsSync(pidFile));
+    info.child.kill("SIGINT");
+    const r = await info.done;
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain("nomadkit: SIGINT: stopping what was started");
+    const pid = Number(readFileSync(pidFile, "utf8"));
+    await until(() => !alive(pid));
+  });
+
+  it("a signal stops what was started: a running task, its executor and plugin (SIGTERM, exit 143)", async () => {
+    const pidFile = join(dir, "task.pid");
+    writeFileSync(
+      join(dir, "pid-task.json"),
+      JSON.stringify({ command: "/bin/sh", args: ["-c", `echo $$ > ${pidFile}; exec sleep 1000`] }),
+    );
+    const run = start(["run", rawexec, "--task-config", "pid-task.json"]);
+    const [, taskId] = await run.stderrMatch(/started task (\S+)/);
+    await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+    const taskPid = Number(readFileSync(pidFile, "utf8"));
+    // The plugin and the task's executor (the task itself runs under the executor).
+    const started = descendants(run.child.pid!);
+    expect(started.length).toBeGreaterThanOrEqual(2);
+    run.child.kill("SIGTERM");
+    const r = await run.done;
+    expect(r.code).toBe(143);
+    expect(alive(taskPid), `task ${taskId}`).toBe(false);
+    for (const pid of started) await until(() => !alive(pid));
   });
 
   it("a task config the driver rejects names the RPC and the file", async () => {

@@ -3,6 +3,7 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { alive, descendants, until } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
@@ -18,6 +19,36 @@ function nomadkit(args: string[]): Promise<{ code: number | null; stdout: string
 }
 
 describe("nomadkit conformance", () => {
+  it(
+    "Ctrl-C stops the run, cleans up what it started, and exits 130",
+    async () => {
+      const child = spawn(process.execPath, [bin, "--log-level", "off", "conformance", rawexec], {
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, NO_COLOR: "1" },
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      const below = new Set<number>();
+      // Interrupt once a task runs (start-task passed), noting every process the run has started.
+      await new Promise<void>((resolve) =>
+        child.stdout.on("data", (d: Buffer) => {
+          stdout += d.toString();
+          for (const p of descendants(child.pid!)) below.add(p);
+          if (/^start-task +PASS/m.test(stdout)) resolve();
+        }),
+      );
+      for (const p of descendants(child.pid!)) below.add(p);
+      expect(below.size).toBeGreaterThan(0);
+      child.kill("SIGINT");
+      const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+      expect(code, stdout + stderr).toBe(130);
+      expect(stdout).toMatch(/ — INTERRUPTED\n$/);
+      for (const p of below) await until(() => !alive(p));
+    },
+    180_000,
+  );
+
   it("--list names every check", async () => {
     const r = await nomadkit(["conformance", "--list"]);
     expect(r.code).toBe(0);

@@ -29,6 +29,20 @@ async function launchFake(
   return err as PluginLaunchError;
 }
 
+/** `pid` was killed: it is reaped (no longer a pid) within moments. */
+async function expectGone(pid: number): Promise<void> {
+  const alive = () => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  for (let i = 0; i < 100 && alive(); i++) await new Promise((r) => setTimeout(r, 20));
+  expect(alive()).toBe(false);
+}
+
 describe("parseHandshake", () => {
   it("parses a unix handshake", () => {
     expect(parseHandshake("1|2|unix|/tmp/p/plugin.sock|grpc|\n", [2])).toEqual({
@@ -140,19 +154,18 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
       const err = await launchFake({ FAKE_HANDSHAKE: `1|2|tcp|${address}|grpc|`, FAKE_PIDFILE: pidFile });
       expect(err.message).toContain(`sent a handshake with an invalid tcp address ${JSON.stringify(address)} (expected host:port)`);
       expect(err.stderr).toContain("a plain stderr line");
-      const pid = Number(readFileSync(pidFile, "utf8"));
-      const alive = () => {
-        try {
-          process.kill(pid, 0);
-          return true;
-        } catch {
-          return false;
-        }
-      };
-      // Killed before the error was thrown; reaped (no longer a pid) within moments.
-      for (let i = 0; i < 100 && alive(); i++) await new Promise((r) => setTimeout(r, 20));
-      expect(alive()).toBe(false);
+      await expectGone(Number(readFileSync(pidFile, "utf8")));
     }
+  });
+
+  it("an aborted launch kills the plugin", async () => {
+    const pidFile = join(mkdtempSync(join(tmpdir(), "nk-fake-")), "pid");
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 300);
+    const err = await launchFake({ FAKE_SILENT: "1", FAKE_PIDFILE: pidFile }, { signal: ac.signal });
+    expect(err.message).toMatch(/^launch of plugin .* cancelled/);
+    expect(err.stderr).toContain("a plain stderr line");
+    await expectGone(Number(readFileSync(pidFile, "utf8")));
   });
 
   it("a handshake pointing nowhere fails to connect, naming the address", async () => {

@@ -39,7 +39,7 @@ export function formatHeader(): string {
 export function formatSummary(report: ConformanceReport): string {
   return (
     `${report.results.length} checks: ${report.passed} passed, ${report.failed} failed, ${report.skipped} skipped ` +
-    `in ${formatMs(report.durationMs)} — ${report.ok ? "CONFORMS" : "DOES NOT CONFORM"}`
+    `in ${formatMs(report.durationMs)} — ${report.interrupted ? "INTERRUPTED" : report.ok ? "CONFORMS" : "DOES NOT CONFORM"}`
   );
 }
 

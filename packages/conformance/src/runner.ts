@@ -47,9 +47,9 @@ function selection(only: readonly string[] | undefined): Set<string> | undefined
   return out;
 }
 
-async function runOne(s: Suite, c: Check): Promise<{ status: "pass" | "fail" | "skip"; message: string }> {
+async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promise<{ status: "pass" | "fail" | "skip"; message: string }> {
   const ac = new AbortController();
-  s.signal = ac.signal;
+  s.signal = stop === undefined ? ac.signal : AbortSignal.any([ac.signal, stop]);
   s.current = c.name;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -57,6 +57,7 @@ async function runOne(s: Suite, c: Check): Promise<{ status: "pass" | "fail" | "
       reject(new Error(`the check did not finish within ${s.opts.checkTimeoutMs} ms`));
       ac.abort();
     }, s.opts.checkTimeoutMs);
+    stop?.addEventListener("abort", () => reject(new Error("interrupted")), { once: true });
   });
   try {
     const msg = await Promise.race([c.run(s), timeout]);
@@ -99,15 +100,19 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
   const suite = new Suite(opts);
   const results: CheckResult[] = [];
   const passed = new Set<string>();
+  const stop = options.abortSignal;
   try {
     for (const c of CHECKS) {
+      if (stop?.aborted) break;
       // Checks left out by `checks` do not appear in the report at all.
       if (selected && !selected.has(c.name)) continue;
       const start = performance.now();
       let r: { status: "pass" | "fail" | "skip"; message: string };
       const missing = c.needs.find((n) => !passed.has(n));
       if (missing) r = { status: "skip", message: `needs ${missing}` };
-      else r = await runOne(suite, c);
+      else r = await runOne(suite, c, stop);
+      // The check stopped by the interruption has no result.
+      if (stop?.aborted) break;
       if (r.status === "pass") passed.add(c.name);
       const result: CheckResult = { name: c.name, title: c.title, status: r.status, durationMs: performance.now() - start, message: r.message };
       results.push(result);
@@ -123,7 +128,8 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     passed: count("pass"),
     failed: count("fail"),
     skipped: count("skip"),
-    ok: count("fail") === 0,
+    ok: count("fail") === 0 && stop?.aborted !== true,
+    interrupted: stop?.aborted === true,
     durationMs: performance.now() - t0,
   };
 }

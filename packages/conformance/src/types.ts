@@ -29,8 +29,10 @@ export interface ConformanceReport {
   failed: number;
   /** Number of skipped checks. */
   skipped: number;
-  /** True when no check failed. */
+  /** True when no check failed and the run was not interrupted. */
   ok: boolean;
+  /** True when {@link ConformanceOptions.abortSignal} stopped the run before every check ran. */
+  interrupted: boolean;
   /** Wall time of the whole run in milliseconds. */
   durationMs: number;
 }
@@ -83,6 +85,12 @@ export interface ConformanceOptions {
   logger?: PluginLogger;
   /** Called after each check, e.g. to print progress. */
   onResult?(result: CheckResult): void;
+  /**
+   * Stops the run early (Ctrl-C in a CLI): the running check is abandoned, no further check runs,
+   * and everything the suite started is cleaned up as at the end; the report then lists the checks
+   * that finished and has `interrupted` set.
+   */
+  abortSignal?: AbortSignal;
 }
 
 /** Every check the suite knows, in run order, with its one-line title. */

@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
 import { readJsonObject } from "../files.js";
+import { interrupted, onInterrupt } from "../interrupt.js";
 import { pluginCommand, stderrLogger, type GlobalOptions } from "../plugin.js";
 
 interface ConformanceFlags {
@@ -74,11 +75,17 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     options.onResult = (r) => process.stdout.write(formatResult(r, { color }) + "\n");
     process.stdout.write(`Conformance of ${plugin} (launched as Nomad launches drivers)\n\n${formatHeader()}\n`);
   }
+  // An interruption stops the run; the suite cleans up what it started before the CLI exits.
+  options.abortSignal = interrupted;
+  const run = runConformance(options);
+  const noCleanup = onInterrupt(() => run.catch(() => {}));
   let report;
   try {
-    report = await runConformance(options);
+    report = await run;
   } catch (err) {
     throw new CliError((err as Error).message);
+  } finally {
+    noCleanup();
   }
   if (flags.json) process.stdout.write(JSON.stringify(report, null, 2) + "\n");
   else process.stdout.write(`\n${formatSummary(report)}\n`);

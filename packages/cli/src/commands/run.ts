@@ -27,6 +27,7 @@ import {
   type GlobalOptions,
   type RunState,
 } from "../plugin.js";
+import { interrupt, onInterrupt } from "../interrupt.js";
 import { configure } from "./inspect.js";
 
 export interface RunOptions {
@@ -135,8 +136,9 @@ export async function runCommand(
   let taskId = "";
   let interrupts = 0;
   const onSigint = () => {
+    // Before the task runs, Ctrl-C stops everything (see interrupt.ts).
+    if (!started) return interrupt("SIGINT");
     interrupts++;
-    if (!started) return;
     if (interrupts === 1) {
       process.stderr.write(
         `nomadkit: stopping task ${taskId} (Ctrl-C again to force)\n`,
@@ -153,6 +155,12 @@ export async function runCommand(
     }
   };
   process.on("SIGINT", onSigint);
+  // Registered after the plugin's release, so it runs first: the task goes before its plugin.
+  const noCleanup = onInterrupt(async () => {
+    if (started && !destroyed) await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+    if (statePath && wroteState) rmSync(statePath, { force: true });
+    rmSync(allocDir, { recursive: true, force: true });
+  });
   try {
     await configure(c, opts.config);
     const { spec: taskSpec } = await c.plugin.driver
@@ -235,6 +243,7 @@ export async function runCommand(
     );
     process.exitCode = status;
   } finally {
+    noCleanup();
     process.off("SIGINT", onSigint);
     // A failure after the start (say, the state file) must not leave the task running: the
     // executor outlives the plugin.

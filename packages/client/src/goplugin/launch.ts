@@ -88,6 +88,11 @@ export interface LaunchPluginOptions extends PluginConnectOptions {
   autoMTLS?: boolean;
   /** How long to wait for the handshake line; default 60 s like go-plugin. */
   startTimeoutMs?: number;
+  /**
+   * Gives up the launch (the process is killed, the promise rejects with {@link PluginLaunchError})
+   * when aborted before the plugin is connected; no effect afterwards.
+   */
+  signal?: AbortSignal;
 }
 
 /** How a plugin process ended. */
@@ -362,12 +367,16 @@ function forwardStdio(
 
 // Confirms the connection (and TLS) works, like go-plugin's blocking dial. A plugin without the
 // health service still counts as connected.
-async function ping(client: PluginClient, timeoutMs: number): Promise<void> {
+async function ping(
+  client: PluginClient,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<void> {
   try {
     // The raw transport: a failure here should not wait out the runtime's shutdown grace.
     await new HealthClient(client.transport).check(
       { service: "plugin" },
-      { timeoutMs },
+      { timeoutMs, signal },
     );
   } catch (err) {
     if (
@@ -487,10 +496,15 @@ export async function launchPlugin(
   };
 
   const startTimeoutMs = options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+  const cancelled = () => `launch of plugin ${name} cancelled`;
+  if (options.signal?.aborted) return fail(cancelled());
   let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
   const first = await new Promise<{ line: string } | { error: string }>(
     (resolve) => {
       onFirstLine = (line) => resolve({ line });
+      onAbort = () => resolve({ error: cancelled() });
+      options.signal?.addEventListener("abort", onAbort, { once: true });
       child.once("error", (err) =>
         resolve({ error: `cannot start plugin ${name}: ${err.message}` }),
       );
@@ -509,6 +523,7 @@ export async function launchPlugin(
     },
   );
   clearTimeout(timer);
+  if (onAbort) options.signal?.removeEventListener("abort", onAbort);
   onFirstLine = undefined;
   if ("error" in first) return fail(first.error);
 
@@ -559,9 +574,14 @@ export async function launchPlugin(
     options,
   });
   try {
-    await ping(client, Math.max(5000, Math.min(startTimeoutMs, 30_000)));
+    await ping(
+      client,
+      Math.max(5000, Math.min(startTimeoutMs, 30_000)),
+      options.signal,
+    );
   } catch (err) {
     client.close();
+    if (options.signal?.aborted) return fail(cancelled());
     return fail(
       `cannot talk gRPC to plugin ${name} at ${handshake.network}:${handshake.address}: ${(err as Error).message}`,
     );
