@@ -2,10 +2,6 @@
 // to 2^31-1 (~24.8 days) and fire after 1 ms beyond that. Every timer armed from a host's duration
 // goes through timerDelayMs: checked here on the wire (TaskStats intervals, ExecTask and StopTask
 // timeouts, a far grpc-timeout) and for the executor's stop grace period.
-import { mkdtempSync, rmSync } from "node:fs";
-import * as http2 from "node:http2";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import fc from "fast-check";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
@@ -13,17 +9,15 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
 import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
-import { createPluginHandler } from "../src/runtime/adapter.js";
 import { ServerRuntime } from "../src/runtime/server-runtime.js";
 import { MAX_TIMER_DELAY_MS, timerDelayMs } from "../src/runtime/timer-delay.js";
 import { TaskProcess } from "../src/executor/process.js";
+import { startServer, type TestServer } from "./runtime-helpers.js";
 
 const DAY_S = 86_400n;
-let dir: string;
-let server: http2.Http2Server;
+let server: TestServer;
 let host: DriverHost;
 let driver: DriverClient;
-const sessions = new Set<http2.ServerHttp2Session>();
 const seen: { execTimeoutMs?: number; stopTimeoutMs?: number } = {};
 let releaseWait: (() => void) | undefined;
 
@@ -50,17 +44,11 @@ beforeAll(async () => {
   );
   const drop = () => {};
   const runtime = new ServerRuntime({ logger: { trace: drop, debug: drop, info: drop, warn: drop, error: drop } });
-  server = http2.createServer(
-    createPluginHandler((router) => {
-      registerBasePlugin(router, host.base, runtime);
-      registerDriver(router, host.driver, runtime);
-    }),
-  );
-  server.on("session", (s) => sessions.add(s));
-  dir = mkdtempSync(join(tmpdir(), "nomadkit-durations-"));
-  const sock = join(dir, "plugin.sock");
-  await new Promise<void>((resolve) => server.listen(sock, resolve));
-  const transport = createUnixSocketTransport(sock);
+  server = await startServer((router) => {
+    registerBasePlugin(router, host.base, runtime);
+    registerDriver(router, host.driver, runtime);
+  });
+  const transport = createUnixSocketTransport(server.socketPath);
   driver = new DriverClient(transport);
   await new BasePluginClient(transport).setConfig({});
   await driver.startTask({ task: { id: "t1", name: "t1", allocId: "a1" } });
@@ -68,10 +56,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await host?.close();
-  const closed = new Promise<void>((resolve) => server?.close(() => resolve()));
-  for (const s of sessions) s.destroy();
-  await closed;
-  rmSync(dir, { recursive: true, force: true });
+  await server?.close();
 });
 
 describe("timerDelayMs", () => {
