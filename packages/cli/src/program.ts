@@ -144,7 +144,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     .option("-i, --interactive", "forward stdin")
     .option(
       "-t, --tty",
-      "allocate a terminal (raw mode, window size forwarded)",
+      "allocate a terminal (window size forwarded; with -i from a terminal, raw mode: Ctrl-C goes to the command)",
     )
     .action(
       async (

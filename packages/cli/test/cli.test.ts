@@ -1,5 +1,5 @@
 // The nomadkit binary against a real test plugin (the go-plugin fixture driver of @nomadkit/server).
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import {
   chmodSync,
   existsSync,
@@ -161,6 +161,14 @@ describe("nomadkit", () => {
     expect(fp.code).toBe(0);
     expect(fp.stdout).toContain("health: HEALTHY");
     expect(fp.stdout).toContain("driver.test");
+    // A Fingerprint stream that ends without a message is the driver's fault, not a success.
+    const empty = spawnSync(process.execPath, [bin, "fingerprint", driver], {
+      cwd: dir,
+      encoding: "utf8",
+      env: { ...process.env, TEST_PLUGIN_MODE: "empty-streams" },
+    });
+    expect(empty.status).toBe(1);
+    expect(empty.stderr).toBe(`nomadkit: plugin ${driver}: Driver.Fingerprint ended without sending a fingerprint\n`);
   });
 
   it("run starts a task, streams its output and exits with its status", async () => {

@@ -104,5 +104,10 @@ describe("nomadkit conformance", () => {
     expect(badCheck.stderr).toContain('checks: unknown check "bogus"');
     const badTimeout = await nomadkit(["conformance", rawexec, "--call-timeout", "soon"]);
     expect(badTimeout.stderr).toContain('--call-timeout "soon"');
+    const array = await nomadkit(["conformance", rawexec, "--plugin-config", "[1]"]);
+    expect(array.stderr).toBe("nomadkit: --plugin-config: expected a JSON object, got an array\n");
+    const signal = await nomadkit(["conformance", rawexec, "--signal", "BOGUS"]);
+    expect(signal.code).toBe(1);
+    expect(signal.stderr).toBe('nomadkit: --signal "BOGUS": not a signal name (for example SIGHUP, SIGUSR1)\n');
   });
 });

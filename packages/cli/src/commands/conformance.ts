@@ -1,4 +1,5 @@
 import { existsSync } from "node:fs";
+import { constants } from "node:os";
 import type { Command } from "commander";
 import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
@@ -22,14 +23,15 @@ interface ConformanceFlags {
 
 /** A JSON object given inline (`{"a":1}`) or as a file path. */
 function jsonOption(flag: string, value: string): Record<string, unknown> {
-  if (!value.trimStart().startsWith("{") || existsSync(value)) return readJsonObject(flag, value);
+  if (!/^\s*[{[]/.test(value) || existsSync(value)) return readJsonObject(flag, value);
   let parsed: unknown;
   try {
     parsed = JSON.parse(value);
   } catch (err) {
     throw new CliError(`${flag}: not valid JSON (${(err as Error).message})`);
   }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new CliError(`${flag}: expected a JSON object`);
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed))
+    throw new CliError(`${flag}: expected a JSON object, got ${Array.isArray(parsed) ? "an array" : "JSON " + typeof parsed}`);
   return parsed as Record<string, unknown>;
 }
 
@@ -49,6 +51,8 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     return;
   }
   if (!plugin) throw new CliError("missing argument <plugin> (the driver executable to test)");
+  if (!Object.hasOwn(constants.signals, flags.signal))
+    throw new CliError(`--signal ${JSON.stringify(flags.signal)}: not a signal name (for example SIGHUP, SIGUSR1)`);
   const { cmd, args } = pluginCommand(plugin);
   const options: ConformanceOptions = {
     plugin: cmd,

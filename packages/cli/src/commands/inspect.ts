@@ -11,6 +11,7 @@ import {
   FingerprintResponseSchema,
   TaskConfigSchemaResponseSchema,
 } from "@nomadkit/protocol/driver";
+import { CliError } from "../errors.js";
 import { encodeOperatorConfig, msgpackConfig, readJsonObject } from "../files.js";
 import {
   rpcError,
@@ -115,15 +116,20 @@ export async function fingerprintCommand(
     const stop = new AbortController();
     const onSigint = () => stop.abort();
     process.once("SIGINT", onSigint);
+    let seen = 0;
     try {
       for await (const res of c.plugin.driver.fingerprint(
         {},
         { signal: stop.signal },
       )) {
+        seen++;
         print(toJson(FingerprintResponseSchema, res), !!opts.json);
         if (!opts.watch) return;
         if (!opts.json) process.stdout.write("\n");
       }
+      // A driver's Fingerprint stream stays open; Nomad would take the driver for gone.
+      if (seen === 0 && !stop.signal.aborted)
+        throw new CliError(`plugin ${c.name}: Driver.Fingerprint ended without sending a fingerprint`);
     } catch (e) {
       if (stop.signal.aborted) return;
       throw rpcError(c.name, "Driver.Fingerprint", e);

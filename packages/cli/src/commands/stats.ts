@@ -67,6 +67,8 @@ export async function statsCommand(
       else process.stdout.write(formatStats(res) + "\n");
       if (count !== undefined && n >= count) break;
     }
+    if (n === 0 && !stop.signal.aborted)
+      throw new CliError(`plugin ${c.name}: Driver.TaskStats ended without sending a sample`);
   } catch (e) {
     if (!stop.signal.aborted) throw rpcError(c.name, "Driver.TaskStats", e);
   } finally {
