@@ -22,7 +22,12 @@ export interface GlobalOptions {
   startTimeout?: string;
   /** `--automtls`: launch the plugin with go-plugin AutoMTLS. */
   automtls?: boolean;
+  /** `--call-timeout <ms>` as typed (validated when used); default 30000 ms. */
+  callTimeout?: string;
 }
+
+/** Default deadline of the set-up calls a command makes (see {@link Connected.call}). */
+export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
 /** What `nomadkit run --state <file>` writes so `exec` and `stats` can reach the running plugin. */
 export interface RunState {
@@ -109,11 +114,21 @@ export function pluginCommand(plugin: string): { cmd: string; args: string[] } {
 
 /** `--start-timeout` in milliseconds, checked; `undefined` when not given. */
 export function parseStartTimeout(g: GlobalOptions): number | undefined {
-  if (g.startTimeout === undefined) return undefined;
-  const ms = Number(g.startTimeout);
+  return positiveMs("--start-timeout", g.startTimeout);
+}
+
+/** `--call-timeout` in milliseconds, checked; the default when not given. */
+export function parseCallTimeout(g: GlobalOptions): number {
+  return positiveMs("--call-timeout", g.callTimeout) ?? DEFAULT_CALL_TIMEOUT_MS;
+}
+
+/** A flag's positive number of milliseconds, checked; `undefined` when not given. */
+export function positiveMs(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const ms = Number(value);
   if (!Number.isFinite(ms) || ms <= 0) {
     throw new CliError(
-      `--start-timeout ${JSON.stringify(g.startTimeout)}: expected a positive number of milliseconds`,
+      `${flag} ${JSON.stringify(value)}: expected a positive number of milliseconds`,
     );
   }
   return ms;
@@ -126,6 +141,12 @@ export interface Connected {
   name: string;
   /** The task id from a run state file, if `<plugin>` was one. */
   stateTaskId?: string;
+  /**
+   * Options for the calls a command makes to set up and inspect (PluginInfo, schemas, SetConfig,
+   * Init, Capabilities, TaskConfigSchema): `--call-timeout`, so a plugin that never answers does
+   * not hang the command. StartTask, WaitTask and streams take as long as they take.
+   */
+  call: { timeoutMs: number };
   /** Kills a launched plugin; only disconnects from a reattached one. */
   release(): Promise<void>;
 }
@@ -141,6 +162,7 @@ export async function connectPlugin(
     onStderr?(d: Uint8Array): void;
   } = {},
 ): Promise<Connected> {
+  const call = { timeoutMs: parseCallTimeout(g) };
   const state = readState(plugin);
   if (state) {
     let client: PluginClient;
@@ -159,6 +181,7 @@ export async function connectPlugin(
       plugin: client,
       name: state.plugin,
       stateTaskId: state.taskId,
+      call,
       release: async () => {
         done();
         client.close();
@@ -191,6 +214,7 @@ export async function connectPlugin(
   return {
     plugin: client,
     name: plugin,
+    call,
     release: async () => {
       done();
       await stop();
@@ -206,6 +230,10 @@ export function rpcError(name: string, rpc: string, err: unknown): CliError {
   if (err instanceof ConnectError) {
     if (err.code === Code.Unimplemented)
       return new CliError(`plugin ${name} does not implement ${rpc}`);
+    if (err.code === Code.DeadlineExceeded)
+      return new CliError(
+        `plugin ${name}: ${rpc} did not answer in time (--call-timeout; ${err.rawMessage})`,
+      );
     return new CliError(
       `plugin ${name}: ${rpc} failed: ${Code[err.code]}: ${err.rawMessage}`,
     );

@@ -48,6 +48,10 @@ export function createProgram(info: { version?: string } = {}): Command {
       "how long to wait for the plugin's go-plugin handshake (default 60000)",
     )
     .option(
+      "--call-timeout <ms>",
+      "deadline of the set-up calls (PluginInfo, schemas, SetConfig, Init, Capabilities; default 30000); StartTask, WaitTask and streams have none",
+    )
+    .option(
       "--automtls",
       "talk to the plugin over go-plugin AutoMTLS (PLUGIN_CLIENT_CERT), as non-Nomad hosts do",
     )

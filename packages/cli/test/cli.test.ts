@@ -171,6 +171,20 @@ describe("nomadkit", () => {
     expect(empty.stderr).toBe(`nomadkit: plugin ${driver}: Driver.Fingerprint ended without sending a fingerprint\n`);
   });
 
+  it("a plugin that never answers a set-up call fails it after --call-timeout", async () => {
+    const t0 = Date.now();
+    const r = spawnSync(process.execPath, [bin, "--call-timeout", "300", "info", driver], {
+      cwd: dir,
+      encoding: "utf8",
+      env: { ...process.env, TEST_PLUGIN_MODE: "silent-info" },
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain(`nomadkit: plugin ${driver}: BasePlugin.PluginInfo did not answer in time (--call-timeout;`);
+    expect(Date.now() - t0).toBeLessThan(20_000); // not the 30 s default
+    const bad = spawnSync(process.execPath, [bin, "--call-timeout", "soon", "info", driver], { cwd: dir, encoding: "utf8" });
+    expect(bad.stderr).toBe('nomadkit: --call-timeout "soon": expected a positive number of milliseconds\n');
+  });
+
   it("run starts a task, streams its output and exits with its status", async () => {
     const r = await nomadkit(
       "run",

@@ -5,7 +5,7 @@ import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
 import { readJsonObject } from "../files.js";
 import { interrupted, onInterrupt } from "../interrupt.js";
-import { pluginCommand, stderrLogger, type GlobalOptions } from "../plugin.js";
+import { pluginCommand, positiveMs, stderrLogger, type GlobalOptions } from "../plugin.js";
 
 interface ConformanceFlags {
   pluginConfig?: string;
@@ -35,13 +35,6 @@ function jsonOption(flag: string, value: string): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-function positiveMs(flag: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new CliError(`${flag} ${JSON.stringify(value)}: expected a positive number of milliseconds`);
-  return n;
-}
-
 async function conformanceCommand(plugin: string | undefined, flags: ConformanceFlags, g: GlobalOptions): Promise<void> {
   const { formatHeader, formatResult, formatSummary, listChecks, runConformance } = await import("@nomadkit/conformance");
   if (flags.list) {
@@ -69,7 +62,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (flags.checks) options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
   const start = positiveMs("--start-timeout", g.startTimeout);
   if (start !== undefined) options.startTimeoutMs = start;
-  const call = positiveMs("--call-timeout", flags.callTimeout);
+  const call = positiveMs("--call-timeout", flags.callTimeout ?? g.callTimeout);
   if (call !== undefined) options.callTimeoutMs = call;
   const shutdown = positiveMs("--shutdown-timeout", flags.shutdownTimeout);
   if (shutdown !== undefined) options.shutdownTimeoutMs = shutdown;

@@ -29,11 +29,11 @@ export async function infoCommand(
   opts: { json?: boolean },
   g: GlobalOptions,
 ): Promise<void> {
-  await withPlugin(plugin, g, async ({ plugin: p, name }) => {
-    const info = await p.basePlugin.pluginInfo({}).catch((e: unknown) => {
+  await withPlugin(plugin, g, async ({ plugin: p, name, call }) => {
+    const info = await p.basePlugin.pluginInfo({}, call).catch((e: unknown) => {
       throw rpcError(name, "BasePlugin.PluginInfo", e);
     });
-    const schema = await p.basePlugin.configSchema({}).catch((e: unknown) => {
+    const schema = await p.basePlugin.configSchema({}, call).catch((e: unknown) => {
       throw rpcError(name, "BasePlugin.ConfigSchema", e);
     });
     const out: Record<string, unknown> = {
@@ -44,7 +44,7 @@ export async function infoCommand(
     };
     if (info.type === PluginType.DRIVER) {
       try {
-        const ts = await p.driver.taskConfigSchema({});
+        const ts = await p.driver.taskConfigSchema({}, call);
         out.taskConfigSchema =
           (toJson(TaskConfigSchemaResponseSchema, ts) as { spec?: unknown })
             .spec ?? null;
@@ -62,8 +62,8 @@ export async function capabilitiesCommand(
   opts: { json?: boolean },
   g: GlobalOptions,
 ): Promise<void> {
-  await withPlugin(plugin, g, async ({ plugin: p, name }) => {
-    const res = await p.driver.capabilities({}).catch((e: unknown) => {
+  await withPlugin(plugin, g, async ({ plugin: p, name, call }) => {
+    const res = await p.driver.capabilities({}, call).catch((e: unknown) => {
       throw rpcError(name, "Driver.Capabilities", e);
     });
     const json = toJson(CapabilitiesResponseSchema, res, {
@@ -81,23 +81,23 @@ export async function configure(
   let msgpack = msgpackConfig({});
   if (configFile) {
     const config = readJsonObject("--config", configFile);
-    const { spec } = await c.plugin.basePlugin.configSchema({}).catch((e: unknown) => {
+    const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch((e: unknown) => {
       throw rpcError(c.name, "BasePlugin.ConfigSchema", e);
     });
     msgpack = await encodeOperatorConfig(`--config ${configFile}`, spec, config);
   }
   try {
-    await c.plugin.basePlugin.setConfig({
-      msgpackConfig: msgpack,
-      pluginApiVersion: PLUGIN_API_VERSION,
-    });
+    await c.plugin.basePlugin.setConfig(
+      { msgpackConfig: msgpack, pluginApiVersion: PLUGIN_API_VERSION },
+      c.call,
+    );
   } catch (e) {
     const err = rpcError(c.name, "BasePlugin.SetConfig", e);
     if (configFile) err.message += ` (config from --config ${configFile})`;
     throw err;
   }
   try {
-    await c.plugin.driver.init({});
+    await c.plugin.driver.init({}, c.call);
   } catch (e) {
     // Nomad counts Unimplemented as success.
     if (!(e instanceof ConnectError && e.code === Code.Unimplemented))

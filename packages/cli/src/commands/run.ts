@@ -164,7 +164,7 @@ export async function runCommand(
   try {
     await configure(c, opts.config);
     const { spec: taskSpec } = await c.plugin.driver
-      .taskConfigSchema({})
+      .taskConfigSchema({}, c.call)
       .catch((e: unknown) => {
         throw rpcError(c.name, "Driver.TaskConfigSchema", e);
       });
