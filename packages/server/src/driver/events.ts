@@ -74,8 +74,9 @@ export class TaskEventHub implements TaskEventEmitter {
     } finally {
       sub.waits.close();
       this.#subs.delete(sub);
-      // Undelivered events go back to the backlog for the next stream.
-      if (sub.queue.length > 0) this.#backlog.unshift(...sub.queue.splice(0).slice(-MAX_BACKLOG));
+      // The last stream's undelivered events wait in the backlog for the next one. While another
+      // stream is open it has them too (and may have delivered them): keeping them would repeat them.
+      if (this.#subs.size === 0 && sub.queue.length > 0) this.#backlog.push(...sub.queue.splice(0).slice(-MAX_BACKLOG));
     }
   }
 }
