@@ -12,7 +12,8 @@ export interface StdioChunk {
 
 type WriteFn = typeof process.stdout.write;
 
-// Until a host opens GRPCStdio, keep at most this much so early output is not lost (or unbounded).
+// Until a host opens GRPCStdio, and per GRPCStdio stream its host does not read, keep at most this
+// much (the newest) so early output is not lost and memory stays bounded.
 const BACKLOG_LIMIT = 1 << 20;
 
 /**
@@ -121,13 +122,21 @@ export class StdioCapture {
    */
   async *subscribe(signal: AbortSignal): AsyncGenerator<StdioChunk> {
     const queue: (StdioChunk | null)[] = [];
+    let queuedBytes = 0;
     let wake: (() => void) | undefined;
     const deliver = (c: StdioChunk | null) => {
       queue.push(c);
+      if (c !== null) {
+        queuedBytes += c.data.length;
+        // A host that opened the stream but does not read it (HTTP/2 flow control holds our writes)
+        // keeps the newest BACKLOG_LIMIT bytes, as when nobody listens.
+        while (queuedBytes > BACKLOG_LIMIT && queue.length > 1 && queue[0] !== null) queuedBytes -= queue.shift()!.data.length;
+      }
       wake?.();
     };
     if (this.backlog.length > 0) {
       queue.push(...this.backlog);
+      queuedBytes = this.backlogBytes;
       this.backlog = [];
       this.backlogBytes = 0;
     }
@@ -140,6 +149,7 @@ export class StdioCapture {
         const next = queue.shift();
         if (next === null) return;
         if (next) {
+          queuedBytes -= next.data.length;
           yield next;
           continue;
         }
