@@ -294,6 +294,25 @@ describe("nomadkit bundle", () => {
     expect(r.code).toBe(1);
   });
 
+  it("runs without a damaged code cache or load recording instead of crashing on them", () => {
+    const copy = join(away, "damaged");
+    cpSync(out, copy, { recursive: true });
+    // A block of the cache lost (same length: V8 alone would deserialise it and crash).
+    const cacheFile = join(copy, "hello.cjs.v8cache");
+    const cache = readFileSync(cacheFile);
+    cache.fill(0, cache.length >> 1, (cache.length >> 1) + 4096);
+    writeFileSync(cacheFile, cache);
+    // The recording cut short.
+    const recording = join(copy, "hello.load.json");
+    writeFileSync(recording, readFileSync(recording, "utf8").slice(0, 300));
+    const r = report(join(copy, "hello"));
+    expect(r.stderr).toContain("hello: load recording stale");
+    expect(r.stderr).toContain("hello: code cache stale");
+    // It ran: started by hand, the plugin itself refuses (no magic cookie), exit 1, no signal.
+    expect(r.stderr).toContain(REFUSAL);
+    expect(r.code).toBe(1);
+  });
+
   describe("the load launch's fast path", () => {
     const BASE = "/hashicorp.nomad.plugins.base.proto.BasePlugin";
     const envelope = (hex: string) => {

@@ -119,18 +119,22 @@ function launch(
     let source = bytes.toString(isAscii(bytes) ? "latin1" : "utf8");
     // esbuild keeps the entry's `#!` line, which is valid only as a script's first characters.
     if (source.startsWith("#!")) source = `//${source.slice(2)}`;
-    // V8 checks a cache against the source's length only; the cache starts with the SHA-256 of the
-    // file it was made from, so a rebuilt bundle never runs with another build's code.
-    const hash = createHash("sha256").update(bytes).digest();
+    // V8 checks a cache against the source's length only, and deserialises a damaged one (a crash,
+    // not a rejection). The cache file starts with the SHA-256 of the file it was made from, so a
+    // rebuilt bundle never runs with another build's code, then the SHA-256 of the cache itself.
+    const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest();
+    const hash = sha256(bytes);
     let cachedData: Buffer | undefined;
     let cacheState = "none";
     try {
       const cache = readFileSync(cacheFile);
+      const data = cache.subarray(2 * hash.length);
       if (
-        cache.length > hash.length &&
-        cache.subarray(0, hash.length).equals(hash)
+        data.length > 0 &&
+        cache.subarray(0, hash.length).equals(hash) &&
+        cache.subarray(hash.length, 2 * hash.length).equals(sha256(data))
       )
-        cachedData = cache.subarray(hash.length);
+        cachedData = data;
       else cacheState = "stale";
     } catch {
       // no cache: compile
@@ -143,11 +147,9 @@ function launch(
       cacheState = script.cachedDataRejected ? "rejected" : "used";
     if (save) {
       process.once("exit", (code) => {
-        if (code === 0)
-          writeFileSync(
-            cacheFile,
-            Buffer.concat([hash, script.createCachedData()]),
-          );
+        if (code !== 0) return;
+        const data = script.createCachedData();
+        writeFileSync(cacheFile, Buffer.concat([hash, sha256(data), data]));
       });
     }
     if (mode === "report")
@@ -205,10 +207,15 @@ function launch(
       ) => writeFileSync(transportFile, JSON.stringify(options ?? null));
     } else if (existsSync(recordingFile) && existsSync(preludeFile)) {
       try {
-        const recording = JSON.parse(readFileSync(recordingFile, "utf8")) as {
-          version?: number;
-          bundleSha256?: string;
+        // Unreadable (a damaged file) counts as stale: the plugin serves every call itself.
+        const readRecording = (): { version?: number; bundleSha256?: string } | null => {
+          try {
+            return JSON.parse(readFileSync(recordingFile, "utf8")) as { version?: number; bundleSha256?: string } | null;
+          } catch {
+            return null;
+          }
         };
+        const recording = readRecording();
         const bundleHash = createHash("sha256")
           .update(
             readFileSync(
@@ -216,7 +223,7 @@ function launch(
             ),
           )
           .digest("hex");
-        if (recording.version === 1 && recording.bundleSha256 === bundleHash) {
+        if (recording?.version === 1 && recording.bundleSha256 === bundleHash) {
           if (mode === "report")
             process.stderr.write(`${name}: load recording used\n`);
           const prelude = runCached(
