@@ -150,6 +150,69 @@ describe("the load launch's fast path (startPrelude)", () => {
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
   });
 
+  it("a recorded call still arriving when the driver takes over is given to the driver, and answered", async () => {
+    const { plugin, logs } = await launch(recording());
+    const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+    const stream = session.request({ ":method": "POST", ":path": "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", "content-type": "application/grpc", te: "trailers" });
+    let status: string | undefined;
+    stream.on("response", (h) => (status ??= h["grpc-status"] as string | undefined));
+    stream.on("trailers", (t) => (status = t["grpc-status"] as string | undefined));
+    const ended = new Promise((r) => stream.on("close", r));
+    stream.resume();
+    // Three bytes of the recorded request: it could still match.
+    stream.write(Buffer.from("000000", "hex"));
+    await new Promise<void>((resolve, reject) => session.once("connect", () => session.ping((err) => (err ? reject(err) : resolve()))));
+    // Another call makes the driver load and take over.
+    expect(await plugin.driver.capabilities({})).toMatchObject({ capabilities: { exec: true } });
+    expect(loaded(logs)).toBe(true);
+    // The rest does not match the recording (a 4-byte request): the driver answers it, with an error.
+    stream.end(Buffer.from("00", "hex"));
+    await ended;
+    session.close();
+    expect(status).toBeDefined();
+    expect(status).not.toBe("0");
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("survives a host resetting a stream it holds or reads with an error code, and a GOAWAY with an error", async () => {
+    const { plugin } = await launch(recording());
+    const reset = (path: string, body: string) =>
+      new Promise<void>((resolve, reject) => {
+        const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+        session.on("error", () => {});
+        const s = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+        s.on("error", () => {});
+        s.write(Buffer.from(body, "hex"));
+        session.once("connect", () =>
+          session.ping((err) => {
+            if (err) return reject(err);
+            s.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+            session.ping(() => {
+              session.destroy();
+              resolve();
+            });
+          }),
+        );
+      });
+    await reset("/plugin.GRPCStdio/StreamStdio", "0000000000"); // held
+    await reset("/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", "000000"); // being read
+    await new Promise<void>((resolve) => {
+      const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+      session.on("error", () => {});
+      const s = session.request({ ":method": "POST", ":path": "/plugin.GRPCStdio/StreamStdio", "content-type": "application/grpc", te: "trailers" });
+      s.on("error", () => {});
+      s.write(Buffer.alloc(5));
+      session.once("connect", () => session.ping(() => {
+        session.goaway(http2.constants.NGHTTP2_INTERNAL_ERROR);
+        setTimeout(() => { session.destroy(); resolve(); }, 100);
+      }));
+    });
+    // Still serving, from the recording.
+    expect(await plugin.health.check({ service: "plugin" })).toMatchObject({ status: 1 });
+    expect(plugin.exitSignal.aborted).toBe(false);
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
   it("listens as the recorded transport options say, and the driver says when its own differ", async () => {
     const { plugin, logs } = await launch(recording({ network: "tcp" }));
     expect(plugin.network).toBe("tcp");

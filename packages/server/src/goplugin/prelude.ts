@@ -111,10 +111,10 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     }
   };
   const handOver: StreamListener = (...args) => {
-    transport.hold(...args);
+    transport.pass(prelude, ...args);
     load();
   };
-  transport.serve((stream, headers, flags, rawHeaders) => {
+  const prelude: StreamListener = (stream, headers, flags, rawHeaders) => {
     const path = headers[":path"] ?? "";
     if (HELD.has(path)) return transport.hold(stream, headers, flags, rawHeaders);
     const call = calls.get(path);
@@ -169,7 +169,8 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     stream.once("end", () => {
       if (deciding) decide(true);
     });
-  });
+  };
+  transport.serve(prelude);
   return transport;
 }
 

@@ -230,6 +230,10 @@ export class PluginTransport {
         server = http2mod.createServer(sessionSettings);
       }
       server.on("stream", (...args: Parameters<StreamListener>) => {
+        // A reset stream or a GOAWAY with an error emits "error" on streams; one held, or read by a
+        // listener that has not answered yet, would otherwise crash the process. Listeners that
+        // answer see the failure through their own handlers.
+        args[0].on("error", ignore);
         if (this.#listener !== undefined) this.#listener(...args);
         else this.#held.push(args);
       });
@@ -271,6 +275,15 @@ export class PluginTransport {
   /** Hold a stream until the next {@link serve} (a listener that cannot answer it yet). */
   hold(...args: Parameters<StreamListener>): void {
     this.#held.push(args);
+  }
+
+  /**
+   * A stream `from` cannot answer: held until the next {@link serve}, or, when a listener other
+   * than `from` already serves (the stream was still being read when it took over), given to it.
+   */
+  pass(from: StreamListener, ...args: Parameters<StreamListener>): void {
+    if (this.#listener !== undefined && this.#listener !== from) this.#listener(...args);
+    else this.#held.push(args);
   }
 
   #trackSessions(server: http2.Http2Server | http2.Http2SecureServer): void {
@@ -387,3 +400,5 @@ export function adoptTransport(): PluginTransport | undefined {
   delete g[WAITING];
   return t;
 }
+
+function ignore(): void {}
