@@ -245,6 +245,11 @@ describe("nomadkit bundle", () => {
       'nomadkit: warning: the plugin calls itself "hello" (PluginInfo), which Nomad\'s plugin block and jobs use; name its executable the same (--name hello)',
     );
     expect(r.stdout).toContain("(PluginInfo: hello 0.1.0)");
+    // Only packages are dependencies (an ES module bundle also imports esbuild's "<runtime>"),
+    // so `npm install` in a copy can complete it.
+    const deps = Object.keys(JSON.parse(readFileSync(join(work, "tla/package.json"), "utf8")).dependencies);
+    expect(deps.length).toBeGreaterThan(0);
+    for (const d of deps) expect(d).toMatch(/^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]*$/);
     const copy = join(away, "tla");
     cpSync(join(work, "tla"), copy, { recursive: true });
     expect(existsSync(join(copy, "hello-tla.mjs"))).toBe(true);
@@ -599,6 +604,12 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toContain(
       'nomadkit: --name "../hello": expected a file name',
     );
+
+    for (const name of ["hel\nlo", "package.json", "node_modules"]) {
+      r = bundle("hello.mjs", "--name", name, "--out", "names", "--no-code-cache");
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`nomadkit: --name ${JSON.stringify(name)}:`);
+    }
 
     r = bundle("hello.mjs", "--out", "a-file");
     expect(r.code).toBe(1);

@@ -100,13 +100,16 @@ function checkName(name: string): void {
     !name ||
     name === "." ||
     name === ".." ||
-    /[/\\\0]/.test(name) ||
+    /[/\\\x00-\x1f\x7f]/.test(name) ||
     name.startsWith("-")
   ) {
     throw new CliError(
-      `--name ${JSON.stringify(name)}: expected a file name (no slashes, not . or .., not starting with -)`,
+      `--name ${JSON.stringify(name)}: expected a file name (no slashes or control characters, not . or .., not starting with -)`,
     );
   }
+  // The directory's package.json, and where `npm install` in it puts packages.
+  if (name === "package.json" || name === "node_modules")
+    throw new CliError(`--name ${JSON.stringify(name)}: taken by the bundle directory's own ${name}`);
 }
 
 /** What the package.json we write says about itself (how a rerun knows it may replace it). */

@@ -43,6 +43,9 @@ function installedPackage(name: string, fromDir: string): ExternalPackage {
   return { version: "*", installScripts: false };
 }
 
+/** What npm accepts as a package name (lower case, URL-safe, optionally scoped). */
+const NPM_NAME = /^(?:@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]*$/;
+
 /** `pkg/sub/path` → `pkg`, `@scope/pkg/sub` → `@scope/pkg`. */
 function packageName(specifier: string): string {
   const parts = specifier.split("/");
@@ -65,7 +68,8 @@ export function externalImports(
       )
         continue;
       const name = packageName(imp.path);
-      if (found[name] !== undefined) continue;
+      // esbuild's own placeholders (an ES module bundle imports "<runtime>") are not packages.
+      if (!NPM_NAME.test(name) || found[name] !== undefined) continue;
       found[name] = installedPackage(name, dirname(resolve(cwd, input)));
     }
   }
