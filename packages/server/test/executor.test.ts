@@ -1,7 +1,8 @@
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { createReadStream, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -291,6 +292,13 @@ describe("executor: signals and shutdown", () => {
     expect(isProcessAlive(exe.pid)).toBe(false);
   });
 
+  it.runIf(isRoot)("Shutdown after the task exited leaves alone a process that got its pid since", () => {
+    // In a pid namespace of its own the fixture can hand the exited task's pid to another process.
+    const fixture = fileURLToPath(new URL("./fixtures/executor/pid-reuse.mjs", import.meta.url));
+    const r = spawnSync("unshare", ["-pf", "--mount-proc", process.execPath, fixture], { encoding: "utf8", timeout: 30_000 });
+    expect(r.stdout.trim(), r.stderr).toBe("unrelated: alive");
+  });
+
   it("Shutdown also kills what the task left running in its process group", async () => {
     const exe = await executor();
     const out = file("group");
@@ -322,6 +330,23 @@ describe("executor: exec and stats", () => {
     const late = await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: timestampFromDate(new Date(Date.now() + 200)) });
     expect(late.exitCode).toBe(137);
     await expectCode(exe.client.exec({ cmd: "no-such-cmd-xyz", args: [] }), Code.InvalidArgument, "cmd");
+  });
+
+  it("Exec ends at its deadline even when a process that left the group holds the output", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const pidFile = join(dir, "setsid.pid");
+    const r = await exe.client.exec({
+      cmd: "sh",
+      args: ["-c", `setsid sh -c 'echo $$ > ${pidFile}; exec sleep 1000' & echo started; wait`],
+      deadline: timestampFromDate(new Date(Date.now() + 500)),
+    });
+    expect(r.exitCode).toBe(137);
+    expect(Buffer.from(r.output).toString()).toContain("started");
+    // The escaped process is the task's to clean up, not Exec's: end it here.
+    const escaped = Number(readFileSync(pidFile, "utf8"));
+    stray.push(escaped);
+    process.kill(escaped, "SIGKILL");
   });
 
   it("Stats streams samples of the task's process tree with total_ticks from the executor's host", async () => {

@@ -60,6 +60,9 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
     } catch {
       child.kill("SIGKILL");
     }
+    // A process that left the group (setsid) may still hold the pipes: 'close' would wait for it.
+    child.stdout!.destroy();
+    child.stderr!.destroy();
   };
   let timer: NodeJS.Timeout | undefined;
   if (options.deadline) {

@@ -163,7 +163,9 @@ export class TaskProcess {
     }
     if (!this.exitState) await this.killTree();
     const state = await this.exited;
-    killGroup(this.pid);
+    // What the task left in its group. While any member lives its pid stays reserved, so a process
+    // that has the pid now (ours was reaped) means the group is gone and the pid reused.
+    if (!pidInUse(this.pid)) killGroup(this.pid);
     return state;
   }
 
@@ -183,6 +185,15 @@ export class TaskProcess {
   /** The name of the signal that ended the process, if any (for logs). */
   get signalName(): string | undefined {
     return this.exitState?.signal ? signalName(this.exitState.signal) : undefined;
+  }
+}
+
+function pidInUse(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
