@@ -113,6 +113,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         );
         pid = res.process?.pid ?? 0;
       } catch (err) {
+        // A Launch the caller gave up on may still have started the task: the executor's shutdown
+        // does not stop it.
+        await exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
         await exe.kill().catch(() => undefined);
         throw err;
       }
