@@ -13,7 +13,7 @@ import {
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
-import { RawExecTask, type RawExecState } from "./task.js";
+import { RawExecTask, killOrphanedTask, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
 export const PLUGIN_NAME = "nomadkit-rawexec";
@@ -120,7 +120,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         throw err;
       }
       const state: RawExecState = { startedAt: new Date().toISOString(), pid };
-      tasks.set(task.id, new RawExecTask(task.id, exe, state));
+      tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
       ctx.events.emit({ taskId: task.id, message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`, annotations: { pid: String(pid), executor_pid: String(exe.pid) } });
       // driver_state: the executor's reattach info plus our own fields, as JSON bytes.
       return { driverState: exe.driverState(state) };
@@ -133,11 +133,14 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       try {
         exe = await reattachExecutor(executor);
       } catch (err) {
-        // Nomad restarts the task when recovery fails.
-        throw new Error(`recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}`);
+        // Nomad starts the task again when recovery fails: the old one must not run on beside it.
+        const killed = driver !== undefined && killOrphanedTask(driver.pid, task.allocId);
+        throw new Error(
+          `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
+        );
       }
       const state: RawExecState = driver ?? { startedAt: new Date().toISOString(), pid: 0 };
-      tasks.set(task.id, new RawExecTask(task.id, exe, state));
+      tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
       ctx.events.emit({ taskId: task.id, message: `Reattached to executor ${executor.pid} (task pid ${state.pid})` });
     },
 
@@ -161,7 +164,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         // Kill the task (if still running) and anything it left in its process group, then the executor.
         await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
         await t.exe.kill();
-      }
+      } else killOrphanedTask(t.state.pid, t.allocId);
       t.detach();
       tasks.delete(taskId);
     },

@@ -1,7 +1,8 @@
 // One running task: its executor connection, the pending Wait, and a stats feed. The task process
 // belongs to the executor, not to this plugin, so everything here can be rebuilt after a restart
 // from the reattach info kept in the task handle.
-import type { ExecutorHandle } from "@nomadkit/server/executor";
+import { readFileSync } from "node:fs";
+import { isProcessAlive, type ExecutorHandle } from "@nomadkit/server/executor";
 import type { TaskExit } from "@nomadkit/server";
 
 type StatsResponse = ReturnType<ExecutorHandle["client"]["stats"]> extends AsyncIterable<infer R> ? R : never;
@@ -14,6 +15,38 @@ export interface RawExecState {
   startedAt: string;
   /** The task process id. */
   pid: number;
+}
+
+/**
+ * SIGKILLs the task process `pid` and its process group when its executor is gone (the task would
+ * otherwise run on, unsupervised, while Nomad starts it again elsewhere), provided the process is
+ * still the task: its environment names the task's allocation, so a reused pid is left alone.
+ * Returns whether it was killed.
+ *
+ * @example
+ * ```ts
+ * if (!isProcessAlive(exe.pid)) killOrphanedTask(state.pid, task.allocId);
+ * ```
+ */
+export function killOrphanedTask(pid: number, allocId: string): boolean {
+  if (pid <= 0 || allocId === "") return false;
+  let environ: string;
+  try {
+    environ = readFileSync(`/proc/${pid}/environ`, "latin1");
+  } catch {
+    return false; // gone, or not ours to read
+  }
+  if (!environ.split("\0").includes(`NOMAD_ALLOC_ID=${allocId}`)) return false;
+  try {
+    process.kill(-pid, "SIGKILL"); // the executor starts each task as a process group leader
+  } catch {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      return false;
+    }
+  }
+  return true;
 }
 
 /** How often the executor samples the task's process tree for TaskStats. */
@@ -114,6 +147,8 @@ export class RawExecTask {
     readonly id: string,
     readonly exe: ExecutorHandle,
     readonly state: RawExecState,
+    /** The task's allocation: how its process is told from a reused pid (see killOrphanedTask). */
+    readonly allocId: string,
   ) {
     this.stats = new StatsFeed(exe);
     this.startedAt = new Date(state.startedAt);
@@ -121,7 +156,14 @@ export class RawExecTask {
     // captured while the executor is still there to tell it.
     this.exited = exe.client.wait({}).then(
       (r): TaskExit => ({ exitCode: r.process?.exitCode ?? 0, signal: r.process?.signal ?? 0, oomKilled: r.process?.oomKilled ?? false }),
-      (err: unknown): TaskExit => ({ exitCode: 1, err: `executor: error waiting on the task process: ${(err as Error).message}` }),
+      (err: unknown): TaskExit => {
+        // An executor that died leaves its task running: end it, so the exit reported is true.
+        const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state.pid, allocId);
+        return {
+          exitCode: 1,
+          err: `executor: error waiting on the task process: ${(err as Error).message}${killed ? ` (the executor is gone; its task, pid ${state.pid}, was killed)` : ""}`,
+        };
+      },
     );
     void this.exited.then((e) => {
       this.exit = { ...e, at: new Date() };

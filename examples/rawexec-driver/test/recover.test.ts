@@ -95,4 +95,34 @@ describe("recover after a plugin crash", () => {
     expect(badErr?.code).toBe(3);
     expect(badErr?.message).toContain("driver_state");
   });
+
+  it("when the executor dies under a running task, the task is ended, not left running beside a restart", async () => {
+    const p = await startPlugin();
+    const t = newTask(sh("exec sleep 600"));
+    const state = driverState(await start(p, t));
+    const wait = p.driver.waitTask({ taskId: t.id });
+    process.kill(state.executor.pid, "SIGKILL");
+    const r = await wait;
+    expect(r.err).toContain(`its task, pid ${state.driver.pid}, was killed`);
+    await until(() => !alive(state.driver.pid), "the orphaned task to die");
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+
+    // The same while no plugin runs: recovery fails, and the task does not run on.
+    const first = await startPlugin();
+    const u = newTask(sh("exec sleep 600"));
+    const handle = await start(first, u);
+    const s2 = driverState(handle);
+    process.kill(first.pid, "SIGKILL");
+    await first.exited;
+    process.kill(s2.executor.pid, "SIGKILL");
+    await until(() => !alive(s2.executor.pid), "the executor to die");
+    expect(alive(s2.driver.pid)).toBe(true);
+    const second = await startPlugin();
+    const err = await second.driver.recoverTask({ taskId: u.id, handle }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toContain(`its task (pid ${s2.driver.pid}) was killed`);
+    await until(() => !alive(s2.driver.pid), "the orphaned task to die");
+  });
 });
