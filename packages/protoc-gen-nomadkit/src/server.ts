@@ -40,18 +40,20 @@ export function generateServerFile(f: GeneratedFile, file: DescFile, options: Op
         ),
       );
       const out = [MessageInitShape, "<typeof ", O, ">"];
+      // In an interface a bare `new(...)` would declare a constructor, not a method.
+      const member = method.localName === "new" ? f.string("new") : method.localName;
       switch (method.methodKind) {
         case "unary":
-          f.print("  ", method.localName, "(request: ", I, ", context: ", HandlerContext, "): ", MaybePromise, "<", ...out, ">;");
+          f.print("  ", member, "(request: ", I, ", context: ", HandlerContext, "): ", MaybePromise, "<", ...out, ">;");
           break;
         case "server_streaming":
-          f.print("  ", method.localName, "(request: ", I, ", context: ", HandlerContext, "): AsyncIterable<", ...out, ">;");
+          f.print("  ", member, "(request: ", I, ", context: ", HandlerContext, "): AsyncIterable<", ...out, ">;");
           break;
         case "client_streaming":
-          f.print("  ", method.localName, "(requests: AsyncIterable<", I, ">, context: ", HandlerContext, "): ", MaybePromise, "<", ...out, ">;");
+          f.print("  ", member, "(requests: AsyncIterable<", I, ">, context: ", HandlerContext, "): ", MaybePromise, "<", ...out, ">;");
           break;
         case "bidi_streaming":
-          f.print("  ", method.localName, "(requests: AsyncIterable<", I, ">, context: ", HandlerContext, "): AsyncIterable<", ...out, ">;");
+          f.print("  ", member, "(requests: AsyncIterable<", I, ">, context: ", HandlerContext, "): AsyncIterable<", ...out, ">;");
           break;
       }
     }

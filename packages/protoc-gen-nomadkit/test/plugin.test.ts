@@ -90,6 +90,23 @@ describe("kind=server", () => {
     expect(src).toContain('from "@nomadkit/server/runtime"');
   });
 
+  it("quotes a handler named `new`, which bare would declare a constructor", () => {
+    const widgets = create(FileDescriptorProtoSchema, {
+      name: "acme/v1/widget.proto",
+      package: "acme.v1",
+      syntax: "proto3",
+      messageType: [{ name: "Req" }, { name: "Res" }],
+      service: [{ name: "Widgets", method: [create(MethodDescriptorProtoSchema, { name: "New", inputType: ".acme.v1.Req", outputType: ".acme.v1.Res" })] }],
+    });
+    const res = protocGenNomadkit.run(
+      create(CodeGeneratorRequestSchema, { parameter: "kind=server,target=ts,import_extension=js", fileToGenerate: [widgets.name], protoFile: [widgets] }),
+    );
+    const src = res.file.find((f) => f.name === "acme/v1/widget_nomadkit.ts")!.content;
+    expect(src).toMatch(/^ {2}"new"\(request: /m);
+    expect(src).not.toMatch(/^ {2}new\(/m);
+    expect(src).toContain("new: rt.unary(Widgets.method.new, handlers.new?.bind(handlers)),");
+  });
+
   it("honours runtime_import and rewrite_imports (relative to the output root)", () => {
     const src = generate(
       "kind=server,target=ts,import_extension=js,runtime_import=../runtime.js,rewrite_imports=./**/*_pb.js:../gen",
