@@ -173,6 +173,35 @@ describe("openOutputPipes", () => {
     expect(again).toEqual(first);
   });
 
+  it("removes the FIFO directories of processes that are gone (a SIGKILLed plugin cannot)", async () => {
+    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/exec/output-pipes.js");
+    if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
+    const tmp = mkdtempSync(join(tmpdir(), "nk-pipes-root-"));
+    const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout;
+    const live = spawn("sleep", ["60"]);
+    try {
+      for (const d of [`nomadkit-pipes-${gone}-AbCdEf`, `nomadkit-pipes-${live.pid}-GhIjKl`, "nomadkit-pipes-OldFmt"]) mkdirSync(join(tmp, d, "0"), { recursive: true });
+      const script = `
+        import { readdirSync } from "node:fs";
+        import { Writable } from "node:stream";
+        const { openOutputPipes } = await import(${JSON.stringify(pathToFileURL(built).href)});
+        const sink = () => new Writable({ write: (_c, _e, cb) => cb() });
+        const p = await openOutputPipes(sink(), sink());
+        process.stdout.write(JSON.stringify({ pid: process.pid, dirs: readdirSync(process.env.TMPDIR).sort() }));
+        p.close();`;
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { env: { PATH: process.env.PATH, TMPDIR: tmp }, encoding: "utf8" });
+      expect(r.stderr).toBe("");
+      const { pid, dirs } = JSON.parse(r.stdout) as { pid: number; dirs: string[] };
+      expect(dirs).not.toContain(`nomadkit-pipes-${gone}-AbCdEf`);
+      expect(dirs).toContain(`nomadkit-pipes-${live.pid}-GhIjKl`);
+      expect(dirs).toContain("nomadkit-pipes-OldFmt");
+      expect(dirs.some((d) => d.startsWith(`nomadkit-pipes-${pid}-`))).toBe(true);
+    } finally {
+      live.kill("SIGKILL");
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
   it("leaves an unprivileged user's pipes at Linux's default (their pipe budget is shared)", async () => {
     // The built module, run as nobody: the same measurement as above, in a process of its own. Copied
     // (with the one module it imports) where nobody can read it, wherever this checkout is.

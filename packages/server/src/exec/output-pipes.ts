@@ -16,7 +16,7 @@
  * "every process holding the output let go".
  */
 import { spawn } from "node:child_process";
-import { closeSync, constants, mkdirSync, mkdtempSync, openSync, rmSync } from "node:fs";
+import { closeSync, constants, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync } from "node:fs";
 import { Socket, type SocketConstructorOpts } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -48,11 +48,47 @@ let root: string | undefined;
 let made = 0;
 const idle: Pair[] = [];
 
+/** Prefix of a process's FIFO directory: `nomadkit-pipes-<pid>-XXXXXX` in the temporary directory. */
+const ROOT_PREFIX = "nomadkit-pipes-";
+
+/**
+ * Removes the FIFO directories of processes that are gone. Each process removes its own as it
+ * exits, but not when it is killed (Nomad SIGKILLs a plugin that does not exit within 2 s of its
+ * Shutdown), and those would pile up in the temporary directory.
+ */
+function removeOrphanedRoots(): void {
+  let names: string[];
+  try {
+    names = readdirSync(tmpdir());
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const m = /^nomadkit-pipes-(\d+)-/.exec(name);
+    if (m === null || Number(m[1]) === process.pid || pidExists(Number(m[1]))) continue;
+    try {
+      rmSync(join(tmpdir(), name), { recursive: true, force: true });
+    } catch {
+      // another user's: theirs to remove
+    }
+  }
+}
+
+function pidExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
 /** A new directory for a pair, in this process's private one (made again if a cleaner removed it). */
 function pairDir(): string {
   for (let attempt = 0; ; attempt++) {
     if (root === undefined) {
-      const dir = (root = mkdtempSync(join(tmpdir(), "nomadkit-pipes-")));
+      removeOrphanedRoots();
+      const dir = (root = mkdtempSync(join(tmpdir(), `${ROOT_PREFIX}${process.pid}-`)));
       process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
     }
     const dir = join(root, String(made++));
