@@ -70,6 +70,7 @@ const scenarios: Record<string, Respond> = {
   "two messages": (s) => withTrailers(s, Buffer.concat([frame(info), frame(info)]), { "grpc-status": "0" }),
   "no message, status OK": (s) => withTrailers(s, Buffer.alloc(0), { "grpc-status": "0" }),
   "trailers-only OK": (s) => s.respond({ ...grpcHeaders, "grpc-status": "0" }, { endStream: true }),
+  "trailers-only Canceled": (s) => s.respond({ ...grpcHeaders, "grpc-status": "1", "grpc-message": "exec%20cancelled" }, { endStream: true }),
   "trailers-only NotFound": (s) =>
     s.respond({ ...grpcHeaders, "grpc-status": "5", "grpc-message": "task%20t1%20not%20found" }, { endStream: true }),
   "status after a message": (s) => withTrailers(s, frame(info), { "grpc-status": "9", "grpc-message": "too late" }),
@@ -223,6 +224,19 @@ describe("unary calls: direct path (plugin connection) and connect give the same
   ];
   it.each(expected)("%s", async (scenario, want) => {
     expect(await both(scenario)).toMatchObject(want);
+  });
+
+  it("a Canceled status the plugin sends is returned at once, not held for the plugin's exit", async () => {
+    // A plugin that answers is alive: only a broken transport waits (up to the grace) for an exit.
+    const never = new AbortController();
+    const patient = new BasePluginClient(plugin.transport, { pluginExited: never.signal, shutdownGraceMs: 60_000 });
+    const outcome = await Promise.race([
+      patient.pluginInfo({}, { headers: { "x-scenario": "trailers-only Canceled" } }).catch((e: unknown) => e),
+      new Promise((r) => setTimeout(() => r("still waiting"), 5_000)),
+    ]);
+    expect(outcome).toBeInstanceOf(ConnectError);
+    expect((outcome as ConnectError).code).toBe(Code.Canceled);
+    expect((outcome as ConnectError).rawMessage).toBe("exec cancelled");
   });
 
   it("the RecoverableError detail is read the same way", async () => {

@@ -28,8 +28,10 @@ const transportMessage =
 
 /**
  * True when a failure looks like the transport broke (what Nomad treats as "maybe the plugin
- * exited"): Unavailable and Canceled always, Internal/Unknown/Aborted only when the error chain
- * shows a reset stream, closed connection or socket error (a handler's own Unknown status does not).
+ * exited"): Unavailable always, Canceled unless the plugin answered it as a status (a stream reset
+ * or a lost connection is Canceled too; a plugin that sends a status is alive), Internal/Unknown/
+ * Aborted only when the error chain shows a reset stream, closed connection or socket error (a
+ * handler's own Unknown status does not).
  *
  * @example
  * ```ts
@@ -37,7 +39,8 @@ const transportMessage =
  * ```
  */
 export function isTransportFailure(err: ConnectError): boolean {
-  if (err.code === Code.Unavailable || err.code === Code.Canceled) return true;
+  if (err.code === Code.Unavailable) return true;
+  if (err.code === Code.Canceled) return !err.metadata.has("grpc-status");
   if (err.code !== Code.Internal && err.code !== Code.Unknown && err.code !== Code.Aborted) return false;
   for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
     if (typeof e !== "object") break;
