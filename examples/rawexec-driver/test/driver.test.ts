@@ -219,6 +219,12 @@ describe("exec", () => {
     expect(o.exitCode).toBe(0);
   });
 
+  it("buffered exec past its timeout answers with the output so far and the kill's exit code, as Nomad's executor", async () => {
+    const res = await p.driver.execTask({ taskId: t.id, command: ["/bin/sh", "-c", "echo partial; exec sleep 30"], timeout: { nanos: 300_000_000 } });
+    expect(Buffer.from(res.stdout).toString()).toBe("partial\n");
+    expect(res.result?.exitCode).toBe(137);
+  });
+
   it("refuses NUL bytes in commands, arguments and environment with InvalidArgument naming the field", async () => {
     const nul = "contains a NUL byte";
     const buffered = await failure(() => p.driver.execTask({ taskId: t.id, command: ["/bin/echo", "a\0b"] }));

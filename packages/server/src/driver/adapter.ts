@@ -87,6 +87,9 @@ const utf8 = new TextDecoder();
 const encoder = new TextEncoder();
 
 /** A host's timeout in whole ms a timer can hold (see timer-delay.ts); 0 when unset. */
+/** How long after an ExecTask timeout a driver's execTask is cancelled if it has not answered. */
+const EXEC_TIMEOUT_GRACE_MS = 1000;
+
 function durationMs(d: Duration | undefined): number {
   if (d === undefined) return 0;
   return timerDelayMs(Number(d.seconds) * 1000 + d.nanos / 1e6);
@@ -433,7 +436,11 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       if (req.command.length === 0 || req.command[0] === "") throw invalidArgument("command", "must not be empty");
       checkProcessStrings(req.command, (i) => `command[${i}]`);
       const timeoutMs = durationMs(req.timeout);
-      const { signal, dispose } = anySignal(hc.signal, timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : undefined);
+      // A driver's own execTask ends the command at the timeout and answers with what it got (as
+      // Nomad's executor does); the signal only stops one that does not, a moment later. Run
+      // through execTaskStreaming, the signal is what ends the command.
+      const backstopMs = driver.execTask !== undefined ? timerDelayMs(timeoutMs + EXEC_TIMEOUT_GRACE_MS) : timeoutMs;
+      const { signal, dispose } = anySignal(hc.signal, timeoutMs > 0 ? AbortSignal.timeout(backstopMs) : undefined);
       try {
         const ctx = call(hc);
         let r: ExecTaskResult;

@@ -261,9 +261,9 @@ export interface DestroyTaskOptions {
 
 /** Options of `execTask`. */
 export interface ExecTaskOptions {
-  /** Kill the command after this many milliseconds (0: no limit). */
+  /** Kill the command after this many milliseconds (0: no limit), and answer with its output and exit code. */
   timeoutMs: number;
-  /** Aborts at the timeout or when Nomad cancels the call. */
+  /** Aborts when Nomad cancels the call, or 1 s after the timeout if execTask has not answered by then. */
   signal: AbortSignal;
 }
 
