@@ -61,4 +61,18 @@ describe("TaskEventHub", () => {
     expect(got).toEqual(["e2", "e3"]);
     await c.close();
   });
+
+  it("gives what a closing stream did not deliver to a stream opened after it was emitted (Nomad reopening)", async () => {
+    const h = hub();
+    const a = await open(h);
+    for (const m of ["e1", "e2", "e3"]) h.emit({ taskId: "t1", message: m });
+    expect((await a.first).value?.message).toBe("e1");
+    const b = await open(h); // Nomad's new stream, before the old one is gone
+    h.emit({ taskId: "t1", message: "e4" });
+    await a.close();
+    const got = [(await b.first).value?.message];
+    for (let i = 0; i < 2; i++) got.push((await b.it.next()).value?.message);
+    expect(got.sort()).toEqual(["e2", "e3", "e4"]);
+    await b.close();
+  });
 });

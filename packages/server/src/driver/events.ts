@@ -15,6 +15,8 @@ const MAX_BACKLOG = 1024;
 
 interface Subscriber {
   queue: DriverTaskEvent[];
+  /** Number of the first event emitted after the stream opened: earlier ones never reached it. */
+  since: number;
   /** The stream's wait for its next event; a poke while it is not waiting finds the queue later. */
   waits: StreamWaits;
 }
@@ -23,6 +25,9 @@ interface Subscriber {
 export class TaskEventHub implements TaskEventEmitter {
   readonly #subs = new Set<Subscriber>();
   readonly #backlog: DriverTaskEvent[] = [];
+  /** Each event's number, in emit order. */
+  readonly #seq = new WeakMap<DriverTaskEvent, number>();
+  #emitted = 0;
   #dropped = 0;
 
   constructor(
@@ -40,6 +45,7 @@ export class TaskEventHub implements TaskEventEmitter {
       message: event.message,
       annotations: { ...(event.annotations ?? {}) },
     });
+    this.#seq.set(msg, this.#emitted++);
     if (this.#subs.size === 0) {
       this.#push(this.#backlog, msg);
       return;
@@ -60,7 +66,7 @@ export class TaskEventHub implements TaskEventEmitter {
 
   /** One TaskEvents stream; ends when any of `signals` aborts. */
   async *stream(...signals: (AbortSignal | undefined)[]): AsyncGenerator<DriverTaskEvent, void, undefined> {
-    const sub: Subscriber = { queue: this.#backlog.splice(0), waits: new StreamWaits(...signals) };
+    const sub: Subscriber = { queue: this.#backlog.splice(0), since: this.#emitted, waits: new StreamWaits(...signals) };
     this.#subs.add(sub);
     try {
       for (;;) {
@@ -74,9 +80,20 @@ export class TaskEventHub implements TaskEventEmitter {
     } finally {
       sub.waits.close();
       this.#subs.delete(sub);
-      // The last stream's undelivered events wait in the backlog for the next one. While another
-      // stream is open it has them too (and may have delivered them): keeping them would repeat them.
-      if (this.#subs.size === 0 && sub.queue.length > 0) this.#backlog.push(...sub.queue.splice(0).slice(-MAX_BACKLOG));
+      // What this stream did not deliver goes to the streams that never had it (opened after it was
+      // emitted: Nomad reopens its stream before the old one is gone), or waits in the backlog for
+      // the next stream. A stream open before an event has it (and may have delivered it).
+      const left = sub.queue.splice(0);
+      if (this.#subs.size === 0) this.#backlog.push(...left.slice(-MAX_BACKLOG));
+      else if (left.length > 0) {
+        for (const other of this.#subs) {
+          const missing = left.filter((e) => (this.#seq.get(e) ?? 0) < other.since);
+          if (missing.length === 0) continue;
+          other.queue.unshift(...missing);
+          if (other.queue.length > MAX_BACKLOG) other.queue.splice(0, other.queue.length - MAX_BACKLOG);
+          other.waits.poke();
+        }
+      }
     }
   }
 }
