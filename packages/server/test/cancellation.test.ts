@@ -136,3 +136,38 @@ describe("caller cancellation", () => {
     expect(logger.entries.filter((e) => e.level === "error")).toEqual([]);
   });
 });
+
+describe("a handler's own abort", () => {
+  it("is a failure (Unknown with its reason, logged), not the caller's cancellation", async () => {
+    const { setTimeout: sleep } = await import("node:timers/promises");
+    const { registerBasePlugin } = await import("../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js");
+    const { BasePluginClient } = await import("@nomadkit/client");
+    const { Code, ConnectError } = await import("@connectrpc/connect");
+    const logger = captureLogger();
+    const server = await startServer((router) =>
+      registerBasePlugin(
+        router,
+        {
+          // Its own deadline for something it waits on; the caller never cancels.
+          pluginInfo: async () => {
+            const own = new AbortController();
+            own.abort(new Error("registry did not answer within 50ms"));
+            await sleep(1000, undefined, { signal: own.signal });
+            return {};
+          },
+        },
+        new ServerRuntime({ logger }),
+      ),
+    );
+    try {
+      const err = await new BasePluginClient(createUnixSocketTransport(server.socketPath)).pluginInfo({}).catch((e: unknown) => e);
+      expect(isCancellation(err)).toBe(false);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as InstanceType<typeof ConnectError>).code).toBe(Code.Unknown);
+      expect((err as InstanceType<typeof ConnectError>).rawMessage).toContain("registry did not answer within 50ms");
+      expect(logger.entries.some((e) => e.level === "error" && e.message.includes("registry did not answer"))).toBe(true);
+    } finally {
+      await server.close();
+    }
+  });
+});

@@ -139,7 +139,9 @@ export class ServerRuntime {
    */
   toConnectError(err: unknown, method: DescMethod, context: HandlerContext): ConnectError {
     const rpc = `${method.parent.typeName}/${method.name}`;
-    if (context.signal.aborted || isCancellation(err)) {
+    // Only the caller's own cancellation: an AbortError from a controller of the handler's (a
+    // deadline of its own, say) is a failure, reported and logged like any other.
+    if (context.signal.aborted) {
       // Nobody is listening any more; the reason (Canceled / DeadlineExceeded) is what connect reports.
       this.logger.debug({ rpc }, "call cancelled");
       if (err instanceof ConnectError && (err.code === Code.Canceled || err.code === Code.DeadlineExceeded)) {
@@ -158,7 +160,7 @@ export class ServerRuntime {
       this.logger.debug({ rpc, code: Code[err.code], err: err.rawMessage }, "call failed");
       return err;
     }
-    const message = err instanceof Error ? err.message : String(err);
+    const message = describeFailure(err);
     if (typeof err !== "object" || err === null || !logged.has(err)) {
       if (typeof err === "object" && err !== null) logged.add(err);
       this.logger.error({ rpc, err }, `${rpc} failed: ${message}`);
@@ -210,3 +212,10 @@ async function* failing<T>(err: unknown): AsyncIterable<T> {
   throw err;
 }
 
+/** What a failure says; an abort's own message ("This operation was aborted") plus its reason. */
+function describeFailure(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause: unknown = err.cause;
+  if (isCancellation(err) && cause !== undefined) return `${err.message}: ${cause instanceof Error ? cause.message : String(cause)}`;
+  return err.message;
+}
