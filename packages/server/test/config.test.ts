@@ -90,6 +90,21 @@ describe("hclspec builder", () => {
 });
 
 describe("decodeConfig", () => {
+  it("refuses an integer a JavaScript number cannot hold exactly instead of rounding it", () => {
+    const big = (n: bigint) => ({ command: "x", timeout: n });
+    const bytes = (v: unknown) => encode(v, { useBigInt64: true });
+    expect(decodeConfig(taskSchema, bytes(big(9007199254740991n)), "task config").timeout).toBe(9007199254740991);
+    expect(invalid(() => decodeConfig(taskSchema, bytes(big(9007199254740993n)), "task config"))).toBe(
+      'task config: field "timeout": integer 9007199254740993 is beyond what a JavaScript number holds exactly (±2^53)',
+    );
+    // As cty writes a number that is neither int64 nor exact float64: a decimal string.
+    expect(invalid(() => decodeConfig(taskSchema, encode({ command: "x", timeout: "123456789012345678901" }), "task config"))).toContain(
+      'field "timeout": integer 123456789012345678901 is beyond',
+    );
+    expect(decodeConfig(taskSchema, encode({ command: "x", timeout: "1.5" }), "task config").timeout).toBe(1.5);
+    expect(invalid(() => decodeConfig(taskSchema, bytes({ command: "x", extra: -9223372036854775807n }), "task config"))).toContain('field "extra"');
+  });
+
   it("names the field of an `any` value whose cty type is nested too deeply", () => {
     const deep = "[\"list\",".repeat(20_000) + '"string"' + "]".repeat(20_000);
     const msg = invalid(() =>

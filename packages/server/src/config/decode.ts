@@ -26,7 +26,8 @@ export function decodeConfig<T>(schema: HclSpec<T, boolean>, bytes: Uint8Array, 
     try {
       // Every element takes at least one byte, so no honest length exceeds the input size.
       const limit = bytes.byteLength;
-      raw = new Decoder({ maxStrLength: limit, maxBinLength: limit, maxArrayLength: limit, maxMapLength: limit, maxExtLength: limit }).decode(bytes);
+      // 64-bit integers as bigint, so one a JavaScript number cannot hold exactly is refused, not rounded.
+      raw = new Decoder({ useBigInt64: true, maxStrLength: limit, maxBinLength: limit, maxArrayLength: limit, maxMapLength: limit, maxExtLength: limit }).decode(bytes);
     } catch (err) {
       throw new ConnectError(`${label}: malformed msgpack: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
     }

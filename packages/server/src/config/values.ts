@@ -70,6 +70,14 @@ export function isPlainMap(v: unknown): v is Record<string, unknown> {
 }
 
 const NUMERIC = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
+const INTEGER = /^[-+]?\d+$/;
+
+/** An integer as a JavaScript number, refused (naming the field) when a number cannot hold it exactly. */
+function exactInteger(v: bigint, path: FieldPath): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n)) throw new ConfigFieldError(path, `integer ${v} is beyond what a JavaScript number holds exactly (±2^53)`);
+  return n;
+}
 
 /** Deepest nesting accepted for `any` values, so hostile input cannot exhaust the stack. */
 const MAX_DEPTH = 256;
@@ -92,9 +100,9 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
       return v;
     case "number":
       if (typeof v === "number" && !Number.isNaN(v)) return v;
-      if (typeof v === "bigint") return Number(v);
+      if (typeof v === "bigint") return exactInteger(v, path);
       // cty encodes numbers that are neither int64 nor exact float64 as decimal strings.
-      if (typeof v === "string" && NUMERIC.test(v)) return Number(v);
+      if (typeof v === "string" && NUMERIC.test(v)) return INTEGER.test(v) ? exactInteger(BigInt(v), path) : Number(v);
       throw mismatch();
     case "list":
     case "set": {
@@ -166,7 +174,7 @@ function plain(v: unknown, path: FieldPath, depth: number): unknown {
   if (depth > MAX_DEPTH) throw new ConfigFieldError(path, "value nested too deeply");
   if (v === null || v === undefined) return null;
   if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") return v;
-  if (typeof v === "bigint") return Number(v);
+  if (typeof v === "bigint") return exactInteger(v, path);
   if (Array.isArray(v)) return v.map((e, i) => plain(e, [...path, i], depth + 1));
   if (isPlainMap(v)) {
     const out: Record<string, unknown> = {};
