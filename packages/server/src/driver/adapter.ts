@@ -258,10 +258,17 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     configSchema: () => ({ spec: configSpec }),
     async setConfig(req, hc) {
       const decoded = driver.configSchema !== undefined ? decodeConfig(driver.configSchema, req.msgpackConfig, "plugin config") : (undefined as PC);
+      const before = { config, nomadConfig, compute };
       config = decoded;
       nomadConfig = req.nomadConfig;
       if (options.hostCompute === undefined) compute = computeFromTopology(req.nomadConfig?.driver?.Topology) ?? compute;
-      await driver.setConfig?.(decoded, call(hc));
+      try {
+        await driver.setConfig?.(decoded, call(hc));
+      } catch (err) {
+        // A config the driver refuses does not take effect: the previous one stays.
+        ({ config, nomadConfig, compute } = before);
+        throw err;
+      }
       return {};
     },
   };
