@@ -76,6 +76,8 @@ export class FingerprintSource implements FingerprintControl {
   /** Bumped by every update(), so a stream busy while one happens still notices it. */
   #version = 0;
   readonly #waiters = new Set<() => void>();
+  /** The driver's fingerprint() being computed, shared by every stream that asks meanwhile. */
+  #inflight: Promise<FingerprintResponse> | undefined;
 
   constructor(
     private readonly compute: (() => Fingerprint | Promise<Fingerprint>) | undefined,
@@ -104,12 +106,32 @@ export class FingerprintSource implements FingerprintControl {
    */
   async current(fresh = true): Promise<FingerprintResponse> {
     if (this.#pushed !== undefined && (!fresh || this.compute === undefined)) return this.#pushed;
-    if (this.compute === undefined) return toFingerprintResponse({ health: "healthy" });
-    try {
-      return toFingerprintResponse(await this.compute());
-    } catch (err) {
-      return failed(err);
-    }
+    const compute = this.compute;
+    if (compute === undefined) return toFingerprintResponse({ health: "healthy" });
+    this.#inflight ??= (async () => {
+      try {
+        return toFingerprintResponse(await compute());
+      } catch (err) {
+        return failed(err);
+      } finally {
+        this.#inflight = undefined;
+      }
+    })();
+    return this.#inflight;
+  }
+
+  /** Resolves at the next update(); `cancel` stops waiting. */
+  #nextUpdate(): { updated: Promise<void>; cancel: () => void } {
+    let cancel!: () => void;
+    const updated = new Promise<void>((resolve) => {
+      const w = () => {
+        this.#waiters.delete(w);
+        resolve();
+      };
+      this.#waiters.add(w);
+      cancel = () => this.#waiters.delete(w);
+    });
+    return { updated, cancel };
   }
 
   /** One Fingerprint stream. */
@@ -126,8 +148,16 @@ export class FingerprintSource implements FingerprintControl {
       let periodic = true;
       for (;;) {
         const seen = this.#version;
-        const fp = await this.current(periodic);
+        // A driver's fingerprint() that hangs must not hold back what it pushes with update().
+        const next = this.#nextUpdate();
+        let fp = await Promise.race([this.current(periodic), next.updated.then(() => undefined)]);
+        next.cancel();
         if (signals.some((s) => s?.aborted)) return;
+        if (fp === undefined) {
+          // Updated while the driver's fingerprint() was still out: send what was pushed, if anything.
+          if (this.#pushed === undefined) continue;
+          fp = this.#pushed;
+        }
         if (periodic || last === undefined || !equals(FingerprintResponseSchema, last, fp)) {
           last = fp;
           yield fp;
