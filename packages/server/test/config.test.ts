@@ -90,6 +90,20 @@ describe("hclspec builder", () => {
 });
 
 describe("decodeConfig", () => {
+  it("names a field by its HCL name, the one the operator wrote, when it differs from the property", () => {
+    expect(invalid(() => decodeConfig(taskSchema, nomadMsgpack({ command: "x", image_name: 5 }), "task config"))).toBe(
+      'task config: field "image": expected string, got number',
+    );
+    const renamed = spec.object({
+      extraArgs: spec.attr("list(string)", { name: "args" }),
+      ports: spec.blockList({ hostPort: spec.attr("number", { name: "host_port", required: true }) }, { name: "port" }),
+    });
+    expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: ["-v", null], ports: [] }), "task config"))).toContain('field "args[1]"');
+    expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: [], ports: [{ hostPort: null }] }), "task config"))).toContain(
+      'field "port[0].host_port"',
+    );
+  });
+
   it("refuses an integer a JavaScript number cannot hold exactly instead of rounding it", () => {
     const big = (n: bigint) => ({ command: "x", timeout: n });
     const bytes = (v: unknown) => encode(v, { useBigInt64: true });

@@ -140,7 +140,8 @@ export class ObjectSpec<T> extends HclSpec<T, false> {
     const src = (raw ?? {}) as Record<string, unknown>;
     const out: Record<string, unknown> = {};
     for (const [k, f] of Object.entries(this.fields)) {
-      const v = f.decode(Object.hasOwn(src, k) ? src[k] : null, [...path, k]);
+      // Values arrive under the property name; errors name what the operator wrote (the HCL name).
+      const v = f.decode(Object.hasOwn(src, k) ? src[k] : null, [...path, hclName(f, k)]);
       if (v !== undefined) out[k] = v;
     }
     return out as T;
@@ -474,3 +475,10 @@ export const spec = {
     return new LiteralSpec(value);
   },
 } as const;
+
+/** The HCL name of the object field `key`: its own `name` when it sets one (through `spec.default` too). */
+function hclName(f: HclSpec, key: string): string {
+  if (f instanceof DefaultSpec) return hclName(f.primary, key);
+  const own = (f as { name?: unknown }).name;
+  return typeof own === "string" && own !== "" ? own : key;
+}
