@@ -35,8 +35,8 @@ export {
   executorBinPath,
   encodeExecutorState,
   decodeExecutorState,
-  isProcessAlive,
 } from "./executor/launch.js";
+export { isProcessAlive } from "./executor/pids.js";
 export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
 export { execStreamingInTask } from "./executor/exec-streaming.js";
 export { forwardExecStream } from "./executor/forward.js";

@@ -209,12 +209,15 @@ describe("openOutputPipes", () => {
     if (!existsSync(join(built, "output-pipes.js"))) throw new Error(`build first: ${built}/output-pipes.js is missing (npx turbo run build)`);
     const home = mkdtempSync(join(tmpdir(), "nk-nobody-"));
     chmodSync(home, 0o755);
-    for (const f of ["output-pipes.js", "read-buffers.js"]) copyFileSync(join(built, f), join(home, f));
+    // The modules' own layout (dist/esm/exec, dist/esm/executor), for their relative imports.
+    for (const d of ["exec", "executor"]) mkdirSync(join(home, d), { mode: 0o755 });
+    for (const f of ["output-pipes.js", "read-buffers.js"]) copyFileSync(join(built, f), join(home, "exec", f));
+    copyFileSync(join(built, "../executor/pids.js"), join(home, "executor/pids.js"));
     writeFileSync(join(home, "package.json"), '{"type":"module"}');
     const script = `
       import { writeSync } from "node:fs";
       import { Writable } from "node:stream";
-      const { openOutputPipes } = await import(${JSON.stringify(pathToFileURL(join(home, "output-pipes.js")).href)});
+      const { openOutputPipes } = await import(${JSON.stringify(pathToFileURL(join(home, "exec/output-pipes.js")).href)});
       const sink = () => new Writable({ write: (_c, _e, cb) => cb() });
       const p = await openOutputPipes(sink(), sink());
       let n = 0;

@@ -21,6 +21,7 @@ import { Socket, type SocketConstructorOpts } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
+import { isProcessAlive } from "../executor/pids.js";
 import { readSocketInto } from "./read-buffers.js";
 
 /** The two FIFOs in a pair's directory. */
@@ -65,21 +66,12 @@ function removeOrphanedRoots(): void {
   }
   for (const name of names) {
     const m = /^nomadkit-pipes-(\d+)-/.exec(name);
-    if (m === null || Number(m[1]) === process.pid || pidExists(Number(m[1]))) continue;
+    if (m === null || Number(m[1]) === process.pid || isProcessAlive(Number(m[1]))) continue;
     try {
       rmSync(join(tmpdir(), name), { recursive: true, force: true });
     } catch {
       // another user's: theirs to remove
     }
-  }
-}
-
-function pidExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 

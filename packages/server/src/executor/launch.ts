@@ -159,30 +159,6 @@ export function decodeExecutorState<D = unknown>(
 }
 
 /**
- * True while a process with this pid exists and is not a zombie (for drivers' recover paths).
- *
- * @example
- * ```ts
- * import { decodeExecutorState, isProcessAlive } from "@nomadkit/server/executor";
- * const { executor } = decodeExecutorState(handle.driverState);
- * if (!isProcessAlive(executor.pid)) throw new Error("executor is gone; let Nomad restart the task");
- * ```
- */
-export function isProcessAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return true; // no procfs: trust kill(0)
-  }
-}
-
-/**
  * A connection to one executor process: the typed {@link @nomadkit/client!index.ExecutorClient}, the reattach config
  * for `driver_state`, and lifecycle helpers, over `@nomadkit/client`'s go-plugin host runtime
  * (`reattachPlugin`). Closing the handle never stops the executor; only Shutdown (the RPC) or

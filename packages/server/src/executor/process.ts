@@ -6,6 +6,7 @@ import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { processTree } from "../stats/proc.js";
 import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
+import { pidExists } from "./pids.js";
 import { signalName, signalNumber } from "./signals.js";
 
 /** How a task process ended (or, before that, how it was started). */
@@ -165,7 +166,7 @@ export class TaskProcess {
     const state = await this.exited;
     // What the task left in its group. While any member lives its pid stays reserved, so a process
     // that has the pid now (ours was reaped) means the group is gone and the pid reused.
-    if (!pidInUse(this.pid)) killGroup(this.pid);
+    if (!pidExists(this.pid)) killGroup(this.pid);
     return state;
   }
 
@@ -185,15 +186,6 @@ export class TaskProcess {
   /** The name of the signal that ended the process, if any (for logs). */
   get signalName(): string | undefined {
     return this.exitState?.signal ? signalName(this.exitState.signal) : undefined;
-  }
-}
-
-function pidInUse(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
