@@ -1,5 +1,5 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -166,6 +166,16 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
     expect(err.message).toMatch(/^launch of plugin .* cancelled/);
     expect(err.stderr).toContain("a plain stderr line");
     await expectGone(Number(readFileSync(pidFile, "utf8")));
+  });
+
+  it("an HTTP/2 server that is not gRPC (404 for everything) is not taken for a plugin", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-fake-h2-"));
+    try {
+      const err = await launchFake({ FAKE_H2_404: dir });
+      expect(err.message).toMatch(/cannot talk gRPC to plugin .* at unix:.*plugin\.sock: .*HTTP 404/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("a handshake pointing nowhere fails to connect, naming the address", async () => {

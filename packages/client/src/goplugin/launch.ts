@@ -379,9 +379,12 @@ async function ping(
       { timeoutMs, signal },
     );
   } catch (err) {
+    // A gRPC server without the health service answers with a status (grpc-status); a server that
+    // is not gRPC at all (HTTP 404) maps to Unimplemented too, and must not pass.
     if (
       err instanceof ConnectError &&
-      (err.code === Code.Unimplemented || err.code === Code.NotFound)
+      (err.code === Code.Unimplemented || err.code === Code.NotFound) &&
+      err.metadata.has("grpc-status")
     )
       return;
     throw err;
