@@ -18,6 +18,16 @@ function driverState(handle: { driverState: Uint8Array }): { executor: { pid: nu
   return JSON.parse(new TextDecoder().decode(handle.driverState)) as never;
 }
 
+/** A task (`sleep 600`) started by a plugin that then dies hard: its handle and driver state. */
+async function orphanedTask() {
+  const first = await startPlugin();
+  const t = newTask(sh("exec sleep 600"));
+  const handle = await start(first, t);
+  process.kill(first.pid, "SIGKILL");
+  await first.exited;
+  return { t, handle, state: driverState(handle) };
+}
+
 describe("recover after a plugin crash", () => {
   it("re-attaches to the running task: it never stopped, and Wait / exec / Stop work", async () => {
     const first = await startPlugin();
@@ -67,12 +77,7 @@ describe("recover after a plugin crash", () => {
   });
 
   it("reports an error (and keeps serving) when the task's executor is gone", async () => {
-    const first = await startPlugin();
-    const t = newTask(sh("exec sleep 600"));
-    const handle = await start(first, t);
-    const state = driverState(handle);
-    process.kill(first.pid, "SIGKILL");
-    await first.exited;
+    const { t, handle, state } = await orphanedTask();
     // Both the executor and its task die while no plugin runs.
     process.kill(state.executor.pid, "SIGKILL");
     process.kill(state.driver.pid, "SIGKILL");
@@ -108,12 +113,7 @@ describe("recover after a plugin crash", () => {
     await p.driver.destroyTask({ taskId: t.id, force: true });
 
     // The same while no plugin runs: recovery fails, and the task does not run on.
-    const first = await startPlugin();
-    const u = newTask(sh("exec sleep 600"));
-    const handle = await start(first, u);
-    const s2 = driverState(handle);
-    process.kill(first.pid, "SIGKILL");
-    await first.exited;
+    const { t: u, handle, state: s2 } = await orphanedTask();
     process.kill(s2.executor.pid, "SIGKILL");
     await until(() => !alive(s2.executor.pid), "the executor to die");
     expect(alive(s2.driver.pid)).toBe(true);
