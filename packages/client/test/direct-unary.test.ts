@@ -251,6 +251,14 @@ describe("unary calls: direct path (plugin connection) and connect give the same
     expect(seen.map((h) => h["grpc-timeout"])).toEqual(["60m", "60m"]);
   });
 
+  it("a deadline days away: not armed as an immediate timeout, sent in grpc-timeout's 8 digits", async () => {
+    seen.length = 0;
+    const days30 = 30 * 86_400_000;
+    const r = await outcome(() => direct.pluginInfo({}, { timeoutMs: days30, headers: { "x-scenario": "ok" } }));
+    expect(r).toHaveProperty("ok");
+    expect(seen.map((h) => h["grpc-timeout"])).toEqual(["2592000S"]);
+  });
+
   it("no deadline for timeoutMs ≤ 0, as connect", async () => {
     seen.length = 0;
     expect(await both("ok", { timeoutMs: 0 })).toHaveProperty("ok");

@@ -62,6 +62,23 @@ export interface H2CallMetadata {
   trailer: Headers;
 }
 
+/** The longest delay a Node timer honours, in ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * `grpc-timeout` for `ms`: at most 8 digits, as the gRPC spec requires (connect writes milliseconds
+ * whatever their number, which strict servers refuse past ~27 hours), in the finest unit that fits.
+ */
+function grpcTimeout(ms: number): string {
+  const whole = Math.ceil(ms);
+  if (whole <= 99_999_999) return `${whole}m`;
+  for (const [unit, size] of [["S", 1000], ["M", 60_000], ["H", 3_600_000]] as const) {
+    const n = Math.ceil(whole / size);
+    if (n <= 99_999_999) return `${n}${unit}`;
+  }
+  return "99999999H";
+}
+
 /** Frames waiting for the consumer before the HTTP/2 stream is paused (flow control then reaches the server). */
 const MAX_QUEUED_BYTES = 1024 * 1024;
 
@@ -164,13 +181,18 @@ export async function* h2Call<I extends DescMessage>(
   };
   const onAbort = () => cancel(cancellationError(signal?.reason));
   signal?.addEventListener("abort", onAbort, { once: true });
+  // Node's timers hold at most 2^31-1 ms (~24.8 days; a longer delay fires at once): a deadline
+  // further away is not armed here, the plugin still gets it in grpc-timeout.
   const deadline =
-    timeoutMs === undefined ? undefined : setTimeout(() => cancel(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+    timeoutMs === undefined || timeoutMs > MAX_TIMER_MS
+      ? undefined
+      : setTimeout(() => cancel(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
   let stopRequests = false;
 
   try {
     const header: http2.OutgoingHttpHeaders = {};
     requestHeader(true, timeoutMs, options.headers).forEach((v, k) => (header[k] = v));
+    if (timeoutMs !== undefined) header["grpc-timeout"] = grpcTimeout(timeoutMs);
     // Set from the callbacks below (a plain `let` would be narrowed to undefined after them).
     const opening: { result?: { stream: http2.ClientHttp2Stream } | { err: unknown } } = {};
     sessions.request("POST", `/${method.parent.typeName}/${method.name}`, header, {}).then(
