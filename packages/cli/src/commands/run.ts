@@ -155,10 +155,18 @@ export async function runCommand(
     }
   };
   process.on("SIGINT", onSigint);
+  // What a run that ends leaves behind, however it ends: a task not destroyed yet (the executor
+  // outlives the plugin) and the state file.
+  const undo = async () => {
+    if (started && !destroyed) {
+      destroyed = true;
+      await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+    }
+    if (statePath && wroteState) rmSync(statePath, { force: true });
+  };
   // Registered after the plugin's release, so it runs first: the task goes before its plugin.
   const noCleanup = onInterrupt(async () => {
-    if (started && !destroyed) await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
-    if (statePath && wroteState) rmSync(statePath, { force: true });
+    await undo();
     rmSync(allocDir, { recursive: true, force: true });
   });
   try {
@@ -245,11 +253,8 @@ export async function runCommand(
   } finally {
     noCleanup();
     process.off("SIGINT", onSigint);
-    // A failure after the start (say, the state file) must not leave the task running: the
-    // executor outlives the plugin.
-    if (started && !destroyed)
-      await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
-    if (statePath && wroteState) rmSync(statePath, { force: true });
+    // Also after a failure once the task started (say, writing the state file).
+    await undo();
     await c.release();
     rmSync(allocDir, { recursive: true, force: true });
   }

@@ -8,6 +8,7 @@ import {
 } from "@connectrpc/connect-node";
 import { ClientRuntime } from "../runtime/client-runtime.js";
 import { registerPluginSessions } from "../runtime/h2-call.js";
+import { answeredByPlugin } from "../runtime/normalize.js";
 import { PluginSessionManager } from "../runtime/sessions.js";
 import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { DriverClient } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
@@ -384,7 +385,7 @@ async function ping(
     if (
       err instanceof ConnectError &&
       (err.code === Code.Unimplemented || err.code === Code.NotFound) &&
-      err.metadata.has("grpc-status")
+      answeredByPlugin(err)
     )
       return;
     throw err;

@@ -40,7 +40,7 @@ const transportMessage =
  */
 export function isTransportFailure(err: ConnectError): boolean {
   if (err.code === Code.Unavailable) return true;
-  if (err.code === Code.Canceled) return !err.metadata.has("grpc-status");
+  if (err.code === Code.Canceled) return !answeredByPlugin(err);
   if (err.code !== Code.Internal && err.code !== Code.Unknown && err.code !== Code.Aborted) return false;
   for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
     if (typeof e !== "object") break;
@@ -51,6 +51,20 @@ export function isTransportFailure(err: ConnectError): boolean {
     e = o.cause;
   }
   return false;
+}
+
+/**
+ * Whether the failure is a status the server sent (grpc-status in its trailer or trailers-only
+ * header), as opposed to one made on this side for a reset stream, a lost connection or a response
+ * that is not gRPC at all (an HTTP 404 maps to Unimplemented too).
+ *
+ * @example
+ * ```ts
+ * answeredByPlugin(new ConnectError("gone", Code.Unavailable)); // false
+ * ```
+ */
+export function answeredByPlugin(err: ConnectError): boolean {
+  return err.metadata.has("grpc-status");
 }
 
 /** The RecoverableError a FailedPrecondition status carries as a detail, if any. */

@@ -14,7 +14,7 @@
  */
 import type * as http2 from "node:http2";
 import type { HandshakeConfig } from "./env.js";
-import { leaveTransport, openTransport, type PluginTransport, type StreamListener, type TransportOptions } from "./transport.js";
+import { ignoreError, leaveTransport, openTransport, type PluginTransport, type StreamListener, type TransportOptions } from "./transport.js";
 
 /** go-plugin's controller call that ends the process after its answer. */
 const SHUTDOWN = "/plugin.GRPCController/Shutdown";
@@ -115,6 +115,8 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     load();
   };
   const prelude: StreamListener = (stream, headers, flags, rawHeaders) => {
+    // Read here before anyone answers it: a reset must not crash the process (see the transport's hold).
+    stream.on("error", ignoreError);
     const path = headers[":path"] ?? "";
     if (HELD.has(path)) return transport.hold(stream, headers, flags, rawHeaders);
     const call = calls.get(path);

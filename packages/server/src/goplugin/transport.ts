@@ -230,12 +230,8 @@ export class PluginTransport {
         server = http2mod.createServer(sessionSettings);
       }
       server.on("stream", (...args: Parameters<StreamListener>) => {
-        // A reset stream or a GOAWAY with an error emits "error" on streams; one held, or read by a
-        // listener that has not answered yet, would otherwise crash the process. Listeners that
-        // answer see the failure through their own handlers.
-        args[0].on("error", ignore);
         if (this.#listener !== undefined) this.#listener(...args);
-        else this.#held.push(args);
+        else this.#hold(args);
       });
       this.#trackSessions(server);
       const netServer = server as unknown as NetServer;
@@ -274,6 +270,13 @@ export class PluginTransport {
 
   /** Hold a stream until the next {@link serve} (a listener that cannot answer it yet). */
   hold(...args: Parameters<StreamListener>): void {
+    this.#hold(args);
+  }
+
+  #hold(args: Parameters<StreamListener>): void {
+    // A reset stream or a GOAWAY with an error emits "error" on its streams: on a held one, with
+    // nobody listening, that would crash the process.
+    args[0].on("error", ignoreError);
     this.#held.push(args);
   }
 
@@ -283,7 +286,7 @@ export class PluginTransport {
    */
   pass(from: StreamListener, ...args: Parameters<StreamListener>): void {
     if (this.#listener !== undefined && this.#listener !== from) this.#listener(...args);
-    else this.#held.push(args);
+    else this.#hold(args);
   }
 
   #trackSessions(server: http2.Http2Server | http2.Http2SecureServer): void {
@@ -401,4 +404,5 @@ export function adoptTransport(): PluginTransport | undefined {
   return t;
 }
 
-function ignore(): void {}
+/** An "error" listener for a stream nobody answers yet; whoever answers it sees failures its own way. */
+export function ignoreError(): void {}
