@@ -5,7 +5,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { processTree } from "../stats/proc.js";
-import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
+import {
+  lookPath,
+  prepareTaskContext,
+  spawnInContext,
+  type TaskContext,
+  type TaskContextOptions,
+} from "./context.js";
 import { pidExists } from "./pids.js";
 import { signalName, signalNumber } from "./signals.js";
 
@@ -38,13 +44,23 @@ export interface TaskLaunchOptions extends TaskContextOptions {
 /** Default signal of {@link TaskProcess.shutdown}, as in Nomad's executor. */
 export const DEFAULT_SHUTDOWN_SIGNAL = "SIGINT";
 
-async function openOutput(path: string | undefined, field: string): Promise<FileHandle | undefined> {
+async function openOutput(
+  path: string | undefined,
+  field: string,
+): Promise<FileHandle | undefined> {
   if (!path) return undefined;
   try {
     // Opening a FIFO for writing waits for its reader (Nomad's log collector), which is intended.
-    return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT, 0o644);
+    return await open(
+      path,
+      fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT,
+      0o644,
+    );
   } catch (err) {
-    throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`,
+      Code.InvalidArgument,
+    );
   }
 }
 
@@ -71,7 +87,11 @@ export class TaskProcess {
   private exitState: TaskExit | undefined;
   private readonly exited: Promise<TaskExit>;
 
-  private constructor(child: ChildProcess, context: TaskContext) {
+  private constructor(
+    child: ChildProcess,
+    context: TaskContext,
+    oomKillsBefore: number | undefined,
+  ) {
     this.pid = child.pid!;
     this.context = context;
     this.startedAt = new Date();
@@ -83,7 +103,11 @@ export class TaskProcess {
           exitCode: code ?? 128 + signal,
           signal,
           time: new Date(),
-          oomKilled: false,
+          // Killed, and the task's memory cgroup counted an OOM kill since launch.
+          oomKilled:
+            signal === 9 &&
+            oomKillsBefore !== undefined &&
+            (context.cgroups?.oomKills() ?? 0) > oomKillsBefore,
         };
         resolve(this.exitState);
       });
@@ -91,9 +115,10 @@ export class TaskProcess {
   }
 
   /**
-   * Starts the task. Resolves once the process runs; rejects (InvalidArgument naming the field)
-   * for a missing command, bad env entry, unknown user, missing working directory or namespace,
-   * or unopenable output paths.
+   * Starts the task, inside `options.cgroups` when given. Resolves once the process runs; rejects
+   * (InvalidArgument naming the field) for a missing command, bad env entry, unknown user, missing
+   * working directory or namespace, or unopenable output paths, and (FailedPrecondition) when a
+   * cgroup refuses the process.
    */
   static async launch(options: TaskLaunchOptions): Promise<TaskProcess> {
     checkProcessStrings([options.cmd], () => "cmd");
@@ -104,6 +129,7 @@ export class TaskProcess {
     let err: FileHandle | undefined;
     try {
       err = await openOutput(options.stderrPath, "stderr_path");
+      const oomKillsBefore = context.cgroups?.oomKills();
       const child = spawnInContext(context, file, options.args ?? [], {
         stdio: ["ignore", out?.fd ?? "ignore", err?.fd ?? "ignore"],
         // Own session and process group: not killed with the executor, killable as a group.
@@ -111,9 +137,16 @@ export class TaskProcess {
       });
       await new Promise<void>((resolve, reject) => {
         child.once("spawn", resolve);
-        child.once("error", (e) => reject(new ConnectError(`cmd: cannot start ${JSON.stringify(options.cmd)}: ${e.message}`, Code.InvalidArgument)));
+        child.once("error", (e) =>
+          reject(
+            new ConnectError(
+              `cmd: cannot start ${JSON.stringify(options.cmd)}: ${e.message}`,
+              Code.InvalidArgument,
+            ),
+          ),
+        );
       });
-      return new TaskProcess(child, context);
+      return new TaskProcess(child, context, oomKillsBefore);
     } finally {
       // The child holds its own copies; closing ours lets a FIFO reader see EOF when the task ends.
       await out?.close();
@@ -137,7 +170,11 @@ export class TaskProcess {
    */
   signal(sig: number | string): void {
     const num = signalNumber(sig);
-    if (this.exitState) throw new ConnectError(`signal: process ${this.pid} has already exited`, Code.FailedPrecondition);
+    if (this.exitState)
+      throw new ConnectError(
+        `signal: process ${this.pid} has already exited`,
+        Code.FailedPrecondition,
+      );
     try {
       process.kill(this.pid, num);
     } catch (e) {
@@ -148,9 +185,13 @@ export class TaskProcess {
   /**
    * Stops the task: sends `sig` (default SIGINT, like Nomad), waits up to `graceMs`, then SIGKILLs
    * the process group and every descendant. With `graceMs` 0 it kills at once. Also kills what the
-   * task left behind in its group after a clean exit. Resolves with the exit state.
+   * task left behind in its group after a clean exit and, when it has cgroups, every process in
+   * them (those that left its group and tree too). Resolves with the exit state.
    */
-  async shutdown(sig: string | number = DEFAULT_SHUTDOWN_SIGNAL, graceMs = 0): Promise<TaskExit> {
+  async shutdown(
+    sig: string | number = DEFAULT_SHUTDOWN_SIGNAL,
+    graceMs = 0,
+  ): Promise<TaskExit> {
     const num = signalNumber(sig === "" ? DEFAULT_SHUTDOWN_SIGNAL : sig);
     if (!this.exitState && graceMs > 0) {
       try {
@@ -159,7 +200,10 @@ export class TaskProcess {
         // exited meanwhile
       }
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, timerDelayMs(graceMs))))]);
+      await Promise.race([
+        this.exited,
+        new Promise((r) => (timer = setTimeout(r, timerDelayMs(graceMs)))),
+      ]);
       clearTimeout(timer);
     }
     if (!this.exitState) await this.killTree();
@@ -167,6 +211,7 @@ export class TaskProcess {
     // What the task left in its group. While any member lives its pid stays reserved, so a process
     // that has the pid now (ours was reaped) means the group is gone and the pid reused.
     if (!pidExists(this.pid)) killGroup(this.pid);
+    await this.context.cgroups?.killAll();
     return state;
   }
 
@@ -185,7 +230,9 @@ export class TaskProcess {
 
   /** The name of the signal that ended the process, if any (for logs). */
   get signalName(): string | undefined {
-    return this.exitState?.signal ? signalName(this.exitState.signal) : undefined;
+    return this.exitState?.signal
+      ? signalName(this.exitState.signal)
+      : undefined;
   }
 }
 

@@ -1,9 +1,10 @@
-import { writeFile } from "node:fs/promises";
-import { isAbsolute, join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import type { ExecTaskStreamingRequest, ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
+import type {
+  ExecTaskStreamingRequest,
+  ExecTaskStreamingResponseSchema,
+} from "@nomadkit/protocol/driver";
 import type {
   ExecRequest,
   LaunchRequest,
@@ -15,11 +16,11 @@ import type {
   UpdateResourcesRequest,
 } from "@nomadkit/protocol/executor";
 import type { ExecutorHandlers } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
-import { CGROUP_V2_ROOT } from "../stats/cgroup.js";
 import type { HostCompute } from "../stats/host.js";
 import { ProcessTreeSampler, pollTaskStats } from "../stats/sampler.js";
 import { execInContext } from "./exec.js";
 import { execStreamingInTask } from "./exec-streaming.js";
+import { TaskCgroups } from "./cgroups.js";
 import { TaskProcess, type TaskExit } from "./process.js";
 
 /** Version string the executor reports (Nomad's executors answer "1.0.0" too). */
@@ -60,7 +61,9 @@ export interface ExecutorServiceOptions {
 
 const noLog: ExecutorLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
-function processState(s: TaskExit | { pid: number; time: Date }): MessageInitShape<typeof ProcessStateSchema> {
+function processState(
+  s: TaskExit | { pid: number; time: Date },
+): MessageInitShape<typeof ProcessStateSchema> {
   const e = s as Partial<TaskExit>;
   return {
     pid: s.pid,
@@ -76,7 +79,9 @@ function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+    p.then(resolve, reject).finally(() =>
+      signal.removeEventListener("abort", onAbort),
+    );
   });
 }
 
@@ -97,7 +102,6 @@ function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
 export class ExecutorService implements Partial<ExecutorHandlers> {
   private task: TaskProcess | undefined;
   private launching: Promise<TaskProcess> | undefined;
-  private cgroupPath: string | undefined;
   private readonly log: ExecutorLogger;
 
   constructor(private readonly options: ExecutorServiceOptions = {}) {
@@ -110,12 +114,29 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   }
 
   private requireTask(rpc: string): TaskProcess {
-    if (!this.task) throw new ConnectError(`${rpc}: no task has been launched in this executor`, Code.FailedPrecondition);
+    if (!this.task)
+      throw new ConnectError(
+        `${rpc}: no task has been launched in this executor`,
+        Code.FailedPrecondition,
+      );
     return this.task;
   }
 
   async launch(req: LaunchRequest) {
-    if (this.launching) throw new ConnectError("launch: this executor already runs a task (one task per executor)", Code.FailedPrecondition);
+    if (this.launching)
+      throw new ConnectError(
+        "launch: this executor already runs a task (one task per executor)",
+        Code.FailedPrecondition,
+      );
+    const linuxCpuset = req.resources?.linuxResources?.cpusetCgroup;
+    const cgroups = TaskCgroups.resolve({
+      cgroupV2Override: req.cgroupV2Override,
+      cgroupV1Override: req.cgroupV1Override,
+      cpusetCgroup: req.cpusetCgroup || linuxCpuset,
+      cpusetField: req.cpusetCgroup
+        ? "cpuset_cgroup"
+        : "resources.linux_resources.cpuset_cgroup",
+    });
     this.launching = TaskProcess.launch({
       cmd: req.cmd,
       args: req.args,
@@ -126,6 +147,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       stdoutPath: req.stdoutPath,
       stderrPath: req.stderrPath,
       network: req.networkIsolation,
+      cgroups,
     });
     let task: TaskProcess;
     try {
@@ -135,24 +157,25 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       throw err;
     }
     this.task = task;
-    if (req.cgroupV2Override) await this.joinCgroup(task, req.cgroupV2Override);
-    this.log.info("task launched", { pid: task.pid, cmd: req.cmd });
-    void task.wait().then((s) => this.log.info("task exited", { pid: s.pid, exit_code: s.exitCode, signal: s.signal }));
+    this.log.info("task launched", {
+      pid: task.pid,
+      cmd: req.cmd,
+      cgroups: cgroups?.paths.join(","),
+    });
+    void task
+      .wait()
+      .then((s) =>
+        this.log.info("task exited", {
+          pid: s.pid,
+          exit_code: s.exitCode,
+          signal: s.signal,
+          oom_killed: s.oomKilled,
+        }),
+      );
     return {
       /** The started task: pid and start time. */
       process: processState({ pid: task.pid, time: task.startedAt }),
     };
-  }
-
-  private async joinCgroup(task: TaskProcess, override: string) {
-    const dir = isAbsolute(override) ? override : join(CGROUP_V2_ROOT, override);
-    try {
-      await writeFile(join(dir, "cgroup.procs"), `${task.pid}\n`);
-      this.cgroupPath = dir;
-    } catch (err) {
-      await task.shutdown("SIGKILL", 0);
-      throw new ConnectError(`cgroup_v2_override: cannot move the task into ${JSON.stringify(dir)}: ${(err as Error).message}`, Code.FailedPrecondition);
-    }
   }
 
   async wait(_req: unknown, ctx: HandlerContext) {
@@ -169,7 +192,11 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     if (task) {
       const graceMs = Number(req.gracePeriod / 1_000_000n);
       const state = await task.shutdown(req.signal || undefined, graceMs);
-      this.log.info("task shut down", { pid: state.pid, exit_code: state.exitCode, signal: state.signal });
+      this.log.info("task shut down", {
+        pid: state.pid,
+        exit_code: state.exitCode,
+        signal: state.signal,
+      });
     }
     if (this.options.afterShutdown) setImmediate(this.options.afterShutdown);
     return {};
@@ -197,7 +224,8 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     const task = this.requireTask("exec");
     const opts: Parameters<typeof execInContext>[3] = { signal: ctx.signal };
     if (req.deadline) opts.deadline = timestampDate(req.deadline);
-    if (this.options.execOutputLimit !== undefined) opts.outputLimit = this.options.execOutputLimit;
+    if (this.options.execOutputLimit !== undefined)
+      opts.outputLimit = this.options.execOutputLimit;
     const r = await execInContext(task.context, req.cmd, req.args, opts);
     return {
       /** stdout and stderr of the command, interleaved, up to the output limit. */
@@ -207,14 +235,24 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     };
   }
 
-  async *stats(req: StatsRequest, ctx: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
+  async *stats(
+    req: StatsRequest,
+    ctx: HandlerContext,
+  ): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
     const task = this.requireTask("stats");
-    const intervalMs = req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
-    const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] = {};
+    const intervalMs =
+      req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
+    const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] =
+      {};
     if (this.options.host) samplerOptions.host = this.options.host;
-    if (this.cgroupPath) samplerOptions.cgroupPath = this.cgroupPath;
+    const cgroupPath = task.context.cgroups?.v2Path;
+    if (cgroupPath) samplerOptions.cgroupPath = cgroupPath;
     const sampler = new ProcessTreeSampler(task.pid, samplerOptions);
-    for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
+    for await (const stats of pollTaskStats(sampler, "", {
+      intervalMs,
+      signal: ctx.signal,
+    }))
+      yield { stats };
   }
 
   async *execStreaming(
@@ -222,6 +260,10 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     ctx: HandlerContext,
   ): AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>> {
     const task = this.requireTask("exec_streaming");
-    yield* (this.options.execStreaming ?? execStreamingInTask)(task, requests, ctx);
+    yield* (this.options.execStreaming ?? execStreamingInTask)(
+      task,
+      requests,
+      ctx,
+    );
   }
 }

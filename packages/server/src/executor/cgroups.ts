@@ -1,0 +1,349 @@
+/**
+ * A task's cgroups: its processes start inside them (no window in which a child could escape),
+ * are all killed through them when the task stops (daemons that called setsid or forked twice
+ * included), and report OOM kills. Nomad's executor does the same with the cgroups the client
+ * made for the task or the ones a job names.
+ */
+import {
+  spawn,
+  type ChildProcess,
+  type SpawnOptions,
+  type StdioOptions,
+} from "node:child_process";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { isAbsolute, join } from "node:path";
+import type { Writable } from "node:stream";
+import { setTimeout as delay } from "node:timers/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { CGROUP_V2_ROOT } from "../stats/cgroup.js";
+
+/** Where a LaunchRequest names the task's cgroups (its field names). */
+export interface TaskCgroupsRequest {
+  /** `cgroup_v2_override`: the task's cgroup v2 directory, absolute or under the v2 root. */
+  cgroupV2Override?: string;
+  /** `cgroup_v1_override`: controller → directory, absolute or under `<v1 root>/<controller>`. */
+  cgroupV1Override?: Record<string, string>;
+  /** `cpuset_cgroup` (or `resources.linux_resources.cpuset_cgroup`): the cgroup Nomad's client made. */
+  cpusetCgroup?: string;
+  /** Which field `cpusetCgroup` came from, for errors. */
+  cpusetField?: string;
+}
+
+/** Mount points to resolve relative paths against; the defaults are Linux's. */
+export interface CgroupRoots {
+  /** The cgroup v2 mount (default `/sys/fs/cgroup`). */
+  v2?: string;
+  /** The directory holding one mount per v1 controller (default `/sys/fs/cgroup`). */
+  v1?: string;
+}
+
+interface CgroupDir {
+  path: string;
+  /** The LaunchRequest field it came from, for errors. */
+  field: string;
+  version: 1 | 2;
+  /** v1 controller name. */
+  controller?: string;
+}
+
+/** SIGKILL rounds before {@link TaskCgroups.killAll} gives up on a process that keeps forking. */
+const KILL_ROUNDS = 20;
+/** How long a v1 freezer may stay FREEZING before the kill goes ahead unfrozen. */
+const FREEZE_WAIT_MS = 1000;
+/** The shell that holds a task until it is in its cgroups; its pid becomes the task's at exec. */
+const GATE_SHELL = "/bin/sh";
+
+/**
+ * The cgroups a task runs in, from a LaunchRequest. Use {@link TaskCgroups.resolve}, then give it to
+ * the task context: {@link TaskCgroups.spawn} starts a process inside them.
+ *
+ * @example
+ * ```ts
+ * import { TaskCgroups } from "@nomadkit/server/executor";
+ * const cgroups = TaskCgroups.resolve({ cgroupV1Override: { freezer: "nomad/web", memory: "nomad/web" } });
+ * const child = cgroups!.spawn("/usr/bin/sleep", ["60"], { stdio: "ignore", detached: true });
+ * await cgroups!.killAll(); // the child and anything it started, wherever it went
+ * ```
+ */
+export class TaskCgroups {
+  private constructor(private readonly dirs: readonly CgroupDir[]) {}
+
+  /**
+   * The task's cgroups, or undefined when the request names none. Precedence as in Nomad's
+   * executor: `cgroup_v2_override`, then `cgroup_v1_override`, then the cpuset cgroup the client
+   * made (on cgroup v1 with the freezer, cpu and memory cgroups of Nomad's layout that exist next
+   * to it). Throws FailedPrecondition naming the field for a directory that is not a cgroup, a
+   * hierarchy's root, or the executor's own cgroup: killing everything in it would kill more than
+   * the task.
+   */
+  static resolve(
+    req: TaskCgroupsRequest,
+    roots: CgroupRoots = {},
+  ): TaskCgroups | undefined {
+    const v2Root = roots.v2 ?? CGROUP_V2_ROOT;
+    const v1Root = roots.v1 ?? "/sys/fs/cgroup";
+    const dirs: CgroupDir[] = [];
+    if (req.cgroupV2Override) {
+      const path = isAbsolute(req.cgroupV2Override)
+        ? req.cgroupV2Override
+        : join(v2Root, req.cgroupV2Override);
+      dirs.push({ path, field: "cgroup_v2_override", version: 2 });
+    } else if (
+      req.cgroupV1Override &&
+      Object.keys(req.cgroupV1Override).length > 0
+    ) {
+      for (const [controller, p] of Object.entries(req.cgroupV1Override)) {
+        const field = `cgroup_v1_override[${JSON.stringify(controller)}]`;
+        if (
+          !/^[a-z_][a-z0-9_,=.]*$/i.test(controller) ||
+          controller.includes("..")
+        ) {
+          throw new ConnectError(
+            `${field}: ${JSON.stringify(controller)} is not a cgroup v1 controller name`,
+            Code.InvalidArgument,
+          );
+        }
+        dirs.push({
+          path: isAbsolute(p) ? p : join(v1Root, controller, p),
+          field,
+          version: 1,
+          controller,
+        });
+      }
+    } else if (req.cpusetCgroup) {
+      const field = req.cpusetField ?? "cpuset_cgroup";
+      const cpuset = req.cpusetCgroup;
+      if (existsSync(join(v2Root, "cgroup.controllers"))) {
+        dirs.push({
+          path: isAbsolute(cpuset) ? cpuset : join(v2Root, cpuset),
+          field,
+          version: 2,
+        });
+      } else {
+        const path = isAbsolute(cpuset)
+          ? cpuset
+          : join(v1Root, "cpuset", cpuset);
+        dirs.push({ path, field, version: 1, controller: "cpuset" });
+        // Nomad's v1 layout: <root>/cpuset/<parent>/{share,reserve}/<alloc>.<task> beside
+        // <root>/<controller>/<parent>/<alloc>.<task>.
+        const m = /^(.*)\/cpuset\/(.+)\/(?:share|reserve)\/([^/]+)\/?$/.exec(
+          path,
+        );
+        for (const controller of m ? ["freezer", "cpu", "memory"] : []) {
+          const path = `${m![1]}/${controller}/${m![2]}/${m![3]}`;
+          if (existsSync(join(path, "cgroup.procs")))
+            dirs.push({ path, field, version: 1, controller });
+        }
+      }
+    } else {
+      return undefined;
+    }
+    for (const d of dirs) checkTaskCgroup(d);
+    return new TaskCgroups(dirs);
+  }
+
+  /** The cgroup v2 directory, for cgroup statistics; undefined on v1. */
+  get v2Path(): string | undefined {
+    return this.dirs.find((d) => d.version === 2)?.path;
+  }
+
+  /** Every directory the task joins. */
+  get paths(): string[] {
+    return this.dirs.map((d) => d.path);
+  }
+
+  /**
+   * Spawns `file args` inside the cgroups: a shell waits on a pipe until its pid has been written to
+   * every cgroup, then closes the pipe and execs the command (same pid), so nothing of the command
+   * runs outside them. Takes `child_process.spawn`'s options (uid/gid apply to the command: the
+   * executor moves the process, not the process itself). Throws FailedPrecondition naming the field
+   * when a cgroup refuses the process, which is then killed.
+   */
+  spawn(
+    file: string,
+    args: readonly string[],
+    options: SpawnOptions = {},
+  ): ChildProcess {
+    const stdio = expandStdio(options.stdio);
+    const gateFd = stdio.length;
+    const script = `read -r _ <&${gateFd} || exit 125; exec ${gateFd}<&-; exec "$@"`;
+    const child = spawn(GATE_SHELL, ["-c", script, file, file, ...args], {
+      ...options,
+      stdio: [...stdio, "pipe"],
+    });
+    const gate = child.stdio[gateFd] as Writable | null;
+    if (child.pid === undefined || !gate) return child; // spawn failed: the child emits "error"
+    try {
+      this.join(child.pid);
+    } catch (err) {
+      gate.destroy();
+      try {
+        process.kill(child.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+      throw err;
+    }
+    gate.on("error", () => undefined);
+    gate.end("\n");
+    return child;
+  }
+
+  /** Moves a process (all its threads) into every cgroup of the task. */
+  join(pid: number): void {
+    for (const d of this.dirs) {
+      try {
+        writeFileSync(join(d.path, "cgroup.procs"), `${pid}\n`);
+      } catch (err) {
+        throw new ConnectError(
+          `${d.field}: cannot move the task into ${JSON.stringify(d.path)}: ${(err as Error).message}`,
+          Code.FailedPrecondition,
+        );
+      }
+    }
+  }
+
+  /** The processes in the task's cgroups (never the executor, its parent or init). */
+  pids(): number[] {
+    const out = new Set<number>();
+    for (const d of this.dirs) {
+      let text: string;
+      try {
+        text = readFileSync(join(d.path, "cgroup.procs"), "utf8");
+      } catch {
+        continue; // removed
+      }
+      for (const line of text.split("\n")) {
+        const pid = Number(line);
+        if (pid > 1 && pid !== process.pid && pid !== process.ppid)
+          out.add(pid);
+      }
+    }
+    return [...out];
+  }
+
+  /**
+   * SIGKILLs every process in the task's cgroups and waits until they are empty: `cgroup.kill` on
+   * cgroup v2; on v1 the freezer (when the task has one) stops them first so none forks in between,
+   * then each is killed. Resolves false if processes remained after repeated rounds.
+   */
+  async killAll(): Promise<boolean> {
+    const v2 = this.dirs.find(
+      (d) => d.version === 2 && existsSync(join(d.path, "cgroup.kill")),
+    );
+    const freezer = this.dirs.find((d) => d.controller === "freezer");
+    for (let round = 0; round < KILL_ROUNDS; round++) {
+      const pids = this.pids();
+      if (pids.length === 0) return true;
+      if (v2 && tryWrite(join(v2.path, "cgroup.kill"), "1")) {
+        // the kernel kills them all, forks in flight included
+      } else if (
+        freezer &&
+        tryWrite(join(freezer.path, "freezer.state"), "FROZEN")
+      ) {
+        await waitFrozen(freezer.path);
+        killEach(this.pids());
+        tryWrite(join(freezer.path, "freezer.state"), "THAWED"); // killed processes die once thawed
+      } else {
+        killEach(pids);
+      }
+      await delay(Math.min(100, 5 * 2 ** round));
+    }
+    return this.pids().length === 0;
+  }
+
+  /**
+   * The OOM kills counted in the task's memory cgroup so far (`memory.events` on v2,
+   * `memory.oom_control` on v1), or undefined without a memory controller.
+   */
+  oomKills(): number | undefined {
+    for (const d of this.dirs) {
+      const file =
+        d.version === 2
+          ? "memory.events"
+          : d.controller === "memory"
+            ? "memory.oom_control"
+            : undefined;
+      if (!file) continue;
+      let text: string;
+      try {
+        text = readFileSync(join(d.path, file), "utf8");
+      } catch {
+        continue;
+      }
+      const m = /^oom_kill (\d+)$/m.exec(text);
+      if (m) return Number(m[1]);
+    }
+    return undefined;
+  }
+}
+
+function checkTaskCgroup(d: CgroupDir): void {
+  const fail = (why: string) => {
+    throw new ConnectError(
+      `${d.field}: ${JSON.stringify(d.path)} ${why}`,
+      Code.FailedPrecondition,
+    );
+  };
+  let procs: string;
+  try {
+    procs = readFileSync(join(d.path, "cgroup.procs"), "utf8");
+  } catch (err) {
+    return fail(`is not a cgroup directory: ${(err as Error).message}`);
+  }
+  // A v2 root has no cgroup.events; only a v1 hierarchy's root has release_agent.
+  const isRoot =
+    d.version === 2
+      ? !existsSync(join(d.path, "cgroup.events"))
+      : existsSync(join(d.path, "release_agent"));
+  if (isRoot)
+    fail(
+      "is the root of its cgroup hierarchy; a task needs a cgroup of its own",
+    );
+  if (procs.split("\n").includes(String(process.pid)))
+    fail("holds the executor itself; a task needs a cgroup of its own");
+}
+
+function expandStdio(
+  stdio: StdioOptions | undefined,
+): Exclude<StdioOptions, string> {
+  if (Array.isArray(stdio)) {
+    const out = [...stdio];
+    while (out.length < 3) out.push("pipe");
+    return out;
+  }
+  const all = stdio ?? "pipe";
+  return [all, all, all] as Exclude<StdioOptions, string>;
+}
+
+function tryWrite(path: string, text: string): boolean {
+  try {
+    writeFileSync(path, text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function killEach(pids: readonly number[]): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+}
+
+async function waitFrozen(dir: string): Promise<void> {
+  const until = Date.now() + FREEZE_WAIT_MS;
+  while (Date.now() < until) {
+    try {
+      if (readFileSync(join(dir, "freezer.state"), "utf8").trim() === "FROZEN")
+        return;
+    } catch {
+      return;
+    }
+    await delay(5);
+  }
+}

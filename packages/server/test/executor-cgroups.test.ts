@@ -1,0 +1,434 @@
+// The executor's task cgroups, on this host's real cgroup v1 controllers and on a cgroup v2
+// hierarchy mounted for the test: the task starts inside them, Shutdown kills what escaped its
+// process group and tree, OOM kills are reported, and bad cgroups are refused by field.
+import { execFileSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  executorBinPath,
+  isProcessAlive,
+  launchExecutor,
+  TaskCgroups,
+  type ExecutorHandle,
+} from "../src/executor.js";
+import { processTree } from "../src/stats.js";
+
+const isRoot = process.getuid?.() === 0;
+const V1 = "/sys/fs/cgroup";
+const hasV1 =
+  isRoot &&
+  ["freezer", "memory", "cpuset"].every((c) =>
+    existsSync(`${V1}/${c}/cgroup.procs`),
+  ) &&
+  !existsSync(`${V1}/cgroup.controllers`);
+const PATH = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+const tag = `nomadkit-test-${process.pid}`;
+
+let dir: string;
+const handles: ExecutorHandle[] = [];
+const cleanups: (() => void)[] = [];
+
+beforeAll(() => {
+  if (!existsSync(executorBinPath()))
+    throw new Error(
+      `build first: ${executorBinPath()} is missing (npx turbo run build)`,
+    );
+  dir = mkdtempSync(join(tmpdir(), "nk-cgroups-"));
+});
+afterEach(async () => {
+  for (const h of handles.splice(0)) {
+    await h.shutdownTask("SIGKILL", 0).catch(() => undefined);
+    await h.kill();
+  }
+  for (const c of cleanups.splice(0).reverse()) c();
+});
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+async function executor(): Promise<ExecutorHandle> {
+  const h = await launchExecutor({ config: { exitAfterShutdown: false } });
+  handles.push(h);
+  return h;
+}
+
+function procs(cg: string): number[] {
+  return readFileSync(join(cg, "cgroup.procs"), "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map(Number);
+}
+
+/** Makes a cgroup and removes it after the test (killing what is left in it). */
+function cgroup(path: string): string {
+  mkdirSync(path, { recursive: true });
+  cleanups.push(() => {
+    for (const pid of procs(path)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    for (let i = 0; i < 200; i++) {
+      try {
+        rmdirSync(path);
+        return;
+      } catch {
+        execFileSync("sleep", ["0.02"]);
+      }
+    }
+  });
+  return path;
+}
+
+/** A cgroup v2 hierarchy of the test's own (no controllers: cgroup.procs and cgroup.kill work). */
+function mountV2(): string | undefined {
+  if (!isRoot) return undefined;
+  const mnt = mkdtempSync(join(tmpdir(), "nk-cg2-"));
+  try {
+    execFileSync("mount", ["-t", "cgroup2", "none", mnt], { stdio: "ignore" });
+  } catch {
+    rmdirSync(mnt);
+    return undefined;
+  }
+  cleanups.push(() => {
+    execFileSync("umount", [mnt]);
+    rmdirSync(mnt);
+  });
+  return mnt;
+}
+
+async function until(
+  what: string,
+  cond: () => boolean | Promise<boolean>,
+): Promise<void> {
+  for (let i = 0; i < 1000; i++) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** Starts a task that leaves a daemon outside its process group and tree; returns both pids. */
+async function launchEscaper(
+  exe: ExecutorHandle,
+  cgroups: {
+    cgroupV1Override?: Record<string, string>;
+    cgroupV2Override?: string;
+  },
+) {
+  const out = join(dir, `escaper-${Math.random()}`);
+  const { process: p } = await exe.client.launch({
+    cmd: "sh",
+    // The subshell exits at once, so the setsid'd sleep is nobody's child of the task's.
+    args: ["-c", "(setsid sleep 1000 & echo $!) ; exec sleep 1000"],
+    env: [PATH],
+    stdoutPath: out,
+    ...cgroups,
+  });
+  let escaped = 0;
+  await until("the daemon's pid", () => {
+    escaped = Number(existsSync(out) ? readFileSync(out, "utf8").trim() : "");
+    return escaped > 0;
+  });
+  await until(
+    "the subshell to exit",
+    async () => !(await processTree(p!.pid)).some((x) => x.pid === escaped),
+  );
+  return { task: p!.pid, escaped };
+}
+
+function cgroupLines(pid: number): string {
+  return readFileSync(`/proc/${pid}/cgroup`, "utf8");
+}
+
+async function expectRefused(
+  p: Promise<unknown>,
+  code: Code,
+  ...parts: string[]
+) {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ConnectError);
+  expect((err as ConnectError).code).toBe(code);
+  for (const part of parts)
+    expect((err as ConnectError).rawMessage).toContain(part);
+}
+
+describe.skipIf(!hasV1)("executor cgroups: v1", () => {
+  it("starts the task in its cgroups and Shutdown kills a daemon that left its group and tree", async () => {
+    const freezer = cgroup(`${V1}/freezer/${tag}/a`);
+    const memory = cgroup(`${V1}/memory/${tag}/a`);
+    const exe = await executor();
+    const { task, escaped } = await launchEscaper(exe, {
+      cgroupV1Override: { freezer: `${tag}/a`, memory },
+    });
+    expect(cgroupLines(task)).toContain(`:freezer:/${tag}/a\n`);
+    expect(cgroupLines(task)).toContain(`:memory:/${tag}/a\n`);
+    expect(procs(freezer).sort()).toEqual([task, escaped].sort());
+    expect(isProcessAlive(escaped)).toBe(true);
+
+    await exe.shutdownTask("SIGTERM", 5_000);
+    expect(procs(freezer)).toEqual([]);
+    await until("the daemon's death", () => !isProcessAlive(escaped));
+    expect((await exe.client.wait({})).process).toMatchObject({
+      signal: 15,
+      oomKilled: false,
+    });
+    expect(readFileSync(`${freezer}/freezer.state`, "utf8").trim()).toBe(
+      "THAWED",
+    );
+  });
+
+  it("runs the task's first instruction and Exec in the task's cgroups", async () => {
+    const freezer = cgroup(`${V1}/freezer/${tag}/b`);
+    const exe = await executor();
+    const out = join(dir, "first");
+    await exe.client.launch({
+      cmd: "cat",
+      args: ["/proc/self/cgroup"],
+      env: [PATH],
+      stdoutPath: out,
+      cgroupV1Override: { freezer },
+    });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+    expect(readFileSync(out, "utf8")).toContain(`:freezer:/${tag}/b\n`);
+
+    const exe2 = await executor();
+    await exe2.client.launch({
+      cmd: "sleep",
+      args: ["1000"],
+      env: [PATH],
+      cgroupV1Override: { freezer },
+    });
+    const r = await exe2.client.exec({
+      cmd: "cat",
+      args: ["/proc/self/cgroup"],
+    });
+    expect(r.exitCode).toBe(0);
+    expect(Buffer.from(r.output).toString()).toContain(`:freezer:/${tag}/b\n`);
+  });
+
+  it("reports an OOM kill, and not a plain SIGKILL as one", async () => {
+    const memory = cgroup(`${V1}/memory/${tag}/oom`);
+    writeFileSync(`${memory}/memory.limit_in_bytes`, String(64 * 1024 * 1024));
+    const exe = await executor();
+    await exe.client.launch({
+      cmd: process.execPath,
+      args: ["-e", "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));"],
+      env: [PATH],
+      cgroupV1Override: { memory },
+    });
+    expect((await exe.client.wait({})).process).toMatchObject({
+      signal: 9,
+      exitCode: 137,
+      oomKilled: true,
+    });
+
+    const exe2 = await executor();
+    await exe2.client.launch({
+      cmd: "sleep",
+      args: ["1000"],
+      env: [PATH],
+      cgroupV1Override: { memory },
+    });
+    await exe2.client.signal({ signal: 9 });
+    expect((await exe2.client.wait({})).process).toMatchObject({
+      signal: 9,
+      oomKilled: false,
+    });
+  });
+
+  it("joins the cgroups of Nomad's v1 layout from the cpuset cgroup the client made", async () => {
+    const base = cgroup(`${V1}/cpuset/${tag}`);
+    const cpus = readFileSync(`${V1}/cpuset/cpuset.cpus`, "utf8").trim();
+    const mems = readFileSync(`${V1}/cpuset/cpuset.mems`, "utf8").trim();
+    for (const d of [
+      base,
+      cgroup(`${base}/share`),
+      cgroup(`${base}/share/alloc1.web`),
+    ]) {
+      writeFileSync(`${d}/cpuset.cpus`, cpus);
+      writeFileSync(`${d}/cpuset.mems`, mems);
+    }
+    const freezer = cgroup(`${V1}/freezer/${tag}/alloc1.web`);
+    const exe = await executor();
+    const { process: p } = await exe.client.launch({
+      cmd: "sleep",
+      args: ["1000"],
+      env: [PATH],
+      resources: {
+        linuxResources: { cpusetCgroup: `${base}/share/alloc1.web` },
+      },
+    });
+    expect(cgroupLines(p!.pid)).toContain(`:cpuset:/${tag}/share/alloc1.web\n`);
+    expect(procs(freezer)).toEqual([p!.pid]);
+  });
+
+  it("refuses cgroups that are missing, refuse the task, or hold the executor, naming the field", async () => {
+    const exe = await executor();
+    await expectRefused(
+      exe.client.launch({
+        cmd: "sleep",
+        args: ["1000"],
+        env: [PATH],
+        cgroupV1Override: { freezer: `${tag}/missing` },
+      }),
+      Code.FailedPrecondition,
+      'cgroup_v1_override["freezer"]',
+      "not a cgroup directory",
+    );
+    await expectRefused(
+      exe.client.launch({
+        cmd: "sleep",
+        args: ["1000"],
+        env: [PATH],
+        cgroupV1Override: { "../x": "y" },
+      }),
+      Code.InvalidArgument,
+      'cgroup_v1_override["../x"]',
+    );
+    await expectRefused(
+      exe.client.launch({
+        cmd: "sleep",
+        args: ["1000"],
+        env: [PATH],
+        cgroupV1Override: { freezer: "/sys/fs/cgroup/freezer" },
+      }),
+      Code.FailedPrecondition,
+      "root of its cgroup hierarchy",
+    );
+    // A cpuset cgroup without CPUs refuses every process: the held task must not run on.
+    const empty = cgroup(`${V1}/cpuset/${tag}-empty`);
+    const marker = `NOMADKIT_CGROUP_TEST=${Math.random()}`;
+    await expectRefused(
+      exe.client.launch({
+        cmd: "sleep",
+        args: ["1000"],
+        env: [PATH, marker],
+        cgroupV1Override: { cpuset: empty },
+      }),
+      Code.FailedPrecondition,
+      'cgroup_v1_override["cpuset"]',
+      "cannot move the task",
+    );
+    await until(
+      "the refused task's death",
+      () => !withEnv(marker).some(isProcessAlive),
+    );
+    // The executor's own cgroup (its parent's too, here) is refused.
+    const own = /:freezer:(.*)\n/.exec(cgroupLines(exe.pid))![1]!;
+    await expectRefused(
+      exe.client.launch({
+        cmd: "sleep",
+        args: ["1000"],
+        env: [PATH],
+        cgroupV1Override: { freezer: `${V1}/freezer${own}` },
+      }),
+      Code.FailedPrecondition,
+      own === "/" ? "root" : "holds the executor",
+    );
+    // After the refusals the executor still launches a task.
+    await exe.client.launch({ cmd: "true", env: [PATH] });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+  });
+});
+
+describe.skipIf(!isRoot)("executor cgroups: v2", () => {
+  it("starts the task in its cgroup and Shutdown kills everything in it with cgroup.kill", async (t) => {
+    const mnt = mountV2();
+    if (!mnt) return t.skip();
+    const cg = cgroup(join(mnt, tag));
+    const exe = await executor();
+    const { task, escaped } = await launchEscaper(exe, {
+      cgroupV2Override: cg,
+    });
+    expect(cgroupLines(task)).toContain(`0::/${tag}\n`);
+    expect(procs(cg).sort()).toEqual([task, escaped].sort());
+
+    await exe.shutdownTask("SIGINT", 0);
+    expect(procs(cg)).toEqual([]);
+    await until("the daemon's death", () => !isProcessAlive(escaped));
+    expect((await exe.client.wait({})).process).toMatchObject({
+      signal: 9,
+      oomKilled: false,
+    });
+  });
+
+  it("refuses the hierarchy's root", async (t) => {
+    const mnt = mountV2();
+    if (!mnt) return t.skip();
+    const exe = await executor();
+    await expectRefused(
+      exe.client.launch({ cmd: "true", env: [PATH], cgroupV2Override: mnt }),
+      Code.FailedPrecondition,
+      "cgroup_v2_override",
+      "root",
+    );
+  });
+});
+
+describe("TaskCgroups.resolve", () => {
+  it("names nothing without cgroups in the request, and prefers v2, then v1, then the cpuset cgroup", () => {
+    expect(TaskCgroups.resolve({})).toBeUndefined();
+    expect(TaskCgroups.resolve({ cgroupV1Override: {} })).toBeUndefined();
+    // Missing directories are refused by the first field that counts.
+    expect(() =>
+      TaskCgroups.resolve({
+        cgroupV2Override: "/nonexistent/a",
+        cgroupV1Override: { freezer: "/nonexistent/b" },
+      }),
+    ).toThrow(/cgroup_v2_override/);
+    expect(() =>
+      TaskCgroups.resolve(
+        { cgroupV1Override: { freezer: "b" }, cpusetCgroup: "/nonexistent/c" },
+        { v1: "/nonexistent" },
+      ),
+    ).toThrow(/cgroup_v1_override\["freezer"\]: "\/nonexistent\/freezer\/b"/);
+    expect(() =>
+      TaskCgroups.resolve(
+        {
+          cpusetCgroup: "c",
+          cpusetField: "resources.linux_resources.cpuset_cgroup",
+        },
+        { v1: "/nonexistent", v2: "/nonexistent" },
+      ),
+    ).toThrow(
+      /resources\.linux_resources\.cpuset_cgroup: "\/nonexistent\/cpuset\/c"/,
+    );
+  });
+});
+
+/** Pids whose environment holds `entry`. */
+function withEnv(entry: string): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (
+        readFileSync(`/proc/${name}/environ`, "utf8")
+          .split("\0")
+          .includes(entry)
+      )
+        out.push(Number(name));
+    } catch {
+      // gone or not ours
+    }
+  }
+  return out;
+}
