@@ -230,7 +230,7 @@ describe("nomadkit", () => {
     writeFileSync(task, JSON.stringify({ command: "/bin/true", agrs: ["x"] }));
     const r = await nomadkit("run", rawexec, "--task-config", task);
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain(`nomadkit: --task-config ${task}: "agrs" is not declared (declared: args, command)`);
+    expect(r.stderr).toContain(`nomadkit: --task-config ${task}: "agrs" is not declared (declared: args, cgroup_v1_override, cgroup_v2_override, command)`);
     expect(r.stderr).not.toContain("started task");
 
     const none = await nomadkit("run", rawexec);

@@ -97,7 +97,7 @@ describe("conformance catches a broken plugin", () => {
       );
       const task = await runConformance({ plugin: rawexec, taskConfig: { command: "/bin/sleep", agrs: ["600"] }, checks: ["start-task"], ...generous });
       expect(byName(task)["start-task"]).toMatchObject({ status: "fail" });
-      expect(byName(task)["start-task"]!.message).toContain(`the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema: "agrs" is not declared (declared: args, command)`);
+      expect(byName(task)["start-task"]!.message).toContain(`the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema: "agrs" is not declared (declared: args, cgroup_v1_override, cgroup_v2_override, command)`);
     },
     180_000,
   );
