@@ -62,6 +62,8 @@ function routes(router: ConnectRouter) {
           ctx.values.set(counter, ctx.values.get(counter) + 1);
           return { task: { id: `count ${ctx.values.get(counter)}` } };
         }
+        // A reply that cannot be encoded (a string where an int64 goes): the host is told which field.
+        if (req.taskId === "unencodable") return { task: { id: "x", result: { exitCode: "many" as never } } };
         if (req.taskId === "slow") return new Promise((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason)));
         return { task: { id: req.taskId, name: "web" }, driver: { attributes: { pid: "42" } } };
       },
@@ -268,6 +270,9 @@ describe.each(["request", "stream"] as const)("direct gRPC path (%s entry)", (en
     expect(message(await same(`${DRIVER}/InspectTask`, [inspect("a"), inspect("b")]))).toMatch(/extra input message/);
     expect((await same(`${DRIVER}/InspectTask`, [frame(new Uint8Array([10, 1, 97]), 1)])).trailers["grpc-status"]).toBe(String(Code.Internal));
     expect(message(await same(`${DRIVER}/InspectTask`, [frame(new Uint8Array([10, 1]))]))).toMatch(/parse binary/);
+    const bad = await same(`${DRIVER}/InspectTask`, [inspect("unencodable")]);
+    expect(bad.trailers["grpc-status"]).toBe(String(Code.Internal));
+    expect(message(bad)).toMatch(/^serialize binary: .*exit_code/);
   });
 
   it("readMaxBytes", async () => {

@@ -532,11 +532,19 @@ export class DirectPath {
       } else {
         // The fast encoder takes the handler's init shape as it is and writes behind room for the
         // prefix; what it declines is created and goes to toBinary.
-        const framed = encodeBinary(output, message, 5);
+        let framed: Uint8Array | undefined;
+        let bytes: Uint8Array | undefined;
+        try {
+          framed = encodeBinary(output, message, 5);
+          if (framed === undefined) bytes = toBinary(output, create(output, message as never));
+        } catch (e) {
+          // As connect reports it: the host learns which field could not be encoded.
+          throw new ConnectError(`serialize binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
+        }
         if (framed !== undefined) {
           writeEnvelopePrefix(framed, 0, framed.length - 5);
           ok = stream.write(framed);
-        } else ok = writeEncoded(stream, toBinary(output, create(output, message as never)));
+        } else ok = writeEncoded(stream, bytes!);
       }
       if (!ok && !(await writable(stream))) throw new StreamClosedError();
     };
