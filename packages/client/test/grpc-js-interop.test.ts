@@ -132,6 +132,16 @@ describe("nomadkit client -> grpc-js server", () => {
     expect((err as ConnectError).rawMessage).toBe("temporarily unavailable");
   });
 
+  it("a caller that stops reading a stream early cancels the call at the server", async () => {
+    const before = cancelled.length;
+    for await (const ev of new DriverClient(transport()).taskEvents({})) {
+      expect(ev.message).toBe("first");
+      break;
+    }
+    for (let i = 0; i < 500 && cancelled.length === before; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(cancelled.slice(before)).toEqual(["TaskEvents"]);
+  });
+
   it("caller cancellation of a stream is a cancellation", async () => {
     const ac = new AbortController();
     const client = new DriverClient(transport());

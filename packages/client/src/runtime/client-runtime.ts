@@ -183,10 +183,18 @@ export class ClientRuntime {
     const opts = this.#merge(options);
     // The call starts when iteration starts, like connect's own clients.
     const run = async function* (rt: ClientRuntime): AsyncGenerator<MessageShape<O>> {
+      // A caller that stops iterating early (break, return, a throw in its loop) cancels the call,
+      // so the plugin's handler ends too; connect's response iterable alone leaves it running.
+      const call = new AbortController();
+      const outer = opts.signal;
+      const onAbort = () => call.abort(outer?.reason);
+      if (outer?.aborted) onAbort();
+      else outer?.addEventListener("abort", onAbort, { once: true });
+      let finished = false;
       try {
         const res = await rt.transport.stream(
           method,
-          opts.signal,
+          call.signal,
           opts.timeoutMs,
           opts.headers,
           requests,
@@ -195,8 +203,13 @@ export class ClientRuntime {
         opts.onHeader?.(res.header);
         yield* res.message;
         opts.onTrailer?.(res.trailer);
+        finished = true;
       } catch (err) {
-        throw await rt.normalizeError(err, opts.signal);
+        finished = true;
+        throw await rt.normalizeError(err, outer);
+      } finally {
+        outer?.removeEventListener("abort", onAbort);
+        if (!finished) call.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
       }
     };
     return { [Symbol.asyncIterator]: () => run(this) };
