@@ -2,15 +2,7 @@
 // Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
 // re-attaches from the reattach info kept in TaskHandle.driver_state.
 import { join } from "node:path";
-import {
-  defineDriver,
-  invalidArgument,
-  spec,
-  taskNotFound,
-  type CallContext,
-  type Driver,
-  type SpecValue,
-} from "@nomadkit/server";
+import { defineDriver, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type SpecValue } from "@nomadkit/server";
 import {
   decodeExecutorState,
   forwardExecStream,
@@ -20,10 +12,7 @@ import {
   signalNumber,
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
-import {
-  LinuxNetnsManager,
-  type NetworkManager,
-} from "@nomadkit/server/network";
+import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
 import { RawExecTask, killOrphanedTask, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
@@ -71,15 +60,10 @@ function env(map: Record<string, string>): string[] {
  * await serveDriver(createRawExecDriver());
  * ```
  */
-export function createRawExecDriver(
-  options: RawExecDriverOptions = {},
-): Driver<PluginConfig, TaskConfig> {
+export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<PluginConfig, TaskConfig> {
   const tasks = new Map<string, RawExecTask>();
   let nets: NetworkManager | undefined = options.network;
-  const networks = (): NetworkManager =>
-    (nets ??= new LinuxNetnsManager({
-      labels: { "nomadkit.driver": PLUGIN_NAME },
-    }));
+  const networks = (): NetworkManager => (nets ??= new LinuxNetnsManager({ labels: { "nomadkit.driver": PLUGIN_NAME } }));
 
   const get = (taskId: string): RawExecTask => {
     const t = tasks.get(taskId);
@@ -93,46 +77,28 @@ export function createRawExecDriver(
     configSchema: pluginConfigSchema,
     taskConfigSchema,
     // must_create_network follows the agent's plugin config (the SDK asks on every call).
-    capabilities: (config) => ({
-      sendSignals: true,
-      exec: true,
-      mustCreateNetwork: config?.create_network ?? false,
-    }),
+    capabilities: (config) => ({ sendSignals: true, exec: true, mustCreateNetwork: config?.create_network ?? false }),
 
     fingerprint() {
       return {
         health: "healthy",
         description: "Healthy",
-        attributes: {
-          [`driver.${PLUGIN_NAME}`]: true,
-          [`driver.${PLUGIN_NAME}.version`]: PLUGIN_VERSION,
-        },
+        attributes: { [`driver.${PLUGIN_NAME}`]: true, [`driver.${PLUGIN_NAME}.version`]: PLUGIN_VERSION },
       };
     },
 
     async startTask(task, ctx: Ctx) {
-      const { command, args, cgroup_v2_override, cgroup_v1_override } =
-        task.driverConfig;
-      if (command.trim() === "")
-        throw invalidArgument("config.command", "must not be empty");
+      const { command, args, cgroup_v2_override, cgroup_v1_override } = task.driverConfig;
+      if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
       const taskDir = join(task.allocDir, task.name);
       let user = "";
       if (task.user) {
         if (process.getuid?.() === 0) user = task.user;
-        else
-          ctx.events.emit({
-            taskId: task.id,
-            message: `Running as the plugin's user: task user ${JSON.stringify(task.user)} needs the plugin to run as root`,
-          });
+        else ctx.events.emit({ taskId: task.id, message: `Running as the plugin's user: task user ${JSON.stringify(task.user)} needs the plugin to run as root` });
       }
       // The executor keeps serving after Shutdown (as Nomad's does) so Wait reports the exit of a
       // stopped task; destroyTask ends it.
-      const exe: ExecutorHandle = await launchExecutor({
-        config: {
-          logFile: join(taskDir, "executor.out"),
-          exitAfterShutdown: false,
-        },
-      });
+      const exe: ExecutorHandle = await launchExecutor({ config: { logFile: join(taskDir, "executor.out"), exitAfterShutdown: false } });
       let pid: number;
       try {
         const res = await exe.client.launch(
@@ -147,9 +113,7 @@ export function createRawExecDriver(
             resources: task.resources,
             cgroupV2Override: cgroup_v2_override,
             cgroupV1Override: cgroup_v1_override,
-            networkIsolation: task.networkIsolationSpec?.path
-              ? task.networkIsolationSpec
-              : undefined,
+            networkIsolation: task.networkIsolationSpec?.path ? task.networkIsolationSpec : undefined,
           },
           { signal: ctx.signal },
         );
@@ -163,39 +127,27 @@ export function createRawExecDriver(
       }
       const state: RawExecState = { startedAt: new Date().toISOString(), pid };
       tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
-      ctx.events.emit({
-        taskId: task.id,
-        message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`,
-        annotations: { pid: String(pid), executor_pid: String(exe.pid) },
-      });
+      ctx.events.emit({ taskId: task.id, message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`, annotations: { pid: String(pid), executor_pid: String(exe.pid) } });
       // driver_state: the executor's reattach info plus our own fields, as JSON bytes.
       return { driverState: exe.driverState(state) };
     },
 
     async recoverTask({ task, driverState }, ctx: Ctx) {
       if (tasks.has(task.id)) return;
-      const { executor, driver } =
-        decodeExecutorState<RawExecState>(driverState);
+      const { executor, driver } = decodeExecutorState<RawExecState>(driverState);
       let exe: ExecutorHandle;
       try {
         exe = await reattachExecutor(executor);
       } catch (err) {
         // Nomad starts the task again when recovery fails: the old one must not run on beside it.
-        const killed =
-          driver !== undefined && killOrphanedTask(driver.pid, task.allocId);
+        const killed = driver !== undefined && killOrphanedTask(driver.pid, task.allocId);
         throw new Error(
           `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
         );
       }
-      const state: RawExecState = driver ?? {
-        startedAt: new Date().toISOString(),
-        pid: 0,
-      };
+      const state: RawExecState = driver ?? { startedAt: new Date().toISOString(), pid: 0 };
       tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
-      ctx.events.emit({
-        taskId: task.id,
-        message: `Reattached to executor ${executor.pid} (task pid ${state.pid})`,
-      });
+      ctx.events.emit({ taskId: task.id, message: `Reattached to executor ${executor.pid} (task pid ${state.pid})` });
     },
 
     // The SDK answers a WaitTask Nomad gave up on by itself; the exit promise need not watch ctx.signal.
@@ -213,10 +165,7 @@ export function createRawExecDriver(
 
     async destroyTask(taskId, { force }) {
       const t = get(taskId);
-      if (!t.exit && !force)
-        throw new Error(
-          `cannot destroy running task ${taskId}: stop it first or use force`,
-        );
+      if (!t.exit && !force) throw new Error(`cannot destroy running task ${taskId}: stop it first or use force`);
       if (isProcessAlive(t.exe.pid)) {
         // Kill the task (if still running) and anything it left in its process group, then the executor.
         await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
@@ -233,10 +182,7 @@ export function createRawExecDriver(
         startedAt: t.startedAt,
         completedAt: t.exit?.at,
         exit: t.exit,
-        attributes: {
-          pid: String(t.state.pid),
-          executor_pid: String(t.exe.pid),
-        },
+        attributes: { pid: String(t.state.pid), executor_pid: String(t.exe.pid) },
       };
     },
 
@@ -253,22 +199,12 @@ export function createRawExecDriver(
         {
           cmd: command[0]!,
           args: command.slice(1),
-          deadline:
-            deadline === undefined
-              ? undefined
-              : {
-                  seconds: BigInt(Math.floor(deadline / 1000)),
-                  nanos: (deadline % 1000) * 1e6,
-                },
+          deadline: deadline === undefined ? undefined : { seconds: BigInt(Math.floor(deadline / 1000)), nanos: (deadline % 1000) * 1e6 },
         },
         { signal },
       );
       // The executor interleaves stdout and stderr, as Nomad's raw_exec does.
-      return {
-        stdout: res.output,
-        stderr: new Uint8Array(),
-        exitCode: res.exitCode,
-      };
+      return { stdout: res.output, stderr: new Uint8Array(), exitCode: res.exitCode };
     },
 
     execTaskStreamingRaw(stream) {

@@ -18,21 +18,12 @@
 export { runExecutorMain, parseExecutorArgs } from "./executor/main.js";
 export type { ExecutorConfig, RunExecutorOptions } from "./executor/main.js";
 export { ExecutorService, EXECUTOR_VERSION } from "./executor/service.js";
-export type {
-  ExecutorServiceOptions,
-  ExecutorLogger,
-  ExecStreamingHandler,
-} from "./executor/service.js";
+export type { ExecutorServiceOptions, ExecutorLogger, ExecStreamingHandler } from "./executor/service.js";
 export { TaskProcess, DEFAULT_SHUTDOWN_SIGNAL } from "./executor/process.js";
 export { TaskCgroups } from "./executor/cgroups.js";
 export type { TaskCgroupsRequest, CgroupRoots } from "./executor/cgroups.js";
 export type { TaskExit, TaskLaunchOptions } from "./executor/process.js";
-export {
-  prepareTaskContext,
-  spawnInContext,
-  commandInContext,
-  lookPath,
-} from "./executor/context.js";
+export { prepareTaskContext, spawnInContext, commandInContext, lookPath } from "./executor/context.js";
 export type { TaskContext, TaskContextOptions } from "./executor/context.js";
 export { execInContext, DEFAULT_EXEC_OUTPUT_LIMIT } from "./executor/exec.js";
 export type { ExecOptions, BufferedExecResult } from "./executor/exec.js";
@@ -48,16 +39,8 @@ export {
   decodeExecutorState,
 } from "./executor/launch.js";
 export { isProcessAlive } from "./executor/pids.js";
-export type {
-  ExecutorReattach,
-  LaunchExecutorOptions,
-  ReattachExecutorOptions,
-} from "./executor/launch.js";
+export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
 export { execStreamingInTask } from "./executor/exec-streaming.js";
 export { forwardExecStream } from "./executor/forward.js";
-export {
-  OUTPUT_HANDOFF_HEADER,
-  openHandedOutputs,
-  closeHandedOutputs,
-} from "./exec/handoff.js";
+export { OUTPUT_HANDOFF_HEADER, openHandedOutputs, closeHandedOutputs } from "./exec/handoff.js";
 export type { HandedOutputs } from "./exec/handoff.js";

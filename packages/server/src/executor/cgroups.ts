@@ -4,12 +4,7 @@
  * included), and report OOM kills. Nomad's executor does the same with the cgroups the client
  * made for the task or the ones a job names.
  */
-import {
-  spawn,
-  type ChildProcess,
-  type SpawnOptions,
-  type StdioOptions,
-} from "node:child_process";
+import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
@@ -76,32 +71,18 @@ export class TaskCgroups {
    * hierarchy's root, or the executor's own cgroup: killing everything in it would kill more than
    * the task.
    */
-  static resolve(
-    req: TaskCgroupsRequest,
-    roots: CgroupRoots = {},
-  ): TaskCgroups | undefined {
+  static resolve(req: TaskCgroupsRequest, roots: CgroupRoots = {}): TaskCgroups | undefined {
     const v2Root = roots.v2 ?? CGROUP_V2_ROOT;
     const v1Root = roots.v1 ?? "/sys/fs/cgroup";
     const dirs: CgroupDir[] = [];
     if (req.cgroupV2Override) {
-      const path = isAbsolute(req.cgroupV2Override)
-        ? req.cgroupV2Override
-        : join(v2Root, req.cgroupV2Override);
+      const path = isAbsolute(req.cgroupV2Override) ? req.cgroupV2Override : join(v2Root, req.cgroupV2Override);
       dirs.push({ path, field: "cgroup_v2_override", version: 2 });
-    } else if (
-      req.cgroupV1Override &&
-      Object.keys(req.cgroupV1Override).length > 0
-    ) {
+    } else if (req.cgroupV1Override && Object.keys(req.cgroupV1Override).length > 0) {
       for (const [controller, p] of Object.entries(req.cgroupV1Override)) {
         const field = `cgroup_v1_override[${JSON.stringify(controller)}]`;
-        if (
-          !/^[a-z_][a-z0-9_,=.]*$/i.test(controller) ||
-          controller.includes("..")
-        ) {
-          throw new ConnectError(
-            `${field}: ${JSON.stringify(controller)} is not a cgroup v1 controller name`,
-            Code.InvalidArgument,
-          );
+        if (!/^[a-z_][a-z0-9_,=.]*$/i.test(controller) || controller.includes("..")) {
+          throw new ConnectError(`${field}: ${JSON.stringify(controller)} is not a cgroup v1 controller name`, Code.InvalidArgument);
         }
         dirs.push({
           path: isAbsolute(p) ? p : join(v1Root, controller, p),
@@ -120,19 +101,14 @@ export class TaskCgroups {
           version: 2,
         });
       } else {
-        const path = isAbsolute(cpuset)
-          ? cpuset
-          : join(v1Root, "cpuset", cpuset);
+        const path = isAbsolute(cpuset) ? cpuset : join(v1Root, "cpuset", cpuset);
         dirs.push({ path, field, version: 1, controller: "cpuset" });
         // Nomad's v1 layout: <root>/cpuset/<parent>/{share,reserve}/<alloc>.<task> beside
         // <root>/<controller>/<parent>/<alloc>.<task>.
-        const m = /^(.*)\/cpuset\/(.+)\/(?:share|reserve)\/([^/]+)\/?$/.exec(
-          path,
-        );
+        const m = /^(.*)\/cpuset\/(.+)\/(?:share|reserve)\/([^/]+)\/?$/.exec(path);
         for (const controller of m ? ["freezer", "cpu", "memory"] : []) {
           const path = `${m![1]}/${controller}/${m![2]}/${m![3]}`;
-          if (existsSync(join(path, "cgroup.procs")))
-            dirs.push({ path, field, version: 1, controller });
+          if (existsSync(join(path, "cgroup.procs"))) dirs.push({ path, field, version: 1, controller });
         }
       }
     } else {
@@ -159,11 +135,7 @@ export class TaskCgroups {
    * executor moves the process, not the process itself). Throws FailedPrecondition naming the field
    * when a cgroup refuses the process, which is then killed.
    */
-  spawn(
-    file: string,
-    args: readonly string[],
-    options: SpawnOptions = {},
-  ): ChildProcess {
+  spawn(file: string, args: readonly string[], options: SpawnOptions = {}): ChildProcess {
     const stdio = expandStdio(options.stdio);
     const gateFd = stdio.length;
     const script = `read -r _ <&${gateFd} || exit 125; exec ${gateFd}<&-; exec "$@"`;
@@ -215,8 +187,7 @@ export class TaskCgroups {
       }
       for (const line of text.split("\n")) {
         const pid = Number(line);
-        if (pid > 1 && pid !== process.pid && pid !== process.ppid)
-          out.add(pid);
+        if (pid > 1 && pid !== process.pid && pid !== process.ppid) out.add(pid);
       }
     }
     return [...out];
@@ -228,19 +199,14 @@ export class TaskCgroups {
    * then each is killed. Resolves false if processes remained after repeated rounds.
    */
   async killAll(): Promise<boolean> {
-    const v2 = this.dirs.find(
-      (d) => d.version === 2 && existsSync(join(d.path, "cgroup.kill")),
-    );
+    const v2 = this.dirs.find((d) => d.version === 2 && existsSync(join(d.path, "cgroup.kill")));
     const freezer = this.dirs.find((d) => d.controller === "freezer");
     for (let round = 0; round < KILL_ROUNDS; round++) {
       const pids = this.pids();
       if (pids.length === 0) return true;
       if (v2 && tryWrite(join(v2.path, "cgroup.kill"), "1")) {
         // the kernel kills them all, forks in flight included
-      } else if (
-        freezer &&
-        tryWrite(join(freezer.path, "freezer.state"), "FROZEN")
-      ) {
+      } else if (freezer && tryWrite(join(freezer.path, "freezer.state"), "FROZEN")) {
         await waitFrozen(freezer.path);
         killEach(this.pids());
         tryWrite(join(freezer.path, "freezer.state"), "THAWED"); // killed processes die once thawed
@@ -258,12 +224,7 @@ export class TaskCgroups {
    */
   oomKills(): number | undefined {
     for (const d of this.dirs) {
-      const file =
-        d.version === 2
-          ? "memory.events"
-          : d.controller === "memory"
-            ? "memory.oom_control"
-            : undefined;
+      const file = d.version === 2 ? "memory.events" : d.controller === "memory" ? "memory.oom_control" : undefined;
       if (!file) continue;
       let text: string;
       try {
@@ -280,10 +241,7 @@ export class TaskCgroups {
 
 function checkTaskCgroup(d: CgroupDir): void {
   const fail = (why: string) => {
-    throw new ConnectError(
-      `${d.field}: ${JSON.stringify(d.path)} ${why}`,
-      Code.FailedPrecondition,
-    );
+    throw new ConnectError(`${d.field}: ${JSON.stringify(d.path)} ${why}`, Code.FailedPrecondition);
   };
   let procs: string;
   try {
@@ -292,21 +250,12 @@ function checkTaskCgroup(d: CgroupDir): void {
     return fail(`is not a cgroup directory: ${(err as Error).message}`);
   }
   // A v2 root has no cgroup.events; only a v1 hierarchy's root has release_agent.
-  const isRoot =
-    d.version === 2
-      ? !existsSync(join(d.path, "cgroup.events"))
-      : existsSync(join(d.path, "release_agent"));
-  if (isRoot)
-    fail(
-      "is the root of its cgroup hierarchy; a task needs a cgroup of its own",
-    );
-  if (procs.split("\n").includes(String(process.pid)))
-    fail("holds the executor itself; a task needs a cgroup of its own");
+  const isRoot = d.version === 2 ? !existsSync(join(d.path, "cgroup.events")) : existsSync(join(d.path, "release_agent"));
+  if (isRoot) fail("is the root of its cgroup hierarchy; a task needs a cgroup of its own");
+  if (procs.split("\n").includes(String(process.pid))) fail("holds the executor itself; a task needs a cgroup of its own");
 }
 
-function expandStdio(
-  stdio: StdioOptions | undefined,
-): Exclude<StdioOptions, string> {
+function expandStdio(stdio: StdioOptions | undefined): Exclude<StdioOptions, string> {
   if (Array.isArray(stdio)) {
     const out = [...stdio];
     while (out.length < 3) out.push("pipe");
@@ -339,8 +288,7 @@ async function waitFrozen(dir: string): Promise<void> {
   const until = Date.now() + FREEZE_WAIT_MS;
   while (Date.now() < until) {
     try {
-      if (readFileSync(join(dir, "freezer.state"), "utf8").trim() === "FROZEN")
-        return;
+      if (readFileSync(join(dir, "freezer.state"), "utf8").trim() === "FROZEN") return;
     } catch {
       return;
     }

@@ -1,22 +1,11 @@
-import {
-  spawn,
-  type ChildProcess,
-  type SpawnOptions,
-} from "node:child_process";
+import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { findExecutable } from "../exec/find-executable.js";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
-import {
-  checkProcessEnv,
-  checkProcessStrings,
-} from "../runtime/process-strings.js";
-import {
-  assertNetnsUsable,
-  needsNetns,
-  netnsCommand,
-} from "../network/exec.js";
+import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
+import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
 import type { NetworkIsolation } from "../network/types.js";
 import type { TaskCgroups } from "./cgroups.js";
 import { resolveUser, type ResolvedUser } from "./user.js";
@@ -63,15 +52,10 @@ export interface TaskContextOptions {
  * spawnInContext(ctx, "id", ["-u"], { stdio: "inherit" });
  * ```
  */
-export async function prepareTaskContext(
-  options: TaskContextOptions,
-): Promise<TaskContext> {
+export async function prepareTaskContext(options: TaskContextOptions): Promise<TaskContext> {
   const env = parseEnv(options.env);
   let cwd: string | undefined;
-  if (options.workDir)
-    cwd = options.taskDir
-      ? resolve(options.taskDir, options.workDir)
-      : resolve(options.workDir);
+  if (options.workDir) cwd = options.taskDir ? resolve(options.taskDir, options.workDir) : resolve(options.workDir);
   else if (options.taskDir) cwd = resolve(options.taskDir);
   if (cwd !== undefined) {
     const field = options.workDir ? "work_dir" : "task_dir";
@@ -81,11 +65,7 @@ export async function prepareTaskContext(
     } catch {
       // reported below
     }
-    if (!isDir)
-      throw new ConnectError(
-        `${field}: ${JSON.stringify(cwd)} is not a directory`,
-        Code.InvalidArgument,
-      );
+    if (!isDir) throw new ConnectError(`${field}: ${JSON.stringify(cwd)} is not a directory`, Code.InvalidArgument);
   }
   let user: ResolvedUser | undefined;
   if (options.user) {
@@ -100,35 +80,22 @@ export async function prepareTaskContext(
     if (me === user.uid && process.getgid?.() === user.gid) user = undefined; // nothing to switch
   }
   await assertNetnsUsable(options.network, "network_isolation.path");
-  const ctx: TaskContext = {
-    env,
-    cwd,
-    user,
-    network: needsNetns(options.network) ? options.network : undefined,
-  };
+  const ctx: TaskContext = { env, cwd, user, network: needsNetns(options.network) ? options.network : undefined };
   if (options.cgroups) ctx.cgroups = options.cgroups;
   return ctx;
 }
 
 function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
-  if (env === undefined || (Array.isArray(env) && env.length === 0))
-    return withoutGoPluginVariables(process.env);
+  if (env === undefined || (Array.isArray(env) && env.length === 0)) return withoutGoPluginVariables(process.env);
   const out: Record<string, string> = {};
   if (!Array.isArray(env)) {
-    checkProcessEnv(
-      env as Record<string, string>,
-      (k) => `env[${JSON.stringify(k)}]`,
-    );
+    checkProcessEnv(env as Record<string, string>, (k) => `env[${JSON.stringify(k)}]`);
     return { ...(env as Record<string, string>) };
   }
   checkProcessStrings(env, (i) => `env[${i}]`);
   env.forEach((kv, i) => {
     const eq = kv.indexOf("=");
-    if (eq <= 0)
-      throw new ConnectError(
-        `env[${i}]: ${JSON.stringify(kv.slice(0, 80))} is not KEY=value`,
-        Code.InvalidArgument,
-      );
+    if (eq <= 0) throw new ConnectError(`env[${i}]: ${JSON.stringify(kv.slice(0, 80))} is not KEY=value`, Code.InvalidArgument);
     out[kv.slice(0, eq)] = kv.slice(eq + 1);
   });
   return out;
@@ -176,17 +143,9 @@ export function commandInContext(
 } {
   if (ctx.network) {
     // Entering the namespace needs root, so nsenter switches user after setns.
-    return netnsCommand(
-      ctx.network,
-      file,
-      args,
-      ctx.user ? { uid: ctx.user.uid, gid: ctx.user.gid } : {},
-    );
+    return netnsCommand(ctx.network, file, args, ctx.user ? { uid: ctx.user.uid, gid: ctx.user.gid } : {});
   }
-  const out: { file: string; args: string[]; uid?: number; gid?: number } = {
-    file,
-    args: [...args],
-  };
+  const out: { file: string; args: string[]; uid?: number; gid?: number } = { file, args: [...args] };
   if (ctx.user) {
     out.uid = ctx.user.uid;
     out.gid = ctx.user.gid;
@@ -207,18 +166,11 @@ export function commandInContext(
  * const child = spawnInContext(ctx, "/bin/sh", ["-c", "ip -o link"], { stdio: "pipe" });
  * ```
  */
-export function spawnInContext(
-  ctx: TaskContext,
-  file: string,
-  args: readonly string[],
-  options: SpawnOptions = {},
-): ChildProcess {
+export function spawnInContext(ctx: TaskContext, file: string, args: readonly string[], options: SpawnOptions = {}): ChildProcess {
   const c = commandInContext(ctx, file, args);
   const opts: SpawnOptions = { ...options, env: ctx.env };
   if (ctx.cwd !== undefined) opts.cwd = ctx.cwd;
   if (c.uid !== undefined) opts.uid = c.uid;
   if (c.gid !== undefined) opts.gid = c.gid;
-  return ctx.cgroups
-    ? ctx.cgroups.spawn(c.file, c.args, opts)
-    : spawn(c.file, c.args, opts);
+  return ctx.cgroups ? ctx.cgroups.spawn(c.file, c.args, opts) : spawn(c.file, c.args, opts);
 }

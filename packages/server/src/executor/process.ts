@@ -5,13 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { processTree } from "../stats/proc.js";
-import {
-  lookPath,
-  prepareTaskContext,
-  spawnInContext,
-  type TaskContext,
-  type TaskContextOptions,
-} from "./context.js";
+import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
 import { pidExists } from "./pids.js";
 import { signalName, signalNumber } from "./signals.js";
 
@@ -44,23 +38,13 @@ export interface TaskLaunchOptions extends TaskContextOptions {
 /** Default signal of {@link TaskProcess.shutdown}, as in Nomad's executor. */
 export const DEFAULT_SHUTDOWN_SIGNAL = "SIGINT";
 
-async function openOutput(
-  path: string | undefined,
-  field: string,
-): Promise<FileHandle | undefined> {
+async function openOutput(path: string | undefined, field: string): Promise<FileHandle | undefined> {
   if (!path) return undefined;
   try {
     // Opening a FIFO for writing waits for its reader (Nomad's log collector), which is intended.
-    return await open(
-      path,
-      fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT,
-      0o644,
-    );
+    return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT, 0o644);
   } catch (err) {
-    throw new ConnectError(
-      `${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`,
-      Code.InvalidArgument,
-    );
+    throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, Code.InvalidArgument);
   }
 }
 
@@ -87,11 +71,7 @@ export class TaskProcess {
   private exitState: TaskExit | undefined;
   private readonly exited: Promise<TaskExit>;
 
-  private constructor(
-    child: ChildProcess,
-    context: TaskContext,
-    oomKillsBefore: number | undefined,
-  ) {
+  private constructor(child: ChildProcess, context: TaskContext, oomKillsBefore: number | undefined) {
     this.pid = child.pid!;
     this.context = context;
     this.startedAt = new Date();
@@ -104,10 +84,7 @@ export class TaskProcess {
           signal,
           time: new Date(),
           // Killed, and the task's memory cgroup counted an OOM kill since launch.
-          oomKilled:
-            signal === 9 &&
-            oomKillsBefore !== undefined &&
-            (context.cgroups?.oomKills() ?? 0) > oomKillsBefore,
+          oomKilled: signal === 9 && oomKillsBefore !== undefined && (context.cgroups?.oomKills() ?? 0) > oomKillsBefore,
         };
         resolve(this.exitState);
       });
@@ -137,14 +114,7 @@ export class TaskProcess {
       });
       await new Promise<void>((resolve, reject) => {
         child.once("spawn", resolve);
-        child.once("error", (e) =>
-          reject(
-            new ConnectError(
-              `cmd: cannot start ${JSON.stringify(options.cmd)}: ${e.message}`,
-              Code.InvalidArgument,
-            ),
-          ),
-        );
+        child.once("error", (e) => reject(new ConnectError(`cmd: cannot start ${JSON.stringify(options.cmd)}: ${e.message}`, Code.InvalidArgument)));
       });
       return new TaskProcess(child, context, oomKillsBefore);
     } finally {
@@ -170,11 +140,7 @@ export class TaskProcess {
    */
   signal(sig: number | string): void {
     const num = signalNumber(sig);
-    if (this.exitState)
-      throw new ConnectError(
-        `signal: process ${this.pid} has already exited`,
-        Code.FailedPrecondition,
-      );
+    if (this.exitState) throw new ConnectError(`signal: process ${this.pid} has already exited`, Code.FailedPrecondition);
     try {
       process.kill(this.pid, num);
     } catch (e) {
@@ -188,10 +154,7 @@ export class TaskProcess {
    * task left behind in its group after a clean exit and, when it has cgroups, every process in
    * them (those that left its group and tree too). Resolves with the exit state.
    */
-  async shutdown(
-    sig: string | number = DEFAULT_SHUTDOWN_SIGNAL,
-    graceMs = 0,
-  ): Promise<TaskExit> {
+  async shutdown(sig: string | number = DEFAULT_SHUTDOWN_SIGNAL, graceMs = 0): Promise<TaskExit> {
     const num = signalNumber(sig === "" ? DEFAULT_SHUTDOWN_SIGNAL : sig);
     if (!this.exitState && graceMs > 0) {
       try {
@@ -200,10 +163,7 @@ export class TaskProcess {
         // exited meanwhile
       }
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.exited,
-        new Promise((r) => (timer = setTimeout(r, timerDelayMs(graceMs)))),
-      ]);
+      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, timerDelayMs(graceMs))))]);
       clearTimeout(timer);
     }
     if (!this.exitState) await this.killTree();
@@ -230,9 +190,7 @@ export class TaskProcess {
 
   /** The name of the signal that ended the process, if any (for logs). */
   get signalName(): string | undefined {
-    return this.exitState?.signal
-      ? signalName(this.exitState.signal)
-      : undefined;
+    return this.exitState?.signal ? signalName(this.exitState.signal) : undefined;
   }
 }
 

@@ -1,10 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import type {
-  ExecTaskStreamingRequest,
-  ExecTaskStreamingResponseSchema,
-} from "@nomadkit/protocol/driver";
+import type { ExecTaskStreamingRequest, ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
 import type {
   ExecRequest,
   LaunchRequest,
@@ -61,9 +58,7 @@ export interface ExecutorServiceOptions {
 
 const noLog: ExecutorLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
-function processState(
-  s: TaskExit | { pid: number; time: Date },
-): MessageInitShape<typeof ProcessStateSchema> {
+function processState(s: TaskExit | { pid: number; time: Date }): MessageInitShape<typeof ProcessStateSchema> {
   const e = s as Partial<TaskExit>;
   return {
     pid: s.pid,
@@ -79,9 +74,7 @@ function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() =>
-      signal.removeEventListener("abort", onAbort),
-    );
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });
 }
 
@@ -114,28 +107,17 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   }
 
   private requireTask(rpc: string): TaskProcess {
-    if (!this.task)
-      throw new ConnectError(
-        `${rpc}: no task has been launched in this executor`,
-        Code.FailedPrecondition,
-      );
+    if (!this.task) throw new ConnectError(`${rpc}: no task has been launched in this executor`, Code.FailedPrecondition);
     return this.task;
   }
 
   async launch(req: LaunchRequest) {
-    if (this.launching)
-      throw new ConnectError(
-        "launch: this executor already runs a task (one task per executor)",
-        Code.FailedPrecondition,
-      );
-    const linuxCpuset = req.resources?.linuxResources?.cpusetCgroup;
+    if (this.launching) throw new ConnectError("launch: this executor already runs a task (one task per executor)", Code.FailedPrecondition);
     const cgroups = TaskCgroups.resolve({
       cgroupV2Override: req.cgroupV2Override,
       cgroupV1Override: req.cgroupV1Override,
-      cpusetCgroup: req.cpusetCgroup || linuxCpuset,
-      cpusetField: req.cpusetCgroup
-        ? "cpuset_cgroup"
-        : "resources.linux_resources.cpuset_cgroup",
+      cpusetCgroup: req.cpusetCgroup || req.resources?.linuxResources?.cpusetCgroup,
+      cpusetField: req.cpusetCgroup ? "cpuset_cgroup" : "resources.linux_resources.cpuset_cgroup",
     });
     this.launching = TaskProcess.launch({
       cmd: req.cmd,
@@ -157,21 +139,8 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       throw err;
     }
     this.task = task;
-    this.log.info("task launched", {
-      pid: task.pid,
-      cmd: req.cmd,
-      cgroups: cgroups?.paths.join(","),
-    });
-    void task
-      .wait()
-      .then((s) =>
-        this.log.info("task exited", {
-          pid: s.pid,
-          exit_code: s.exitCode,
-          signal: s.signal,
-          oom_killed: s.oomKilled,
-        }),
-      );
+    this.log.info("task launched", { pid: task.pid, cmd: req.cmd, cgroups: cgroups?.paths.join(",") });
+    void task.wait().then((s) => this.log.info("task exited", { pid: s.pid, exit_code: s.exitCode, signal: s.signal, oom_killed: s.oomKilled }));
     return {
       /** The started task: pid and start time. */
       process: processState({ pid: task.pid, time: task.startedAt }),
@@ -192,11 +161,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     if (task) {
       const graceMs = Number(req.gracePeriod / 1_000_000n);
       const state = await task.shutdown(req.signal || undefined, graceMs);
-      this.log.info("task shut down", {
-        pid: state.pid,
-        exit_code: state.exitCode,
-        signal: state.signal,
-      });
+      this.log.info("task shut down", { pid: state.pid, exit_code: state.exitCode, signal: state.signal });
     }
     if (this.options.afterShutdown) setImmediate(this.options.afterShutdown);
     return {};
@@ -224,8 +189,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     const task = this.requireTask("exec");
     const opts: Parameters<typeof execInContext>[3] = { signal: ctx.signal };
     if (req.deadline) opts.deadline = timestampDate(req.deadline);
-    if (this.options.execOutputLimit !== undefined)
-      opts.outputLimit = this.options.execOutputLimit;
+    if (this.options.execOutputLimit !== undefined) opts.outputLimit = this.options.execOutputLimit;
     const r = await execInContext(task.context, req.cmd, req.args, opts);
     return {
       /** stdout and stderr of the command, interleaved, up to the output limit. */
@@ -235,24 +199,15 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     };
   }
 
-  async *stats(
-    req: StatsRequest,
-    ctx: HandlerContext,
-  ): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
+  async *stats(req: StatsRequest, ctx: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
     const task = this.requireTask("stats");
-    const intervalMs =
-      req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
-    const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] =
-      {};
+    const intervalMs = req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
+    const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] = {};
     if (this.options.host) samplerOptions.host = this.options.host;
     const cgroupPath = task.context.cgroups?.v2Path;
     if (cgroupPath) samplerOptions.cgroupPath = cgroupPath;
     const sampler = new ProcessTreeSampler(task.pid, samplerOptions);
-    for await (const stats of pollTaskStats(sampler, "", {
-      intervalMs,
-      signal: ctx.signal,
-    }))
-      yield { stats };
+    for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
   }
 
   async *execStreaming(
@@ -260,10 +215,6 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     ctx: HandlerContext,
   ): AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>> {
     const task = this.requireTask("exec_streaming");
-    yield* (this.options.execStreaming ?? execStreamingInTask)(
-      task,
-      requests,
-      ctx,
-    );
+    yield* (this.options.execStreaming ?? execStreamingInTask)(task, requests, ctx);
   }
 }
