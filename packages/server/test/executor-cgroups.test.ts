@@ -2,37 +2,21 @@
 // hierarchy mounted for the test: the task starts inside them, Shutdown kills what escaped its
 // process group and tree, OOM kills are reported, and bad cgroups are refused by field.
 import { execFileSync } from "node:child_process";
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmdirSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { RequestQueue } from "@nomadkit/client";
+import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  executorBinPath,
-  isProcessAlive,
-  launchExecutor,
-  TaskCgroups,
-  type ExecutorHandle,
-} from "../src/executor.js";
+import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
 
 const isRoot = process.getuid?.() === 0;
 const V1 = "/sys/fs/cgroup";
 const hasV1 =
-  isRoot &&
-  ["freezer", "memory", "cpuset"].every((c) =>
-    existsSync(`${V1}/${c}/cgroup.procs`),
-  ) &&
-  !existsSync(`${V1}/cgroup.controllers`);
+  isRoot && ["freezer", "memory", "cpuset"].every((c) => existsSync(`${V1}/${c}/cgroup.procs`)) && !existsSync(`${V1}/cgroup.controllers`);
 const PATH = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
 const tag = `nomadkit-test-${process.pid}`;
 
@@ -41,10 +25,7 @@ const handles: ExecutorHandle[] = [];
 const cleanups: (() => void)[] = [];
 
 beforeAll(() => {
-  if (!existsSync(executorBinPath()))
-    throw new Error(
-      `build first: ${executorBinPath()} is missing (npx turbo run build)`,
-    );
+  if (!existsSync(executorBinPath())) throw new Error(`build first: ${executorBinPath()} is missing (npx turbo run build)`);
   dir = mkdtempSync(join(tmpdir(), "nk-cgroups-"));
 });
 afterEach(async () => {
@@ -65,10 +46,7 @@ async function executor(): Promise<ExecutorHandle> {
 }
 
 function procs(cg: string): number[] {
-  return readFileSync(join(cg, "cgroup.procs"), "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map(Number);
+  return readFileSync(join(cg, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
 }
 
 /** Makes a cgroup and removes it after the test (killing what is left in it). */
@@ -111,10 +89,7 @@ function mountV2(): string | undefined {
   return mnt;
 }
 
-async function until(
-  what: string,
-  cond: () => boolean | Promise<boolean>,
-): Promise<void> {
+async function until(what: string, cond: () => boolean | Promise<boolean>): Promise<void> {
   for (let i = 0; i < 1000; i++) {
     if (await cond()) return;
     await new Promise((r) => setTimeout(r, 10));
@@ -144,10 +119,7 @@ async function launchEscaper(
     escaped = Number(existsSync(out) ? readFileSync(out, "utf8").trim() : "");
     return escaped > 0;
   });
-  await until(
-    "the subshell to exit",
-    async () => !(await processTree(p!.pid)).some((x) => x.pid === escaped),
-  );
+  await until("the subshell to exit", async () => !(await processTree(p!.pid)).some((x) => x.pid === escaped));
   return { task: p!.pid, escaped };
 }
 
@@ -155,19 +127,14 @@ function cgroupLines(pid: number): string {
   return readFileSync(`/proc/${pid}/cgroup`, "utf8");
 }
 
-async function expectRefused(
-  p: Promise<unknown>,
-  code: Code,
-  ...parts: string[]
-) {
+async function expectRefused(p: Promise<unknown>, code: Code, ...parts: string[]) {
   const err = await p.then(
     () => undefined,
     (e: unknown) => e,
   );
   expect(err).toBeInstanceOf(ConnectError);
   expect((err as ConnectError).code).toBe(code);
-  for (const part of parts)
-    expect((err as ConnectError).rawMessage).toContain(part);
+  for (const part of parts) expect((err as ConnectError).rawMessage).toContain(part);
 }
 
 describe.skipIf(!hasV1)("executor cgroups: v1", () => {
@@ -190,12 +157,10 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
       signal: 15,
       oomKilled: false,
     });
-    expect(readFileSync(`${freezer}/freezer.state`, "utf8").trim()).toBe(
-      "THAWED",
-    );
+    expect(readFileSync(`${freezer}/freezer.state`, "utf8").trim()).toBe("THAWED");
   });
 
-  it("runs the task's first instruction and Exec in the task's cgroups", async () => {
+  it("runs the task's first instruction, Exec and ExecStreaming in the task's cgroups", async () => {
     const freezer = cgroup(`${V1}/freezer/${tag}/b`);
     const exe = await executor();
     const out = join(dir, "first");
@@ -210,18 +175,23 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect(readFileSync(out, "utf8")).toContain(`:freezer:/${tag}/b\n`);
 
     const exe2 = await executor();
-    await exe2.client.launch({
-      cmd: "sleep",
-      args: ["1000"],
-      env: [PATH],
-      cgroupV1Override: { freezer },
-    });
-    const r = await exe2.client.exec({
-      cmd: "cat",
-      args: ["/proc/self/cgroup"],
-    });
+    await exe2.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], cgroupV1Override: { freezer } });
+    const r = await exe2.client.exec({ cmd: "cat", args: ["/proc/self/cgroup"] });
     expect(r.exitCode).toBe(0);
     expect(Buffer.from(r.output).toString()).toContain(`:freezer:/${tag}/b\n`);
+
+    // ExecStreaming without a terminal.
+    const q = new RequestQueue<ExecTaskStreamingRequest>();
+    q.push(create(ExecTaskStreamingRequestSchema, { setup: { taskId: "t", command: ["cat", "/proc/self/cgroup"], tty: false } }));
+    let stdout = "";
+    let exitCode = -1;
+    for await (const m of exe2.client.execStreaming(q)) {
+      if (m.stdout?.data.length) stdout += Buffer.from(m.stdout.data).toString();
+      if (m.exited) exitCode = m.result?.exitCode ?? -1;
+    }
+    q.end();
+    expect(exitCode).toBe(0);
+    expect(stdout).toContain(`:freezer:/${tag}/b\n`);
   });
 
   it("reports an OOM kill, and not a plain SIGKILL as one", async () => {
@@ -258,11 +228,7 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     const base = cgroup(`${V1}/cpuset/${tag}`);
     const cpus = readFileSync(`${V1}/cpuset/cpuset.cpus`, "utf8").trim();
     const mems = readFileSync(`${V1}/cpuset/cpuset.mems`, "utf8").trim();
-    for (const d of [
-      base,
-      cgroup(`${base}/share`),
-      cgroup(`${base}/share/alloc1.web`),
-    ]) {
+    for (const d of [base, cgroup(`${base}/share`), cgroup(`${base}/share/alloc1.web`)]) {
       writeFileSync(`${d}/cpuset.cpus`, cpus);
       writeFileSync(`${d}/cpuset.mems`, mems);
     }
@@ -327,10 +293,7 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
       'cgroup_v1_override["cpuset"]',
       "cannot move the task",
     );
-    await until(
-      "the refused task's death",
-      () => !withEnv(marker).some(isProcessAlive),
-    );
+    await until("the refused task's death", () => !withEnv(marker).some(isProcessAlive));
     // The executor's own cgroup (its parent's too, here) is refused.
     const own = /:freezer:(.*)\n/.exec(cgroupLines(exe.pid))![1]!;
     await expectRefused(
@@ -395,10 +358,7 @@ describe("TaskCgroups.resolve", () => {
       }),
     ).toThrow(/cgroup_v2_override/);
     expect(() =>
-      TaskCgroups.resolve(
-        { cgroupV1Override: { freezer: "b" }, cpusetCgroup: "/nonexistent/c" },
-        { v1: "/nonexistent" },
-      ),
+      TaskCgroups.resolve({ cgroupV1Override: { freezer: "b" }, cpusetCgroup: "/nonexistent/c" }, { v1: "/nonexistent" }),
     ).toThrow(/cgroup_v1_override\["freezer"\]: "\/nonexistent\/freezer\/b"/);
     expect(() =>
       TaskCgroups.resolve(
@@ -408,9 +368,7 @@ describe("TaskCgroups.resolve", () => {
         },
         { v1: "/nonexistent", v2: "/nonexistent" },
       ),
-    ).toThrow(
-      /resources\.linux_resources\.cpuset_cgroup: "\/nonexistent\/cpuset\/c"/,
-    );
+    ).toThrow(/resources\.linux_resources\.cpuset_cgroup: "\/nonexistent\/cpuset\/c"/);
   });
 });
 
@@ -420,12 +378,7 @@ function withEnv(entry: string): number[] {
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     try {
-      if (
-        readFileSync(`/proc/${name}/environ`, "utf8")
-          .split("\0")
-          .includes(entry)
-      )
-        out.push(Number(name));
+      if (readFileSync(`/proc/${name}/environ`, "utf8").split("\0").includes(entry)) out.push(Number(name));
     } catch {
       // gone or not ours
     }

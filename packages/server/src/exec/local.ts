@@ -3,7 +3,7 @@
  * pseudo-terminal through node-pty when a tty is requested. Backpressure flows both ways: a slow
  * client pauses the process's output, a process that does not read pauses stdin.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { closeSync, constants, openSync, write } from "node:fs";
 import type { Readable, Writable } from "node:stream";
@@ -40,6 +40,12 @@ export interface ExecCommandOptions {
    * cannot start). Not with `tty`.
    */
   outputs?: HandedOutputs | undefined;
+  /**
+   * Starts the process instead of `child_process.spawn` (same arguments), e.g. inside a task's
+   * cgroups (`TaskCgroups.spawn` of `@nomadkit/server/executor`). Not with `tty`: node-pty starts
+   * the terminal's process.
+   */
+  spawn?: ((file: string, args: readonly string[], options: SpawnOptions) => ChildProcess) | undefined;
 }
 
 /** The streams {@link runExecCommand} connects the process to (an {@link ExecSession} fits). */
@@ -130,7 +136,7 @@ async function runPipes(
   }
   let child: ChildProcess;
   try {
-    child = spawn(file, args, {
+    child = (options.spawn ?? spawn)(file, args, {
       cwd: options.cwd,
       env,
       ...(options.uid !== undefined ? { uid: options.uid } : {}),
