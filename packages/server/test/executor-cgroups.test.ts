@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RequestQueue } from "@nomadkit/client";
-import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
+import { ExecTaskStreamingRequestSchema, MemoryUsage_Fields, type ExecTaskStreamingRequest, type TaskStats } from "@nomadkit/protocol/driver";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
@@ -192,6 +192,33 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     q.end();
     expect(exitCode).toBe(0);
     expect(stdout).toContain(`:freezer:/${tag}/b\n`);
+  });
+
+  it("Stats reads the task's memory and cpuacct cgroups", async () => {
+    const memory = cgroup(`${V1}/memory/${tag}/stats`);
+    const cpuacct = cgroup(`${V1}/cpuacct/${tag}/stats`);
+    const exe = await executor();
+    const out = join(dir, "stats-ready");
+    await exe.client.launch({
+      cmd: process.execPath,
+      // 64 MiB touched, then busy: the cgroup's usage covers it, and its CPU time grows.
+      args: ["-e", "globalThis.b = Buffer.alloc(64 << 20, 1); console.log('ready'); for (;;);"],
+      env: [PATH],
+      stdoutPath: out,
+      cgroupV1Override: { memory, cpuacct },
+    });
+    await until("the task's allocation", () => existsSync(out) && readFileSync(out, "utf8").includes("ready"));
+    let sample: TaskStats | undefined;
+    for await (const m of exe.client.stats({ interval: 100_000_000n })) {
+      sample = m.stats;
+      if ((sample?.aggResourceUsage?.cpu?.percent ?? 0) > 0) break;
+    }
+    const agg = sample!.aggResourceUsage!;
+    const usage = Number(readFileSync(`${memory}/memory.usage_in_bytes`, "utf8"));
+    expect(agg.memory!.usage).toBeGreaterThanOrEqual(64n << 20n);
+    expect(Number(agg.memory!.usage)).toBeLessThanOrEqual(usage * 2);
+    expect(agg.memory!.measuredFields).toEqual(expect.arrayContaining([MemoryUsage_Fields.USAGE, MemoryUsage_Fields.MAX_USAGE, MemoryUsage_Fields.RSS, MemoryUsage_Fields.CACHE]));
+    expect(agg.cpu!.percent).toBeGreaterThan(0);
   });
 
   it("reports an OOM kill, and not a plain SIGKILL as one", async () => {

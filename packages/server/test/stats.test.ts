@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -15,6 +15,7 @@ import {
   parseProcStat,
   pollTaskStats,
   processTree,
+  readCgroupV1,
   readCgroupV2,
   totalTicks,
 } from "../src/stats.js";
@@ -231,6 +232,48 @@ describe("cgroup v2", () => {
       expect(cpu.measuredFields).toContain(CPUUsage_Fields.THROTTLED_TIME);
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("cgroup v1", () => {
+  it("reads a task's memory, cpuacct and cpu cgroups into the same fields", async () => {
+    const root = mkdtempSync(join(tmpdir(), "nk-cg1-"));
+    try {
+      const memory = join(root, "memory");
+      const cpuacct = join(root, "cpuacct");
+      const cpu = join(root, "cpu");
+      for (const d of [memory, cpuacct, cpu]) mkdirSync(d);
+      writeFileSync(join(memory, "memory.usage_in_bytes"), "8192000\n");
+      writeFileSync(join(memory, "memory.max_usage_in_bytes"), "9000000\n");
+      // The hierarchical total_ counts win over the cgroup's own.
+      writeFileSync(join(memory, "memory.stat"), "cache 1\nrss 2\nswap 3\ntotal_cache 2048000\ntotal_rss 4096000\ntotal_swap 512\n");
+      writeFileSync(join(cpuacct, "cpuacct.usage"), "1500000000\n");
+      writeFileSync(join(cpuacct, "cpuacct.stat"), "user 90\nsystem 60\n");
+      writeFileSync(join(cpu, "cpu.stat"), "nr_periods 10\nnr_throttled 3\nthrottled_time 2500000\n");
+      const r = await readCgroupV1({ memory, cpuacct, cpu }, { clockTicks: 100 });
+      expect(r).toEqual({
+        usageUsec: 1_500_000n,
+        userUsec: 900_000n,
+        systemUsec: 600_000n,
+        nrThrottled: 3n,
+        throttledUsec: 2500n,
+        memoryCurrent: 8192000n,
+        memoryPeak: 9000000n,
+        anon: 4096000n,
+        file: 2048000n,
+        swapCurrent: 512n,
+      });
+      expect(await readCgroupV1({ memory: join(root, "missing") })).toEqual({});
+
+      const stats = await new ProcessTreeSampler(process.pid, { cgroupV1: { memory, cpuacct, cpu } }).taskStats("cg1");
+      const mem = stats.aggResourceUsage!.memory!;
+      expect(mem).toMatchObject({ usage: 8192000n, rss: 4096000n, cache: 2048000n, maxUsage: 9000000n, swap: 512n });
+      const fields = [MemoryUsage_Fields.RSS, MemoryUsage_Fields.CACHE, MemoryUsage_Fields.SWAP, MemoryUsage_Fields.USAGE, MemoryUsage_Fields.MAX_USAGE];
+      expect(mem.measuredFields).toEqual(fields.sort((x, y) => x - y));
+      expect(stats.aggResourceUsage!.cpu).toMatchObject({ throttledPeriods: 3n, throttledTime: 2_500_000n });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
     }
   });
 });

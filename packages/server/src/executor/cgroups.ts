@@ -10,7 +10,7 @@ import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { CGROUP_V2_ROOT } from "../stats/cgroup.js";
+import { CGROUP_V2_ROOT, type CgroupV1Dirs } from "../stats/cgroup.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
 export interface TaskCgroupsRequest {
@@ -121,6 +121,13 @@ export class TaskCgroups {
   /** The cgroup v2 directory, for cgroup statistics; undefined on v1. */
   get v2Path(): string | undefined {
     return this.dirs.find((d) => d.version === 2)?.path;
+  }
+
+  /** The cgroup v1 directories of the memory, cpuacct and cpu controllers, for statistics. */
+  get v1Stats(): CgroupV1Dirs | undefined {
+    const of = (c: string) => this.dirs.find((d) => d.controller?.split(",").includes(c))?.path;
+    const dirs: CgroupV1Dirs = { memory: of("memory"), cpuacct: of("cpuacct"), cpu: of("cpu") };
+    return dirs.memory || dirs.cpuacct || dirs.cpu ? dirs : undefined;
   }
 
   /** Every directory the task joins. */

@@ -205,7 +205,9 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] = {};
     if (this.options.host) samplerOptions.host = this.options.host;
     const cgroupPath = task.context.cgroups?.v2Path;
+    const cgroupV1 = task.context.cgroups?.v1Stats;
     if (cgroupPath) samplerOptions.cgroupPath = cgroupPath;
+    else if (cgroupV1) samplerOptions.cgroupV1 = cgroupV1;
     const sampler = new ProcessTreeSampler(task.pid, samplerOptions);
     for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
   }

@@ -123,3 +123,64 @@ export async function readCgroupV2(dir: string): Promise<CgroupV2Reading> {
   set("kernel", kernel);
   return r;
 }
+
+/** The cgroup v1 directories of a task, by controller (the ones it has; others are left out). */
+export interface CgroupV1Dirs {
+  /** The memory controller's directory. */
+  memory?: string | undefined;
+  /** The cpuacct controller's directory (CPU time). */
+  cpuacct?: string | undefined;
+  /** The cpu controller's directory (throttling). */
+  cpu?: string | undefined;
+}
+
+/**
+ * Reads a task's cgroup v1 files into the same shape as {@link readCgroupV2}: cpuacct.usage and
+ * cpuacct.stat (CPU time), cpu.stat (throttling), memory.usage_in_bytes, memory.max_usage_in_bytes,
+ * memory.stat (rss, cache, swap: the hierarchical `total_` counts when present) and
+ * memory.kmem.usage_in_bytes. Controllers or files that are missing leave their fields undefined.
+ *
+ * @example
+ * ```ts
+ * import { readCgroupV1 } from "@nomadkit/server/stats";
+ * const r = await readCgroupV1({ memory: "/sys/fs/cgroup/memory/nomad/a.web", cpuacct: "/sys/fs/cgroup/cpuacct/nomad/a.web" });
+ * console.log(r.memoryCurrent, r.usageUsec);
+ * ```
+ */
+export async function readCgroupV1(dirs: CgroupV1Dirs, options: { clockTicks?: number } = {}): Promise<CgroupV2Reading> {
+  const at = (dir: string | undefined, file: string) => (dir === undefined ? Promise.resolve(undefined) : readOpt(`${dir}/${file}`));
+  const [usage, acctStat, cpuStat, memUsage, memMax, memStat, kmem] = await Promise.all([
+    at(dirs.cpuacct, "cpuacct.usage"),
+    at(dirs.cpuacct, "cpuacct.stat"),
+    at(dirs.cpu, "cpu.stat"),
+    at(dirs.memory, "memory.usage_in_bytes"),
+    at(dirs.memory, "memory.max_usage_in_bytes"),
+    at(dirs.memory, "memory.stat"),
+    at(dirs.memory, "memory.kmem.usage_in_bytes"),
+  ]);
+  const r: CgroupV2Reading = {};
+  const set = <K extends keyof CgroupV2Reading>(k: K, v: bigint | undefined) => {
+    if (v !== undefined) r[k] = v;
+  };
+  const usageNs = single(usage);
+  set("usageUsec", usageNs === undefined ? undefined : usageNs / 1000n);
+  // cpuacct.stat counts USER_HZ ticks.
+  const usecPerTick = BigInt(Math.round(1e6 / (options.clockTicks ?? 100)));
+  const acct = flatKeyed(acctStat);
+  const ticks = (k: string) => (acct.has(k) ? acct.get(k)! * usecPerTick : undefined);
+  set("userUsec", ticks("user"));
+  set("systemUsec", ticks("system"));
+  const cpu = flatKeyed(cpuStat);
+  set("nrThrottled", cpu.get("nr_throttled"));
+  const throttledNs = cpu.get("throttled_time");
+  set("throttledUsec", throttledNs === undefined ? undefined : throttledNs / 1000n);
+  set("memoryCurrent", single(memUsage));
+  set("memoryPeak", single(memMax));
+  const mem = flatKeyed(memStat);
+  const stat = (k: string) => mem.get(`total_${k}`) ?? mem.get(k);
+  set("anon", stat("rss"));
+  set("file", stat("cache"));
+  set("swapCurrent", stat("swap"));
+  set("kernel", single(kmem));
+  return r;
+}

@@ -12,7 +12,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { setTimeout as delay } from "node:timers/promises";
 import { timerDelayMs } from "../runtime/timer-delay.js";
-import { readCgroupV2, type CgroupV2Reading } from "./cgroup.js";
+import { readCgroupV1, readCgroupV2, type CgroupV1Dirs, type CgroupV2Reading } from "./cgroup.js";
 import { clockTicksPerSecond, hostCompute, totalTicks, type HostCompute } from "./host.js";
 import { processTree, readProcMemory, readUptimeSeconds, type ProcStat } from "./proc.js";
 
@@ -26,6 +26,11 @@ export interface ProcessTreeSamplerOptions {
    * extra fields it measures; per-pid numbers always come from /proc.
    */
   cgroupPath?: string;
+  /**
+   * The task's dedicated cgroup v1 directories (memory, cpuacct, cpu), used like `cgroupPath` when
+   * that is not set: the aggregate comes from their files.
+   */
+  cgroupV1?: CgroupV1Dirs;
   /** Alternative procfs mount (tests). */
   procRoot?: string;
   /** Clock ticks per second; default `getconf CLK_TCK`. */
@@ -111,7 +116,9 @@ export class ProcessTreeSampler {
     this.marks = nextMarks;
 
     let agg = this.usage(aggUser, aggSys, aggRss, swapKnown ? aggSwap : undefined);
-    if (this.options.cgroupPath) agg = await this.cgroupUsage(this.options.cgroupPath, at, agg);
+    const { cgroupPath, cgroupV1 } = this.options;
+    if (cgroupPath) agg = this.cgroupUsage(await readCgroupV2(cgroupPath), at, agg);
+    else if (cgroupV1) agg = this.cgroupUsage(await readCgroupV1(cgroupV1, { clockTicks: this.clk }), at, agg);
     return { timestamp, agg, byPid };
   }
 
@@ -158,8 +165,7 @@ export class ProcessTreeSampler {
     });
   }
 
-  private async cgroupUsage(dir: string, at: number, procAgg: TaskResourceUsage): Promise<TaskResourceUsage> {
-    const r = await readCgroupV2(dir);
+  private cgroupUsage(r: CgroupV2Reading, at: number, procAgg: TaskResourceUsage): TaskResourceUsage {
     const prev = this.cgMark;
     this.cgMark = { reading: r, at };
     const cpu = procAgg.cpu!;
