@@ -12,9 +12,12 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { PluginType, type NomadConfig } from "@nomadkit/protocol/base";
 import {
   DriverCapabilities_FSIsolation,
+  ExecTaskStreamingRequestSchema,
   ExitResultSchema,
   NetworkIsolationSpec_NetworkIsolationMode,
   TaskState,
+  type ExecTaskStreamingRequest,
+  type ExecTaskStreamingResponse,
   type TaskConfig,
 } from "@nomadkit/protocol/driver";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
@@ -150,6 +153,54 @@ function collector(limit: number): { stream: Writable; bytes: () => Uint8Array }
     },
   });
   return { stream, bytes: () => Buffer.concat(chunks, size) };
+}
+
+/**
+ * ExecTask through an exec session (a driver that only has the raw form): the setup and an empty,
+ * closed stdin are sent, output is kept up to `limit` per stream, and the request side stays open
+ * until the session ends, as Nomad's own exec sessions do. Past the timeout the session is
+ * cancelled (which kills the command) and the answer is the output so far with SIGKILL's exit
+ * code, as Nomad's executor answers.
+ */
+async function bufferedRawExec(
+  taskId: string,
+  command: readonly string[],
+  limit: number,
+  signal: AbortSignal,
+  timedOut: () => boolean,
+  run: (requests: AsyncIterable<ExecTaskStreamingRequest>) => AsyncIterable<ExecTaskStreamingResponse>,
+): Promise<ExecTaskResult> {
+  let ended!: () => void;
+  const done = new Promise<void>((resolve) => (ended = resolve));
+  async function* requests(): AsyncGenerator<ExecTaskStreamingRequest> {
+    yield create(ExecTaskStreamingRequestSchema, { setup: { taskId, command: [...command], tty: false } });
+    yield create(ExecTaskStreamingRequestSchema, { stdin: { close: true } });
+    await done;
+  }
+  const out = collector(limit);
+  const err = collector(limit);
+  let result: ExecTaskStreamingResponse["result"];
+  let exited = false;
+  try {
+    for await (const m of run(requests())) {
+      if (m.stdout?.data.length) out.stream.write(m.stdout.data);
+      if (m.stderr?.data.length) err.stream.write(m.stderr.data);
+      if (m.exited) {
+        exited = true;
+        result = m.result;
+      }
+    }
+  } catch (e) {
+    if (!timedOut()) throw e;
+    return { stdout: out.bytes(), stderr: err.bytes(), exitCode: 128 + 9, signal: 9 };
+  } finally {
+    ended();
+  }
+  if (!exited) {
+    signal.throwIfAborted();
+    throw new ConnectError("exec: the session ended without reporting the command's exit", Code.Internal);
+  }
+  return { stdout: out.bytes(), stderr: err.bytes(), exitCode: result?.exitCode ?? 0, signal: result?.signal ?? 0 };
 }
 
 /**
@@ -436,7 +487,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     };
   }
 
-  if (driver.execTask !== undefined || driver.execTaskStreaming !== undefined) {
+  if (driver.execTask !== undefined || hasExec) {
     const limit = options.execTaskOutputLimit ?? 2 * 1024 * 1024;
     handlers.execTask = async (req, hc) => {
       requireTask(req.taskId);
@@ -447,12 +498,20 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       // Nomad's executor does); the signal only stops one that does not, a moment later. Run
       // through execTaskStreaming, the signal is what ends the command.
       const backstopMs = driver.execTask !== undefined ? timerDelayMs(timeoutMs + EXEC_TIMEOUT_GRACE_MS) : timeoutMs;
-      const { signal, dispose } = anySignal(hc.signal, timeoutMs > 0 ? AbortSignal.timeout(backstopMs) : undefined);
+      const timeout = timeoutMs > 0 ? AbortSignal.timeout(backstopMs) : undefined;
+      const { signal, dispose } = anySignal(hc.signal, timeout);
       try {
         const ctx = call(hc);
         let r: ExecTaskResult;
         if (driver.execTask !== undefined) {
           r = await driver.execTask(req.taskId, req.command, { timeoutMs, signal }, ctx);
+        } else if (driver.execTaskStreaming === undefined) {
+          // Only the raw form: run it as a session without a terminal or input.
+          const raw = driver.execTaskStreamingRaw!.bind(driver);
+          const timedOut = () => timeout?.aborted === true && !hc.signal.aborted;
+          r = await bufferedRawExec(req.taskId, req.command, limit, signal, timedOut, (requests) =>
+            execStreaming(requests, { raw: (st) => raw(st, ctx) }, { signal, maxChunkSize: options.maxExecChunkSize }),
+          );
         } else {
           const out = collector(limit);
           const err = collector(limit);
