@@ -15,15 +15,17 @@
 import { createEcmaScriptPlugin, runNodeJs, getComments, type Schema } from "@bufbuild/protoplugin";
 import type { Plugin } from "@bufbuild/protoplugin";
 import { generateClientFile } from "./client.js";
+import { checkMethodNames } from "./names.js";
 import { generateServerFile } from "./server.js";
 import type { Options } from "./options.js";
 import { parseOptions } from "./options.js";
+import { version } from "./version.js";
 
 export type { Options } from "./options.js";
 export { parseOptions } from "./options.js";
 
-/** The plugin version written into generated preambles. */
-export const version = "0.1.0";
+/** The plugin version written into generated preambles: the `version` of this package's package.json. */
+export { version };
 
 /** The protoc plugin. Run it with `runNodeJs(protocGenNomadkit)` or the `protoc-gen-nomadkit` bin. */
 export const protocGenNomadkit: Plugin = createEcmaScriptPlugin<Options>({
@@ -33,6 +35,7 @@ export const protocGenNomadkit: Plugin = createEcmaScriptPlugin<Options>({
   generateTs(schema: Schema<Options>) {
     for (const file of schema.files) {
       if (file.services.length === 0) continue;
+      checkMethodNames(file);
       const f = schema.generateFile(`${file.name}_nomadkit.ts`);
       f.preamble(file);
       if (schema.options.kind === "client") generateClientFile(f, file, schema.options);

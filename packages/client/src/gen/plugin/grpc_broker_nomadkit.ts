@@ -39,7 +39,7 @@ export class GRPCBrokerClient {
    *
    * @generated from rpc plugin.GRPCBroker.StartStream
    */
-  startStream(requests: AsyncIterable<MessageInitShape<typeof ConnInfoSchema>>, options?: CallOptions): AsyncIterable<ConnInfo> {
+  startStream(requests: globalThis.AsyncIterable<MessageInitShape<typeof ConnInfoSchema>>, options?: CallOptions): globalThis.AsyncIterable<ConnInfo> {
     return this.#rt.bidiStream(GRPCBroker.method.startStream, requests, options);
   }
 }

@@ -38,7 +38,7 @@ export class GRPCControllerClient {
    *
    * @generated from rpc plugin.GRPCController.Shutdown
    */
-  shutdown(request: MessageInitShape<typeof EmptySchema>, options?: CallOptions): Promise<Empty> {
+  shutdown(request: MessageInitShape<typeof EmptySchema>, options?: CallOptions): globalThis.Promise<Empty> {
     return this.#rt.unary(GRPCController.method.shutdown, request, options);
   }
 }

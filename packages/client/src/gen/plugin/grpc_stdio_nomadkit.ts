@@ -39,7 +39,7 @@ export class GRPCStdioClient {
    *
    * @generated from rpc plugin.GRPCStdio.StreamStdio
    */
-  streamStdio(request: MessageInitShape<typeof EmptySchema>, options?: CallOptions): AsyncIterable<StdioData> {
+  streamStdio(request: MessageInitShape<typeof EmptySchema>, options?: CallOptions): globalThis.AsyncIterable<StdioData> {
     return this.#rt.serverStream(GRPCStdio.method.streamStdio, request, options);
   }
 }

@@ -32,7 +32,7 @@ export interface GRPCBrokerHandlers {
    *
    * @generated from rpc plugin.GRPCBroker.StartStream
    */
-  startStream(requests: AsyncIterable<ConnInfo>, context: HandlerContext): AsyncIterable<MessageInitShape<typeof ConnInfoSchema>>;
+  startStream(requests: globalThis.AsyncIterable<ConnInfo>, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof ConnInfoSchema>>;
 }
 
 /**

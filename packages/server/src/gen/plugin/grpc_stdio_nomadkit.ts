@@ -32,7 +32,7 @@ export interface GRPCStdioHandlers {
    *
    * @generated from rpc plugin.GRPCStdio.StreamStdio
    */
-  streamStdio(request: Empty, context: HandlerContext): AsyncIterable<MessageInitShape<typeof StdioDataSchema>>;
+  streamStdio(request: Empty, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof StdioDataSchema>>;
 }
 
 /**

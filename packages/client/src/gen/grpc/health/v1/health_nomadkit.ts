@@ -39,7 +39,7 @@ export class HealthClient {
    *
    * @generated from rpc grpc.health.v1.Health.Check
    */
-  check(request: MessageInitShape<typeof HealthCheckRequestSchema>, options?: CallOptions): Promise<HealthCheckResponse> {
+  check(request: MessageInitShape<typeof HealthCheckRequestSchema>, options?: CallOptions): globalThis.Promise<HealthCheckResponse> {
     return this.#rt.unary(Health.method.check, request, options);
   }
 
@@ -48,7 +48,7 @@ export class HealthClient {
    *
    * @generated from rpc grpc.health.v1.Health.List
    */
-  list(request: MessageInitShape<typeof HealthListRequestSchema>, options?: CallOptions): Promise<HealthListResponse> {
+  list(request: MessageInitShape<typeof HealthListRequestSchema>, options?: CallOptions): globalThis.Promise<HealthListResponse> {
     return this.#rt.unary(Health.method.list, request, options);
   }
 
@@ -57,7 +57,7 @@ export class HealthClient {
    *
    * @generated from rpc grpc.health.v1.Health.Watch
    */
-  watch(request: MessageInitShape<typeof HealthCheckRequestSchema>, options?: CallOptions): AsyncIterable<HealthCheckResponse> {
+  watch(request: MessageInitShape<typeof HealthCheckRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<HealthCheckResponse> {
     return this.#rt.serverStream(Health.method.watch, request, options);
   }
 }

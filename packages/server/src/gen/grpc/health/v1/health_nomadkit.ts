@@ -44,7 +44,7 @@ export interface HealthHandlers {
    *
    * @generated from rpc grpc.health.v1.Health.Watch
    */
-  watch(request: HealthCheckRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof HealthCheckResponseSchema>>;
+  watch(request: HealthCheckRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof HealthCheckResponseSchema>>;
 }
 
 /**

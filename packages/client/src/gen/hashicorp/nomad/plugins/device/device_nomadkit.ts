@@ -39,7 +39,7 @@ export class DevicePluginClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.device.DevicePlugin.Fingerprint
    */
-  fingerprint(request: MessageInitShape<typeof FingerprintRequestSchema>, options?: CallOptions): AsyncIterable<FingerprintResponse> {
+  fingerprint(request: MessageInitShape<typeof FingerprintRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<FingerprintResponse> {
     return this.#rt.serverStream(DevicePlugin.method.fingerprint, request, options);
   }
 
@@ -48,7 +48,7 @@ export class DevicePluginClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.device.DevicePlugin.Reserve
    */
-  reserve(request: MessageInitShape<typeof ReserveRequestSchema>, options?: CallOptions): Promise<ReserveResponse> {
+  reserve(request: MessageInitShape<typeof ReserveRequestSchema>, options?: CallOptions): globalThis.Promise<ReserveResponse> {
     return this.#rt.unary(DevicePlugin.method.reserve, request, options);
   }
 
@@ -57,7 +57,7 @@ export class DevicePluginClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.device.DevicePlugin.Stats
    */
-  stats(request: MessageInitShape<typeof StatsRequestSchema>, options?: CallOptions): AsyncIterable<StatsResponse> {
+  stats(request: MessageInitShape<typeof StatsRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<StatsResponse> {
     return this.#rt.serverStream(DevicePlugin.method.stats, request, options);
   }
 }

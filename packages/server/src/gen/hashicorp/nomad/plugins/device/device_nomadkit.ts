@@ -32,7 +32,7 @@ export interface DevicePluginHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.device.DevicePlugin.Fingerprint
    */
-  fingerprint(request: FingerprintRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof FingerprintResponseSchema>>;
+  fingerprint(request: FingerprintRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof FingerprintResponseSchema>>;
   /**
    * Reserves devices for a task and returns how to expose them to it.
    *
@@ -44,7 +44,7 @@ export interface DevicePluginHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.device.DevicePlugin.Stats
    */
-  stats(request: StatsRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>>;
+  stats(request: StatsRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof StatsResponseSchema>>;
 }
 
 /**

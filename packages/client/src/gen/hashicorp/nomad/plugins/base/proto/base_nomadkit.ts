@@ -40,7 +40,7 @@ export class BasePluginClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.base.proto.BasePlugin.PluginInfo
    */
-  pluginInfo(request: MessageInitShape<typeof PluginInfoRequestSchema>, options?: CallOptions): Promise<PluginInfoResponse> {
+  pluginInfo(request: MessageInitShape<typeof PluginInfoRequestSchema>, options?: CallOptions): globalThis.Promise<PluginInfoResponse> {
     return this.#rt.unary(BasePlugin.method.pluginInfo, request, options);
   }
 
@@ -49,7 +49,7 @@ export class BasePluginClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.base.proto.BasePlugin.ConfigSchema
    */
-  configSchema(request: MessageInitShape<typeof ConfigSchemaRequestSchema>, options?: CallOptions): Promise<ConfigSchemaResponse> {
+  configSchema(request: MessageInitShape<typeof ConfigSchemaRequestSchema>, options?: CallOptions): globalThis.Promise<ConfigSchemaResponse> {
     return this.#rt.unary(BasePlugin.method.configSchema, request, options);
   }
 
@@ -60,7 +60,7 @@ export class BasePluginClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.base.proto.BasePlugin.SetConfig
    */
-  setConfig(request: MessageInitShape<typeof SetConfigRequestSchema>, options?: CallOptions): Promise<SetConfigResponse> {
+  setConfig(request: MessageInitShape<typeof SetConfigRequestSchema>, options?: CallOptions): globalThis.Promise<SetConfigResponse> {
     return this.#rt.unary(BasePlugin.method.setConfig, request, options);
   }
 }

@@ -42,7 +42,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.Init
    */
-  init(request: MessageInitShape<typeof InitRequestSchema>, options?: CallOptions): Promise<InitResponse> {
+  init(request: MessageInitShape<typeof InitRequestSchema>, options?: CallOptions): globalThis.Promise<InitResponse> {
     return this.#rt.unary(Driver.method.init, request, options);
   }
 
@@ -51,7 +51,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.TaskConfigSchema
    */
-  taskConfigSchema(request: MessageInitShape<typeof TaskConfigSchemaRequestSchema>, options?: CallOptions): Promise<TaskConfigSchemaResponse> {
+  taskConfigSchema(request: MessageInitShape<typeof TaskConfigSchemaRequestSchema>, options?: CallOptions): globalThis.Promise<TaskConfigSchemaResponse> {
     return this.#rt.unary(Driver.method.taskConfigSchema, request, options);
   }
 
@@ -60,7 +60,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.Capabilities
    */
-  capabilities(request: MessageInitShape<typeof CapabilitiesRequestSchema>, options?: CallOptions): Promise<CapabilitiesResponse> {
+  capabilities(request: MessageInitShape<typeof CapabilitiesRequestSchema>, options?: CallOptions): globalThis.Promise<CapabilitiesResponse> {
     return this.#rt.unary(Driver.method.capabilities, request, options);
   }
 
@@ -71,7 +71,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.Fingerprint
    */
-  fingerprint(request: MessageInitShape<typeof FingerprintRequestSchema>, options?: CallOptions): AsyncIterable<FingerprintResponse> {
+  fingerprint(request: MessageInitShape<typeof FingerprintRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<FingerprintResponse> {
     return this.#rt.serverStream(Driver.method.fingerprint, request, options);
   }
 
@@ -80,7 +80,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.RecoverTask
    */
-  recoverTask(request: MessageInitShape<typeof RecoverTaskRequestSchema>, options?: CallOptions): Promise<RecoverTaskResponse> {
+  recoverTask(request: MessageInitShape<typeof RecoverTaskRequestSchema>, options?: CallOptions): globalThis.Promise<RecoverTaskResponse> {
     return this.#rt.unary(Driver.method.recoverTask, request, options);
   }
 
@@ -90,7 +90,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.StartTask
    */
-  startTask(request: MessageInitShape<typeof StartTaskRequestSchema>, options?: CallOptions): Promise<StartTaskResponse> {
+  startTask(request: MessageInitShape<typeof StartTaskRequestSchema>, options?: CallOptions): globalThis.Promise<StartTaskResponse> {
     return this.#rt.unary(Driver.method.startTask, request, options);
   }
 
@@ -100,7 +100,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.WaitTask
    */
-  waitTask(request: MessageInitShape<typeof WaitTaskRequestSchema>, options?: CallOptions): Promise<WaitTaskResponse> {
+  waitTask(request: MessageInitShape<typeof WaitTaskRequestSchema>, options?: CallOptions): globalThis.Promise<WaitTaskResponse> {
     return this.#rt.unary(Driver.method.waitTask, request, options);
   }
 
@@ -109,7 +109,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.StopTask
    */
-  stopTask(request: MessageInitShape<typeof StopTaskRequestSchema>, options?: CallOptions): Promise<StopTaskResponse> {
+  stopTask(request: MessageInitShape<typeof StopTaskRequestSchema>, options?: CallOptions): globalThis.Promise<StopTaskResponse> {
     return this.#rt.unary(Driver.method.stopTask, request, options);
   }
 
@@ -118,7 +118,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.DestroyTask
    */
-  destroyTask(request: MessageInitShape<typeof DestroyTaskRequestSchema>, options?: CallOptions): Promise<DestroyTaskResponse> {
+  destroyTask(request: MessageInitShape<typeof DestroyTaskRequestSchema>, options?: CallOptions): globalThis.Promise<DestroyTaskResponse> {
     return this.#rt.unary(Driver.method.destroyTask, request, options);
   }
 
@@ -127,7 +127,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.InspectTask
    */
-  inspectTask(request: MessageInitShape<typeof InspectTaskRequestSchema>, options?: CallOptions): Promise<InspectTaskResponse> {
+  inspectTask(request: MessageInitShape<typeof InspectTaskRequestSchema>, options?: CallOptions): globalThis.Promise<InspectTaskResponse> {
     return this.#rt.unary(Driver.method.inspectTask, request, options);
   }
 
@@ -137,7 +137,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.TaskStats
    */
-  taskStats(request: MessageInitShape<typeof TaskStatsRequestSchema>, options?: CallOptions): AsyncIterable<TaskStatsResponse> {
+  taskStats(request: MessageInitShape<typeof TaskStatsRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<TaskStatsResponse> {
     return this.#rt.serverStream(Driver.method.taskStats, request, options);
   }
 
@@ -146,7 +146,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.TaskEvents
    */
-  taskEvents(request: MessageInitShape<typeof TaskEventsRequestSchema>, options?: CallOptions): AsyncIterable<DriverTaskEvent> {
+  taskEvents(request: MessageInitShape<typeof TaskEventsRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<DriverTaskEvent> {
     return this.#rt.serverStream(Driver.method.taskEvents, request, options);
   }
 
@@ -156,7 +156,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.Shutdown
    */
-  shutdown(request: MessageInitShape<typeof ShutdownRequestSchema>, options?: CallOptions): Promise<ShutdownResponse> {
+  shutdown(request: MessageInitShape<typeof ShutdownRequestSchema>, options?: CallOptions): globalThis.Promise<ShutdownResponse> {
     return this.#rt.unary(Driver.method.shutdown, request, options);
   }
 
@@ -165,7 +165,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.SignalTask
    */
-  signalTask(request: MessageInitShape<typeof SignalTaskRequestSchema>, options?: CallOptions): Promise<SignalTaskResponse> {
+  signalTask(request: MessageInitShape<typeof SignalTaskRequestSchema>, options?: CallOptions): globalThis.Promise<SignalTaskResponse> {
     return this.#rt.unary(Driver.method.signalTask, request, options);
   }
 
@@ -174,7 +174,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.ExecTask
    */
-  execTask(request: MessageInitShape<typeof ExecTaskRequestSchema>, options?: CallOptions): Promise<ExecTaskResponse> {
+  execTask(request: MessageInitShape<typeof ExecTaskRequestSchema>, options?: CallOptions): globalThis.Promise<ExecTaskResponse> {
     return this.#rt.unary(Driver.method.execTask, request, options);
   }
 
@@ -185,7 +185,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.ExecTaskStreaming
    */
-  execTaskStreaming(requests: AsyncIterable<MessageInitShape<typeof ExecTaskStreamingRequestSchema>>, options?: CallOptions): AsyncIterable<ExecTaskStreamingResponse> {
+  execTaskStreaming(requests: globalThis.AsyncIterable<MessageInitShape<typeof ExecTaskStreamingRequestSchema>>, options?: CallOptions): globalThis.AsyncIterable<ExecTaskStreamingResponse> {
     return this.#rt.bidiStream(Driver.method.execTaskStreaming, requests, options);
   }
 
@@ -196,7 +196,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.CreateNetwork
    */
-  createNetwork(request: MessageInitShape<typeof CreateNetworkRequestSchema>, options?: CallOptions): Promise<CreateNetworkResponse> {
+  createNetwork(request: MessageInitShape<typeof CreateNetworkRequestSchema>, options?: CallOptions): globalThis.Promise<CreateNetworkResponse> {
     return this.#rt.unary(Driver.method.createNetwork, request, options);
   }
 
@@ -206,7 +206,7 @@ export class DriverClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.DestroyNetwork
    */
-  destroyNetwork(request: MessageInitShape<typeof DestroyNetworkRequestSchema>, options?: CallOptions): Promise<DestroyNetworkResponse> {
+  destroyNetwork(request: MessageInitShape<typeof DestroyNetworkRequestSchema>, options?: CallOptions): globalThis.Promise<DestroyNetworkResponse> {
     return this.#rt.unary(Driver.method.destroyNetwork, request, options);
   }
 }

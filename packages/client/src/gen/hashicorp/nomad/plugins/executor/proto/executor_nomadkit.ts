@@ -41,7 +41,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Launch
    */
-  launch(request: MessageInitShape<typeof LaunchRequestSchema>, options?: CallOptions): Promise<LaunchResponse> {
+  launch(request: MessageInitShape<typeof LaunchRequestSchema>, options?: CallOptions): globalThis.Promise<LaunchResponse> {
     return this.#rt.unary(Executor.method.launch, request, options);
   }
 
@@ -50,7 +50,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Wait
    */
-  wait(request: MessageInitShape<typeof WaitRequestSchema>, options?: CallOptions): Promise<WaitResponse> {
+  wait(request: MessageInitShape<typeof WaitRequestSchema>, options?: CallOptions): globalThis.Promise<WaitResponse> {
     return this.#rt.unary(Executor.method.wait, request, options);
   }
 
@@ -59,7 +59,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Shutdown
    */
-  shutdown(request: MessageInitShape<typeof ShutdownRequestSchema>, options?: CallOptions): Promise<ShutdownResponse> {
+  shutdown(request: MessageInitShape<typeof ShutdownRequestSchema>, options?: CallOptions): globalThis.Promise<ShutdownResponse> {
     return this.#rt.unary(Executor.method.shutdown, request, options);
   }
 
@@ -68,7 +68,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.UpdateResources
    */
-  updateResources(request: MessageInitShape<typeof UpdateResourcesRequestSchema>, options?: CallOptions): Promise<UpdateResourcesResponse> {
+  updateResources(request: MessageInitShape<typeof UpdateResourcesRequestSchema>, options?: CallOptions): globalThis.Promise<UpdateResourcesResponse> {
     return this.#rt.unary(Executor.method.updateResources, request, options);
   }
 
@@ -77,7 +77,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Version
    */
-  version(request: MessageInitShape<typeof VersionRequestSchema>, options?: CallOptions): Promise<VersionResponse> {
+  version(request: MessageInitShape<typeof VersionRequestSchema>, options?: CallOptions): globalThis.Promise<VersionResponse> {
     return this.#rt.unary(Executor.method.version, request, options);
   }
 
@@ -86,7 +86,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Stats
    */
-  stats(request: MessageInitShape<typeof StatsRequestSchema>, options?: CallOptions): AsyncIterable<StatsResponse> {
+  stats(request: MessageInitShape<typeof StatsRequestSchema>, options?: CallOptions): globalThis.AsyncIterable<StatsResponse> {
     return this.#rt.serverStream(Executor.method.stats, request, options);
   }
 
@@ -95,7 +95,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Signal
    */
-  signal(request: MessageInitShape<typeof SignalRequestSchema>, options?: CallOptions): Promise<SignalResponse> {
+  signal(request: MessageInitShape<typeof SignalRequestSchema>, options?: CallOptions): globalThis.Promise<SignalResponse> {
     return this.#rt.unary(Executor.method.signal, request, options);
   }
 
@@ -104,7 +104,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Exec
    */
-  exec(request: MessageInitShape<typeof ExecRequestSchema>, options?: CallOptions): Promise<ExecResponse> {
+  exec(request: MessageInitShape<typeof ExecRequestSchema>, options?: CallOptions): globalThis.Promise<ExecResponse> {
     return this.#rt.unary(Executor.method.exec, request, options);
   }
 
@@ -113,7 +113,7 @@ export class ExecutorClient {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.ExecStreaming
    */
-  execStreaming(requests: AsyncIterable<MessageInitShape<typeof ExecTaskStreamingRequestSchema>>, options?: CallOptions): AsyncIterable<ExecTaskStreamingResponse> {
+  execStreaming(requests: globalThis.AsyncIterable<MessageInitShape<typeof ExecTaskStreamingRequestSchema>>, options?: CallOptions): globalThis.AsyncIterable<ExecTaskStreamingResponse> {
     return this.#rt.bidiStream(Executor.method.execStreaming, requests, options);
   }
 }

@@ -55,7 +55,7 @@ export interface DriverHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.Fingerprint
    */
-  fingerprint(request: FingerprintRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof FingerprintResponseSchema>>;
+  fingerprint(request: FingerprintRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof FingerprintResponseSchema>>;
   /**
    * Reattaches to a task after a client or plugin restart, using the persisted handle.
    *
@@ -100,13 +100,13 @@ export interface DriverHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.TaskStats
    */
-  taskStats(request: TaskStatsRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof TaskStatsResponseSchema>>;
+  taskStats(request: TaskStatsRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof TaskStatsResponseSchema>>;
   /**
    * One long-lived server stream of events for all tasks. Nomad reopens it with backoff if it ends.
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.TaskEvents
    */
-  taskEvents(request: TaskEventsRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof DriverTaskEventSchema>>;
+  taskEvents(request: TaskEventsRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof DriverTaskEventSchema>>;
   /**
    * Asks the driver to clean up before the plugin is stopped. Nomad allows 2 s and ignores
    * UNIMPLEMENTED.
@@ -133,7 +133,7 @@ export interface DriverHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.drivers.proto.Driver.ExecTaskStreaming
    */
-  execTaskStreaming(requests: AsyncIterable<ExecTaskStreamingRequest>, context: HandlerContext): AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>>;
+  execTaskStreaming(requests: globalThis.AsyncIterable<ExecTaskStreamingRequest>, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>>;
   /**
    * Creates the allocation's network namespace before any task starts; only called when
    * must_create_network is set. Must be idempotent: report created = false for an existing

@@ -64,7 +64,7 @@ export interface ExecutorHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.Stats
    */
-  stats(request: StatsRequest, context: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>>;
+  stats(request: StatsRequest, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof StatsResponseSchema>>;
   /**
    * Sends a signal to the process.
    *
@@ -82,7 +82,7 @@ export interface ExecutorHandlers {
    *
    * @generated from rpc hashicorp.nomad.plugins.executor.proto.Executor.ExecStreaming
    */
-  execStreaming(requests: AsyncIterable<ExecTaskStreamingRequest>, context: HandlerContext): AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>>;
+  execStreaming(requests: globalThis.AsyncIterable<ExecTaskStreamingRequest>, context: HandlerContext): globalThis.AsyncIterable<MessageInitShape<typeof ExecTaskStreamingResponseSchema>>;
 }
 
 /**
