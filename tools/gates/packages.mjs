@@ -1,10 +1,13 @@
 #!/usr/bin/env node
 // check:packages — every public workspace package must pack cleanly for both module systems:
 // publint (package.json/exports/files) and attw --pack (types resolve for node16 CJS + ESM and
-// bundlers; node10 resolution is out of scope: engines.node is >=20).
+// bundlers; node10 resolution is out of scope: engines.node is >=20), and every package its built
+// code or types import is declared (dependencies, peer or optional): an undeclared one works only
+// while npm happens to hoist it, and breaks under pnpm, Yarn PnP or `--install-strategy=linked`.
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { bin, finish, root, run } from "./exec.mjs";
+import { undeclaredImports } from "./imports.mjs";
 
 const rootPkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
 const failures = [];
@@ -17,5 +20,8 @@ for (const ws of rootPkg.workspaces) {
   // Quiet when clean; on failure run again with the full resolution table.
   if (run(bin("attw"), [...attw, "--quiet"]) !== 0 && run(bin("attw"), attw) !== 0) failures.push(`attw: ${pkg.name}`);
   else console.log("attw: ok");
+  const undeclared = undeclaredImports(path.join(root, ws), pkg);
+  if (undeclared.length > 0) failures.push(`${pkg.name} imports packages its package.json does not declare: ${undeclared.join(", ")}`);
+  else console.log("imports: all declared");
 }
 finish("check:packages", failures);
