@@ -374,28 +374,28 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
 });
 
 describe("TaskCgroups.resolve", () => {
-  it("names nothing without cgroups in the request, and prefers v2, then v1, then the cpuset cgroup", () => {
+  it("names nothing without cgroups in the request", () => {
     expect(TaskCgroups.resolve({})).toBeUndefined();
     expect(TaskCgroups.resolve({ cgroupV1Override: {} })).toBeUndefined();
-    // Missing directories are refused by the first field that counts.
+  });
+
+  it("takes the override of the host's cgroup mode, then the cpuset cgroup (missing directories are refused by field)", () => {
+    const v1Host = mkdtempSync(join(tmpdir(), "nk-v1host-"));
+    const v2Host = mkdtempSync(join(tmpdir(), "nk-v2host-"));
+    writeFileSync(join(v2Host, "cgroup.controllers"), "cpu memory\n");
+    cleanups.push(() => rmSync(v1Host, { recursive: true }), () => rmSync(v2Host, { recursive: true }));
+    const both = { cgroupV2Override: "a.scope", cgroupV1Override: { freezer: "b" }, cpusetCgroup: "c" };
+    // v1 host: the v1 override (the v2 one names no cgroup2 directory).
+    expect(() => TaskCgroups.resolve(both, { v1: v1Host, v2: v1Host })).toThrow(`cgroup_v1_override["freezer"]: "${v1Host}/freezer/b"`);
+    // ... but the v2 one when there is no v1 override.
+    expect(() => TaskCgroups.resolve({ cgroupV2Override: "a.scope" }, { v1: v1Host, v2: v1Host })).toThrow(`cgroup_v2_override: "${v1Host}/a.scope"`);
+    // v2 host: the v2 override.
+    expect(() => TaskCgroups.resolve(both, { v1: v2Host, v2: v2Host })).toThrow(`cgroup_v2_override: "${v2Host}/a.scope"`);
+    // v2 host, only a v1 override: ignored, the cpuset cgroup counts.
     expect(() =>
-      TaskCgroups.resolve({
-        cgroupV2Override: "/nonexistent/a",
-        cgroupV1Override: { freezer: "/nonexistent/b" },
-      }),
-    ).toThrow(/cgroup_v2_override/);
-    expect(() =>
-      TaskCgroups.resolve({ cgroupV1Override: { freezer: "b" }, cpusetCgroup: "/nonexistent/c" }, { v1: "/nonexistent" }),
-    ).toThrow(/cgroup_v1_override\["freezer"\]: "\/nonexistent\/freezer\/b"/);
-    expect(() =>
-      TaskCgroups.resolve(
-        {
-          cpusetCgroup: "c",
-          cpusetField: "resources.linux_resources.cpuset_cgroup",
-        },
-        { v1: "/nonexistent", v2: "/nonexistent" },
-      ),
-    ).toThrow(/resources\.linux_resources\.cpuset_cgroup: "\/nonexistent\/cpuset\/c"/);
+      TaskCgroups.resolve({ cgroupV1Override: { freezer: "b" }, cpusetCgroup: "c", cpusetField: "resources.linux_resources.cpuset_cgroup" }, { v1: v2Host, v2: v2Host }),
+    ).toThrow(`resources.linux_resources.cpuset_cgroup: "${v2Host}/c"`);
+    expect(() => TaskCgroups.resolve({ cpusetCgroup: "c" }, { v1: v1Host, v2: v1Host })).toThrow(`cpuset_cgroup: "${v1Host}/cpuset/c"`);
   });
 });
 

@@ -65,21 +65,26 @@ export class TaskCgroups {
 
   /**
    * The task's cgroups, or undefined when the request names none. Precedence as in Nomad's
-   * executor: `cgroup_v2_override`, then `cgroup_v1_override`, then the cpuset cgroup the client
-   * made (on cgroup v1 with the freezer, cpu and memory cgroups of Nomad's layout that exist next
-   * to it). Throws FailedPrecondition naming the field for a directory that is not a cgroup, a
-   * hierarchy's root, or the executor's own cgroup: killing everything in it would kill more than
-   * the task.
+   * executor: the override for the host's cgroup mode (`cgroup_v2_override` on v2, on v1 also when
+   * it names a cgroup2 directory absolutely or there is no `cgroup_v1_override`), then the cpuset
+   * cgroup the client made (on cgroup v1 with the freezer, cpu and memory cgroups of Nomad's layout
+   * that exist next to it). Throws FailedPrecondition naming the field for a directory that is
+   * not a cgroup, a hierarchy's root, or the executor's own cgroup: killing everything in it would
+   * kill more than the task.
    */
   static resolve(req: TaskCgroupsRequest, roots: CgroupRoots = {}): TaskCgroups | undefined {
     const v2Root = roots.v2 ?? CGROUP_V2_ROOT;
     const v1Root = roots.v1 ?? "/sys/fs/cgroup";
     const dirs: CgroupDir[] = [];
-    if (req.cgroupV2Override) {
-      const path = isAbsolute(req.cgroupV2Override) ? req.cgroupV2Override : join(v2Root, req.cgroupV2Override);
-      dirs.push({ path, field: "cgroup_v2_override", version: 2 });
-    } else if (req.cgroupV1Override && Object.keys(req.cgroupV1Override).length > 0) {
-      for (const [controller, p] of Object.entries(req.cgroupV1Override)) {
+    // As in Nomad, the host's mode decides which override counts: a v2 host ignores the v1 one and
+    // a v1 host the v2 one, unless that names (absolutely) a directory of a cgroup2 mount.
+    const v2Host = existsSync(join(v2Root, "cgroup.controllers"));
+    const v2Path = req.cgroupV2Override && (isAbsolute(req.cgroupV2Override) ? req.cgroupV2Override : join(v2Root, req.cgroupV2Override));
+    const v1Wanted = !v2Host && req.cgroupV1Override !== undefined && Object.keys(req.cgroupV1Override).length > 0;
+    if (v2Path && (v2Host || existsSync(join(v2Path, "cgroup.controllers")) || !v1Wanted)) {
+      dirs.push({ path: v2Path, field: "cgroup_v2_override", version: 2 });
+    } else if (v1Wanted) {
+      for (const [controller, p] of Object.entries(req.cgroupV1Override!)) {
         const field = `cgroup_v1_override[${JSON.stringify(controller)}]`;
         if (!/^[a-z_][a-z0-9_,=.]*$/i.test(controller) || controller.includes("..")) {
           throw new ConnectError(`${field}: ${JSON.stringify(controller)} is not a cgroup v1 controller name`, Code.InvalidArgument);
@@ -94,7 +99,7 @@ export class TaskCgroups {
     } else if (req.cpusetCgroup) {
       const field = req.cpusetField ?? "cpuset_cgroup";
       const cpuset = req.cpusetCgroup;
-      if (existsSync(join(v2Root, "cgroup.controllers"))) {
+      if (v2Host) {
         dirs.push({
           path: isAbsolute(cpuset) ? cpuset : join(v2Root, cpuset),
           field,
