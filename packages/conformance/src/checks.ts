@@ -12,7 +12,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
 import { SIGNAL_MARKER, type Suite, type SuiteTask } from "./suite.js";
-import { Code, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, show, waitUntil } from "./util.js";
+import { CheckFailure, Code, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, show, waitUntil } from "./util.js";
 
 /** A named step of the suite. Returns a short message on success; throws to fail or skip. */
 export interface Check {
@@ -93,6 +93,39 @@ function statsProblems(st: TaskStats | undefined): string[] {
   return p;
 }
 
+/**
+ * After a failed RecoverTask, does what Nomad's task runner does: DestroyTask(force) through the new
+ * plugin, then start the task again; the new task becomes `s.main`.
+ *
+ * Why: signal-task, stop-task, wait-task, inspect-exited and destroy-task need a running task on
+ * the live plugin, not a recovered one. The SIGKILLed plugin cannot be kept, and its successor does
+ * not know a task it could not recover, so without this they would all fail with NotFound (or be
+ * skipped) for the recover check's finding — a driver that legitimately cannot recover (Unimplemented,
+ * which Nomad answers by restarting the task) would look broken everywhere. With it, recover alone
+ * fails and the checks that follow test what they name. When RecoverTask succeeds but something after
+ * it fails (state, started_at, output, exec), the task stays: the later checks then run on the
+ * recovered task, which is what Nomad would do with it. The old task's processes are ended first
+ * (the new plugin cannot, and they would run beside the new task), as far as the suite knows them.
+ */
+async function restartTask(s: Suite, old: SuiteTask): Promise<string> {
+  const p = running(s);
+  await p.driver.destroyTask({ taskId: old.id, force: true }, s.co()).then(
+    () => void (old.destroyed = true),
+    () => undefined,
+  );
+  if (s.defaultTask) s.startPids(old).forEach((pid) => s.learnPid(pid));
+  s.killOrphans();
+  const task = s.newTask(old.name);
+  try {
+    await s.startTask(p, task);
+  } catch (err) {
+    if (err instanceof PluginShutdownError) throw err;
+    return `starting the task again on the new plugin failed too: ${describe(err)}`;
+  }
+  s.main = task;
+  return "as Nomad does, the task was destroyed and started again on the new plugin for the checks that follow";
+}
+
 /** The checks, in run order. */
 export const CHECKS: readonly Check[] = [
   {
@@ -108,6 +141,9 @@ export const CHECKS: readonly Check[] = [
       child.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
       child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
       let timer: NodeJS.Timeout | undefined;
+      // An abandoned check (interruption, timeout) does not leave the process running.
+      const onAbort = () => child.kill("SIGKILL");
+      s.signal.addEventListener("abort", onAbort, { once: true });
       const code = await new Promise<number | string>((resolve) => {
         child.once("error", (e) => resolve(`cannot start: ${e.message}`));
         child.once("close", (c, sig) => resolve(c ?? `signal ${sig}`));
@@ -117,6 +153,7 @@ export const CHECKS: readonly Check[] = [
         }, s.opts.callTimeoutMs);
       });
       clearTimeout(timer);
+      s.signal.removeEventListener("abort", onAbort);
       expect(code === 1, `exit status ${code}, want 1`);
       expect(stderr.trim() !== "", "nothing was written to stderr");
       expect(!/^\d+\|\d+\|/.test(stdout), "it printed a go-plugin handshake anyway");
@@ -263,6 +300,7 @@ export const CHECKS: readonly Check[] = [
     needs: ["start-task"],
     async run(s) {
       const r = await running(s).driver.inspectTask({ taskId: s.main!.id }, s.co());
+      s.learnFromInspect(r);
       expect(r.task, "the response has no task status");
       expect(r.task.id === s.main!.id, `task.id ${JSON.stringify(r.task.id)}, want ${JSON.stringify(s.main!.id)}`);
       expect(r.task.state === TaskState.RUNNING, `state ${TaskState[r.task.state]}, want RUNNING`);
@@ -281,6 +319,7 @@ export const CHECKS: readonly Check[] = [
       const samples: TaskStats[] = [];
       try {
         for await (const r of running(s).driver.taskStats({ taskId: s.main!.id, collectionInterval: { nanos: 200_000_000 } }, { signal })) {
+          for (const pid of Object.keys(r.stats?.resourceUsageByPid ?? {})) if (/^\d+$/.test(pid)) s.learnPid(Number(pid));
           const problems = statsProblems(r.stats);
           expect(problems.length === 0, `sample ${samples.length + 1}: ${problems.join("; ")}`);
           samples.push(r.stats!);
@@ -428,6 +467,7 @@ export const CHECKS: readonly Check[] = [
       let pid: number | undefined;
       if (s.defaultTask) pid = await s.taskPid(task);
       const before = s.size(task.stdoutPath);
+      s.rememberProcesses(old);
       s.expectExit(old);
       process.kill(old.pid, "SIGKILL");
       await old.exited;
@@ -435,9 +475,15 @@ export const CHECKS: readonly Check[] = [
       await s.setConfig(s.run);
       await s.init(s.run);
       s.openStreams(s.run);
-      await s.run.driver.recoverTask({ taskId: task.id, handle: task.handle }, s.co());
+      try {
+        await s.run.driver.recoverTask({ taskId: task.id, handle: task.handle }, s.co());
+      } catch (err) {
+        if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
+        throw new CheckFailure(`RecoverTask failed: ${describe(err)}; ${await restartTask(s, task)}`);
+      }
       s.watch(s.run, task);
       const r = await s.run.driver.inspectTask({ taskId: task.id }, s.co());
+      s.learnFromInspect(r);
       expect(r.task?.state === TaskState.RUNNING, `after RecoverTask the task is ${TaskState[r.task?.state ?? 0]}, want RUNNING`);
       if (r.task?.startedAt && task.startedAt) {
         const now = timestampDate(r.task.startedAt).getTime();

@@ -48,16 +48,27 @@ function selection(only: readonly string[] | undefined): Set<string> | undefined
 }
 
 async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promise<{ status: "pass" | "fail" | "skip"; message: string }> {
+  // One controller per check, aborted by its timeout or by the interruption. The listener on the
+  // run's signal is removed when the check ends: one per check would pile up on that long-lived
+  // signal (MaxListenersExceededWarning after ten checks).
   const ac = new AbortController();
-  s.signal = stop === undefined ? ac.signal : AbortSignal.any([ac.signal, stop]);
+  s.signal = ac.signal;
   s.current = c.name;
   let timer: NodeJS.Timeout | undefined;
+  let onStop: (() => void) | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       reject(new Error(`the check did not finish within ${s.opts.checkTimeoutMs} ms`));
       ac.abort();
     }, s.opts.checkTimeoutMs);
-    stop?.addEventListener("abort", () => reject(new Error("interrupted")), { once: true });
+    if (stop) {
+      onStop = () => {
+        reject(new Error("interrupted"));
+        ac.abort();
+      };
+      if (stop.aborted) onStop();
+      else stop.addEventListener("abort", onStop, { once: true });
+    }
   });
   try {
     const msg = await Promise.race([c.run(s), timeout]);
@@ -73,6 +84,7 @@ async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promis
     return { status: "fail", message };
   } finally {
     clearTimeout(timer);
+    if (onStop) stop?.removeEventListener("abort", onStop);
   }
 }
 

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   createTaskDirs,
@@ -14,6 +14,7 @@ import {
 import type { PluginInfoResponse } from "@nomadkit/protocol/base";
 import type {
   DriverCapabilities,
+  InspectTaskResponse,
   NetworkIsolationSpec,
   TaskConfigSchema,
   TaskHandle,
@@ -22,7 +23,7 @@ import type {
 import type { Spec } from "@nomadkit/protocol/hclspec";
 import { encodeCheckedConfig } from "./config.js";
 import type { ConformanceOptions } from "./types.js";
-import { isGone, isUnimplemented, processGone, waitUntil } from "./util.js";
+import { descendants, hasProc, isGone, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
 
 /** Options with every default applied. */
 export interface ResolvedOptions extends ConformanceOptions {
@@ -85,6 +86,36 @@ export interface KillRecord {
   ms: number;
 }
 
+/**
+ * Removes the directory a dead plugin made for its unix socket (go-plugin's `plugin-XXXX`), which a
+ * plugin that is SIGKILLed cannot remove itself. Conservative, as the suite cannot know for sure
+ * who made it: only a directory owned by this user, that changed since `since` (the launch: the
+ * socket was created in it then), and that is empty or holds nothing but that socket; never the
+ * temp dir or a directory in `keep` (the configured `PLUGIN_UNIX_SOCKET_DIR`). True when removed.
+ */
+export function removePluginSocketDir(socket: string, since: number, keep: readonly string[] = []): boolean {
+  if (!isAbsolute(socket)) return false;
+  const dir = dirname(socket);
+  if (dir === dirname(dir) || [tmpdir(), ...keep].some((k) => resolve(k) === dir)) return false;
+  try {
+    const st = lstatSync(dir);
+    if (!st.isDirectory()) return false;
+    if (process.getuid && st.uid !== process.getuid()) return false;
+    // Timestamps are coarse on some file systems: a second of slack.
+    if (st.mtimeMs < since - 1000) return false;
+    const entries = readdirSync(dir);
+    if (entries.some((e) => e !== basename(socket))) return false;
+    if (entries.length === 1) {
+      if (!lstatSync(socket).isSocket()) return false;
+      unlinkSync(socket);
+    }
+    rmdirSync(dir);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** State shared by the checks of one run. */
 export class Suite {
   readonly root: string;
@@ -102,6 +133,20 @@ export class Suite {
   private readonly intentional = new Set<PluginClient>();
   /** Plugins that died on their own: during which check, and how. */
   readonly deaths = new Map<PluginClient, { during: string; exit: PluginExit }>();
+  /** When each plugin was launched (epoch ms), to recognise the socket directory it made. */
+  private readonly launchedAt = new Map<PluginClient, number>();
+  /** Aborted when cleanup begins: launches in flight give up, and no plugin or task starts after. */
+  private readonly closing = new AbortController();
+  /** Launches and StartTask calls in flight; cleanup waits for them before it looks at what exists. */
+  private readonly inflight = new Set<Promise<unknown>>();
+  /**
+   * Processes of the run's tasks (and of the drivers' helpers, such as executors) for the last-resort
+   * kill: pid -> start time (clock ticks since boot; undefined without /proc), so a reused pid is
+   * never mistaken for one of them.
+   */
+  private readonly known = new Map<number, number | undefined>();
+  /** Start time of the earliest plugin process: no process of the run started before it. */
+  private floor: number | undefined;
 
   load?: PluginClient;
   run?: PluginClient;
@@ -123,21 +168,101 @@ export class Suite {
     return { timeoutMs: this.opts.callTimeoutMs, signal: this.signal, ...extra };
   }
 
-  /** Starts a plugin process exactly as Nomad does. */
+  /**
+   * Starts a plugin process exactly as Nomad does. The launch is given up (the process killed) when
+   * the check is abandoned (timeout, interruption) or cleanup begins; once cleanup has begun no
+   * plugin is started any more.
+   */
   async launch(): Promise<PluginClient> {
+    this.refuseWhenClosing("start a plugin");
+    return this.track(this.spawn(AbortSignal.any([this.signal, this.closing.signal])));
+  }
+
+  private async spawn(signal?: AbortSignal): Promise<PluginClient> {
     const o = this.opts;
+    const since = Date.now();
     const p = await launchPlugin(o.plugin, o.args, {
       env: o.env,
       logger: o.logger,
       killTimeoutMs: o.shutdownTimeoutMs,
       startTimeoutMs: o.startTimeoutMs,
       autoMTLS: o.autoMTLS,
+      signal,
     });
     this.plugins.push(p);
+    this.launchedAt.set(p, since);
+    const info = procInfo(p.pid);
+    if (info) this.floor = Math.min(this.floor ?? info.start, info.start);
     void p.exited.then((exit) => {
       if (!this.intentional.has(p)) this.deaths.set(p, { during: this.current, exit });
     });
     return p;
+  }
+
+  /** Registers an operation that may start something, so cleanup can wait for it. */
+  private track<T>(op: Promise<T>): Promise<T> {
+    this.inflight.add(op);
+    const done = () => void this.inflight.delete(op);
+    op.then(done, done);
+    return op;
+  }
+
+  /** An abandoned check that goes on after cleanup began must not start anything cleanup misses. */
+  private refuseWhenClosing(what: string): void {
+    if (this.closing.signal.aborted) throw new Error(`the run is over: the suite does not ${what} any more`);
+  }
+
+  /**
+   * Records the processes under a live plugin (its tasks, executors, helpers) while they can still
+   * be told apart as its descendants: a plugin that dies leaves them to init.
+   */
+  rememberProcesses(p: PluginClient): void {
+    if (p.exitSignal.aborted) return;
+    for (const [pid, info] of descendants(p.pid)) this.known.set(pid, info.start);
+  }
+
+  /** Records a pid a plugin or a task reported for a task of the run (verified with /proc when possible). */
+  learnPid(pid: number): void {
+    if (!Number.isSafeInteger(pid) || pid <= 1 || pid === process.pid || pid === process.ppid) return;
+    if (!hasProc) {
+      this.known.set(pid, undefined);
+      return;
+    }
+    const info = procInfo(pid);
+    // Only a process that started during the run can be one of the run's.
+    if (!info || this.floor === undefined || info.start < this.floor) return;
+    this.known.set(pid, info.start);
+  }
+
+  /** Pids in InspectTask's driver attributes (`pid`, `executor_pid`: Nomad's exec drivers report them). */
+  learnFromInspect(r: InspectTaskResponse): void {
+    for (const [key, value] of Object.entries(r.driver?.attributes ?? {})) {
+      if (/(^|[_.-])pid$/i.test(key) && /^\d+$/.test(value.trim())) this.learnPid(Number(value));
+    }
+  }
+
+  /**
+   * SIGKILLs the processes of the run the suite knows of that no live plugin of the suite has
+   * under it any more (orphans of dead plugins; after the last plugin exited, all of them).
+   * Returns how many it killed.
+   */
+  killOrphans(): number {
+    const keep = new Set<number>();
+    for (const p of this.plugins) {
+      if (p.exitSignal.aborted) continue;
+      keep.add(p.pid);
+      for (const pid of descendants(p.pid).keys()) keep.add(pid);
+    }
+    let n = 0;
+    for (const [pid, start] of this.known) {
+      if (keep.has(pid) || processGone(pid)) continue;
+      const info = procInfo(pid);
+      // Same pid, another process: the one the suite knew is gone.
+      if (start !== undefined && info?.start !== start) continue;
+      killProcess(pid, info === undefined || info.pgid === pid);
+      n++;
+    }
+    return n;
   }
 
   /** Marks a plugin as stopped on purpose (its exit is not a crash). */
@@ -159,6 +284,7 @@ export class Suite {
   /** Stops a plugin like Nomad (GRPCController.Shutdown, wait, SIGKILL) and records how it went. */
   async kill(p: PluginClient, label: string): Promise<KillRecord> {
     const t0 = performance.now();
+    this.rememberProcesses(p);
     this.expectExit(p);
     const exit = await p.kill();
     const rec = { label, exit, ms: performance.now() - t0 };
@@ -257,7 +383,9 @@ export class Suite {
 
   /** StartTask, then a WaitTask in the background, as Nomad's task runner does. */
   async startTask(p: PluginClient, task: SuiteTask): Promise<TaskHandle> {
-    const res = await p.driver.startTask({ task: task.config }, this.co());
+    this.refuseWhenClosing("start a task");
+    const res = await this.track(p.driver.startTask({ task: task.config }, this.co()));
+    this.rememberProcesses(p);
     if (!res.handle) throw new Error("StartTask returned no handle");
     task.handle = res.handle;
     this.watch(p, task);
@@ -307,54 +435,76 @@ export class Suite {
   }
 
   /**
-   * Best-effort cleanup: destroy leftover tasks and networks, stop plugins, remove the temp dir.
-   * When the run plugin is gone, a fresh one recovers the leftover tasks first and destroys them,
-   * as Nomad would, so a failed run leaves no task (or driver helper process) behind.
+   * Best-effort cleanup, however the run ended: everything the suite started goes.
+   *
+   * 1. No plugin or task is started any more, and the launches and StartTask calls in flight (of a
+   *    check abandoned by an interruption) end first: their plugin is killed, their task destroyed.
+   * 2. Every task the suite started and did not destroy is destroyed (force) through the live run
+   *    plugin; a task that plugin does not know is recovered into it first. When the run plugin is
+   *    gone, a fresh one recovers the tasks and destroys them, as Nomad would.
+   * 3. Networks are destroyed, every plugin process is stopped (Shutdown, then SIGKILL).
+   * 4. Last resort, for tasks no plugin could destroy (a driver that cannot recover tasks that
+   *    outlived their plugin): the processes the suite learned belong to the run are SIGKILLed —
+   *    the plugins' descendants seen while they lived (Linux), pids from InspectTask's driver
+   *    attributes and TaskStats, and the default task's own pid.
+   * 5. The socket directories of plugins that died without removing them, and the temp dir, go.
    */
   async cleanup(): Promise<void> {
+    this.closing.abort();
+    await Promise.allSettled([...this.inflight]);
     const quick: CallOptions = { timeoutMs: 10_000 };
+    for (const pl of this.plugins) this.rememberProcesses(pl);
     let p = this.run && !this.run.exitSignal.aborted ? this.run : undefined;
-    const leftovers = this.tasks.filter((t) => !t.destroyed && t.handle);
-    if (!p && leftovers.length > 0) {
+    const leftovers = this.tasks.filter((t) => !t.destroyed);
+    if (!p && leftovers.some((t) => t.handle)) {
       try {
-        p = await this.launch();
+        p = await this.spawn();
         this.expectExit(p);
         await p.basePlugin.setConfig({ msgpackConfig: this.pluginConfigBytes(), pluginApiVersion: "v0.1.0" }, quick);
         await p.driver.init({}, quick).catch(() => undefined);
-        for (const t of leftovers) await p.driver.recoverTask({ taskId: t.id, handle: t.handle }, quick).catch(() => undefined);
       } catch {
         // the plugin cannot even start: fall back to killing what we know
       }
     }
-    for (const t of this.tasks) {
-      if (t.destroyed || !t.handle) continue;
-      let pids: number[] = [];
-      if (this.defaultTask) pids = this.startPids(t);
-      if (p && !p.exitSignal.aborted) await p.driver.destroyTask({ taskId: t.id, force: true }, quick).catch(() => undefined);
-      // A task whose plugin died keeps running under its executor: end it so nothing leaks.
-      for (const pid of pids) {
-        if (!processGone(pid)) {
-          try {
-            process.kill(-pid, "SIGKILL");
-          } catch {
-            try {
-              process.kill(pid, "SIGKILL");
-            } catch {
-              // gone
-            }
-          }
-        }
-      }
+    for (const t of leftovers) {
+      if (p && !p.exitSignal.aborted) await this.destroyOn(p, t, quick);
     }
     if (p && !p.exitSignal.aborted) {
       for (const [allocId, spec] of this.networks) {
         await p.driver.destroyNetwork({ allocId, isolationSpec: spec }, quick).catch(() => undefined);
       }
     }
+    for (const pl of this.plugins) this.rememberProcesses(pl);
+    await Promise.all(this.plugins.filter((pl) => !pl.exitSignal.aborted).map((pl) => pl.kill().catch(() => undefined)));
+    if (this.defaultTask) for (const t of this.tasks) this.startPids(t).forEach((pid) => this.learnPid(pid));
+    this.killOrphans();
+    const keep = [this.opts.env?.PLUGIN_UNIX_SOCKET_DIR ?? process.env.PLUGIN_UNIX_SOCKET_DIR, this.opts.env?.TMPDIR].filter((d): d is string => !!d);
     for (const pl of this.plugins) {
-      if (!pl.exitSignal.aborted) await pl.kill().catch(() => undefined);
+      if (pl.network === "unix") removePluginSocketDir(pl.address, this.launchedAt.get(pl) ?? 0, keep);
     }
     if (existsSync(this.root)) rmSync(this.root, { recursive: true, force: true });
   }
-}
 
+  /** DestroyTask(force) through `p`; when `p` does not know the task, RecoverTask first. */
+  private async destroyOn(p: PluginClient, t: SuiteTask, quick: CallOptions): Promise<void> {
+    const destroy = async () => {
+      const r = await p.driver.inspectTask({ taskId: t.id }, quick).catch(() => undefined);
+      if (r) this.learnFromInspect(r);
+      await p.driver.destroyTask({ taskId: t.id, force: true }, quick);
+      t.destroyed = true;
+    };
+    try {
+      await destroy();
+      return;
+    } catch {
+      // not known to this plugin (or it failed): recover it first
+    }
+    if (!t.handle) return;
+    try {
+      await p.driver.recoverTask({ taskId: t.id, handle: t.handle }, quick);
+      await destroy();
+    } catch {
+      // the last resort in cleanup() ends its processes
+    }
+  }
+}

@@ -1,0 +1,213 @@
+// What a run leaves behind: nothing. Interrupted runs, drivers whose tasks outlive the plugin, the
+// plugin the suite SIGKILLs on purpose: every plugin, task and socket directory the suite started
+// is gone when runConformance settles. All with real plugin processes (the reference driver and a
+// fixture driver whose tasks are plain children of the plugin).
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { formatReport, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
+import { removePluginSocketDir } from "../src/suite.js";
+import { processGone } from "../src/util.js";
+
+const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
+const direct = fileURLToPath(new URL("./fixtures/direct-driver.mjs", import.meta.url));
+// Nomad's bounds, generously: the project's tests run on busy machines.
+const generous = { shutdownTimeoutMs: 15_000, fingerprintTimeoutMs: 30_000 };
+
+const root = mkdtempSync(join(tmpdir(), "nomadkit-conformance-cleanup-test-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** Pids a test must not leave running, even when the code under test does. */
+const survivors = new Set<number>();
+afterEach(() => {
+  for (const pid of survivors) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+  survivors.clear();
+});
+
+function byName(report: ConformanceReport): Record<string, CheckResult> {
+  return Object.fromEntries(report.results.map((r) => [r.name, r]));
+}
+
+async function until(cond: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return true;
+}
+
+function pidsIn(file: string): number[] {
+  return existsSync(file) ? readFileSync(file, "utf8").split(/\s+/).filter(Boolean).map(Number) : [];
+}
+
+describe("an interrupted run", () => {
+  it(
+    "leaves no plugin behind that was still starting when the run was interrupted",
+    async () => {
+      const dir = mkdtempSync(join(root, "slow-"));
+      const pidFile = join(dir, "pid");
+      // A plugin that takes a while to start: the wrapper's pid becomes the driver's at exec.
+      const wrapper = join(dir, "slow-start");
+      writeFileSync(wrapper, `#!/bin/sh\necho $$ > '${pidFile}'\nsleep 2\nexec '${rawexec}' "$@"\n`, { mode: 0o755 });
+      const ac = new AbortController();
+      const run = runConformance({ plugin: wrapper, checks: ["handshake"], abortSignal: ac.signal, ...generous });
+      expect(await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").endsWith("\n"), 20_000), "the wrapper never started").toBe(true);
+      const pid = Number(readFileSync(pidFile, "utf8"));
+      survivors.add(pid);
+      ac.abort(); // Ctrl-C while the plugin is starting
+      const report = await run;
+      expect(report.interrupted).toBe(true);
+      expect(report.results).toEqual([]);
+      // Had the launch been left running, the wrapper would still be sleeping here and would then
+      // exec the driver, which nobody would ever stop.
+      expect(processGone(pid), `plugin process ${pid} is still running after the run settled`).toBe(true);
+    },
+    60_000,
+  );
+});
+
+describe("a run with an abort signal", () => {
+  it(
+    "adds no abort listener per check (no MaxListenersExceededWarning)",
+    async () => {
+      const warnings: Error[] = [];
+      const onWarning = (w: Error) => warnings.push(w);
+      process.on("warning", onWarning);
+      try {
+        const report = await runConformance({
+          plugin: rawexec,
+          abortSignal: new AbortController().signal,
+          ...generous,
+          // More than 10 checks (Node's listener limit) that run, without tasks to keep it short.
+          checks: ["no-cookie", "health", "plugin-info", "set-config", "capabilities", "fingerprint", "task-config-schema", "task-events", "shutdown"],
+        });
+        expect(report.results.length).toBeGreaterThan(10);
+        expect(report.failed, formatReport(report)).toBe(0);
+        await new Promise((r) => setImmediate(r));
+      } finally {
+        process.off("warning", onWarning);
+      }
+      expect(warnings.filter((w) => w.name === "MaxListenersExceededWarning").map((w) => w.message)).toEqual([]);
+    },
+    120_000,
+  );
+});
+
+describe("the socket directory of the plugin SIGKILLed by the recover check", () => {
+  it(
+    "is removed",
+    async () => {
+      const sockets = mkdtempSync(join(root, "sockets-"));
+      const report = await runConformance({ plugin: rawexec, checks: ["recover"], env: { PLUGIN_UNIX_SOCKET_DIR: sockets }, ...generous });
+      expect(byName(report).recover?.status, formatReport(report)).toBe("pass");
+      expect(byName(report).handshake?.message).toContain(sockets);
+      expect(readdirSync(sockets)).toEqual([]);
+    },
+    120_000,
+  );
+
+  it("is only removed when it holds nothing but the dead plugin's socket and changed since the launch", () => {
+    const since = Date.now() - 1000;
+    const leftover = (name: string): { dir: string; sock: string } => {
+      const dir = join(mkdtempSync(join(root, `${name}-`)), "plugin-x");
+      mkdirSync(dir);
+      const sock = join(dir, "plugin.sock");
+      // A unix socket left behind by a process that died without closing it.
+      const r = spawnSync(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(sock)}, () => process.kill(process.pid, "SIGKILL"))`]);
+      expect(r.signal).toBe("SIGKILL");
+      return { dir, sock };
+    };
+
+    const only = leftover("only");
+    expect(removePluginSocketDir(only.sock, since)).toBe(true);
+    expect(existsSync(only.dir)).toBe(false);
+
+    const shared = leftover("shared");
+    writeFileSync(join(shared.dir, "other"), "");
+    expect(removePluginSocketDir(shared.sock, since)).toBe(false);
+    expect(readdirSync(shared.dir).sort()).toEqual(["other", "plugin.sock"]);
+
+    const old = leftover("old");
+    const long = new Date(Date.now() - 3_600_000);
+    utimesSync(old.dir, long, long);
+    expect(removePluginSocketDir(old.sock, since)).toBe(false);
+    expect(readdirSync(old.dir)).toEqual(["plugin.sock"]);
+
+    const notSocket = join(mkdtempSync(join(root, "file-")), "plugin-y");
+    mkdirSync(notSocket);
+    writeFileSync(join(notSocket, "plugin.sock"), "");
+    expect(removePluginSocketDir(join(notSocket, "plugin.sock"), since)).toBe(false);
+    expect(existsSync(join(notSocket, "plugin.sock"))).toBe(true);
+
+    const empty = join(mkdtempSync(join(root, "empty-")), "plugin-z");
+    mkdirSync(empty);
+    expect(removePluginSocketDir(join(empty, "plugin.sock"), since)).toBe(true);
+    expect(existsSync(empty)).toBe(false);
+
+    // Never the configured base directory or the temp dir itself.
+    expect(removePluginSocketDir(join(tmpdir(), "plugin.sock"), since)).toBe(false);
+    expect(existsSync(tmpdir())).toBe(true);
+  });
+});
+
+describe("a driver that cannot recover tasks", () => {
+  it(
+    "fails recover, and the checks that only need a started task still test one the plugin knows",
+    async () => {
+      const report = await runConformance({
+        plugin: process.execPath,
+        args: [direct],
+        ...generous,
+        checks: ["recover", "signal-task", "stop-task", "wait-task", "inspect-exited", "destroy-task", "destroy-force"],
+      });
+      const rows = byName(report);
+      for (const name of ["signal-task", "stop-task", "wait-task", "inspect-exited", "destroy-task", "destroy-force"]) {
+        expect(rows[name]?.status, `${name}\n${formatReport(report)}`).toBe("pass");
+      }
+      expect(rows["signal-task"]?.message).toBe("the task received SIGHUP");
+      // recover alone reports the finding, and says what the suite did about it.
+      expect(rows.recover?.status, formatReport(report)).toBe("fail");
+      expect(rows.recover?.message).toMatch(/^RecoverTask failed: .*cannot recover tasks; as Nomad does, the task was destroyed and started again/);
+    },
+    120_000,
+  );
+
+  it(
+    "with a custom task config: every task process the run started is gone afterwards, though the plugins died with tasks running",
+    async () => {
+      const dir = mkdtempSync(join(root, "custom-"));
+      const pids = join(dir, "pids");
+      const report = await runConformance({
+        plugin: process.execPath,
+        args: [direct],
+        // The plugin SIGKILLs itself at SignalTask: a crash the suite does not expect.
+        env: { DIRECT_DRIVER_DIE_ON_SIGNAL: "1" },
+        taskConfig: { command: "/bin/sh", args: ["-c", `echo $$ >> '${pids}'; exec sleep 600`] },
+        ...generous,
+        checks: ["recover", "signal-task", "stop-task"],
+      });
+      const rows = byName(report);
+      const started = pidsIn(pids);
+      started.forEach((p) => survivors.add(p));
+      expect(rows["start-task"]?.status, formatReport(report)).toBe("pass");
+      expect(rows.recover?.status, formatReport(report)).toBe("fail");
+      expect(rows["signal-task"]?.status, formatReport(report)).toBe("fail");
+      expect(rows["signal-task"]?.message, formatReport(report)).toMatch(/exited on signal SIGKILL during signal-task/);
+      // One task before the recover check's SIGKILL, one started again after RecoverTask failed.
+      expect(started).toHaveLength(2);
+      const gone = await until(() => started.every(processGone), 5_000);
+      expect(gone, `task processes still running: ${started.filter((p) => !processGone(p)).join(", ")}`).toBe(true);
+    },
+    120_000,
+  );
+});
