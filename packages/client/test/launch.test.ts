@@ -138,6 +138,13 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
       /exited with status 3 before completing the go-plugin handshake/,
     );
     expect(err.stderr).toContain("a plain stderr line");
+    expect(err.exit).toEqual({ code: 3, signal: null });
+  });
+
+  it("killed by a signal before the handshake: the error says which, as data too", async () => {
+    const err = await launchFake({ FAKE_KILL: "SIGTERM" });
+    expect(err.message).toMatch(/exited on signal SIGTERM before completing the go-plugin handshake/);
+    expect(err.exit).toEqual({ code: null, signal: "SIGTERM" });
   });
 
   it("AutoMTLS requested but the plugin answers without a certificate", async () => {

@@ -14,7 +14,19 @@ export interface Handshake {
   serverCert: string;
 }
 
-/** Why a plugin could not be launched or reattached; `stderr` holds the plugin's recent stderr. */
+/**
+ * Why a plugin could not be launched or reattached; `stderr` holds the plugin's recent stderr, and
+ * `exit` how the plugin ended when it exited before the handshake.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await launchPlugin("./my-driver");
+ * } catch (err) {
+ *   if (err instanceof PluginLaunchError && err.exit?.signal === "SIGINT") console.log("interrupted");
+ * }
+ * ```
+ */
 export class PluginLaunchError extends Error {
   /** Always `"PluginLaunchError"`. */
   override readonly name = "PluginLaunchError";
@@ -22,6 +34,13 @@ export class PluginLaunchError extends Error {
     message: string,
     /** The last lines the plugin wrote to stderr (may be empty). */
     readonly stderr = "",
+    /** How the plugin process ended, when it exited before completing the handshake. */
+    readonly exit?: {
+      /** Its exit status, or null when a signal ended it. */
+      code: number | null;
+      /** The signal that ended it, or null. */
+      signal: NodeJS.Signals | null;
+    },
   ) {
     super(
       stderr

@@ -487,7 +487,7 @@ export async function launchPlugin(
   child.stdout!.on("data", (c: Buffer) => stdout.push(c));
   child.stdout!.once("end", () => stdout.end());
 
-  const fail = async (message: string): Promise<never> => {
+  const fail = async (message: string, exit?: PluginLaunchError["exit"]): Promise<never> => {
     if (!exitInfo) child.kill("SIGKILL");
     // Wait (briefly) for the rest of stderr so the excerpt is complete.
     let t: NodeJS.Timeout | undefined;
@@ -496,7 +496,7 @@ export async function launchPlugin(
       new Promise((r) => (t = setTimeout(r, 1000))),
     ]);
     clearTimeout(t);
-    throw new PluginLaunchError(message, recentStderr());
+    throw new PluginLaunchError(message, recentStderr(), exit);
   };
 
   const startTimeoutMs = options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
@@ -504,7 +504,7 @@ export async function launchPlugin(
   if (options.signal?.aborted) return fail(cancelled());
   let timer: NodeJS.Timeout | undefined;
   let onAbort: (() => void) | undefined;
-  const first = await new Promise<{ line: string } | { error: string }>(
+  const first = await new Promise<{ line: string } | { error: string; exit?: PluginLaunchError["exit"] }>(
     (resolve) => {
       onFirstLine = (line) => resolve({ line });
       onAbort = () => resolve({ error: cancelled() });
@@ -515,6 +515,7 @@ export async function launchPlugin(
       void exited.then((e) =>
         resolve({
           error: `plugin ${name} exited ${e.signal ? `on signal ${e.signal}` : `with status ${e.code}`} before completing the go-plugin handshake`,
+          exit: { code: e.code, signal: e.signal },
         }),
       );
       timer = setTimeout(
@@ -529,7 +530,7 @@ export async function launchPlugin(
   clearTimeout(timer);
   if (onAbort) options.signal?.removeEventListener("abort", onAbort);
   onFirstLine = undefined;
-  if ("error" in first) return fail(first.error);
+  if ("error" in first) return fail(first.error, first.exit);
 
   let handshake: Handshake;
   let serverCertPem: string | undefined;
