@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { encode } from "@msgpack/msgpack";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 import { CliError } from "./errors.js";
@@ -35,6 +35,33 @@ export function readJsonObject(
     );
   }
   return value as Record<string, unknown>;
+}
+
+/** A JSON object given to a flag, and how messages name it. */
+export interface JsonOption {
+  /** The object. */
+  value: Record<string, unknown>;
+  /** The flag and the file (`--config agent.json`), or the flag alone for inline JSON. */
+  source: string;
+}
+
+/**
+ * A flag's JSON object, given inline (`--config '{"enabled":true}'`: a value starting with `{` or
+ * `[` that names no file) or as a file path; every error names the flag (and the file). The one
+ * reader of the config flags of every command (`--config`, `--task-config`, `--plugin-config`).
+ */
+export function readJsonOption(flag: string, text: string): JsonOption {
+  if (!/^\s*[{[]/.test(text) || existsSync(text))
+    return { value: readJsonObject(flag, text), source: `${flag} ${text}` };
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`${flag}: not valid JSON (${(err as Error).message})`);
+  }
+  // It starts with `{` or `[`: an object or an array.
+  if (Array.isArray(value)) throw new CliError(`${flag}: expected a JSON object, got an array`);
+  return { value: value as Record<string, unknown>, source: flag };
 }
 
 /** msgpack bytes of a JSON config, as Nomad sends `msgpack_config` / `msgpack_driver_config`. */

@@ -12,7 +12,7 @@ import {
   type ReattachConfig,
 } from "@nomadkit/client";
 import { CliError } from "./errors.js";
-import { interrupted, onInterrupt } from "./interrupt.js";
+import { interrupted, launchInterrupted, onInterrupt } from "./interrupt.js";
 
 /** Options every command shares (set on the root program). */
 export interface GlobalOptions {
@@ -200,6 +200,8 @@ export async function connectPlugin(
       ...extra,
     });
   } catch (err) {
+    // Ctrl-C reaches the plugin too: however the race between its death and ours goes, 128+N.
+    launchInterrupted(err);
     if (err instanceof PluginLaunchError) throw new CliError(err.message);
     throw err;
   }

@@ -1,5 +1,6 @@
 import { Command, CommanderError, Option } from "commander";
 import { CliError } from "./errors.js";
+import { interrupted } from "./interrupt.js";
 import type { GlobalOptions } from "./plugin.js";
 
 const EXAMPLES = `
@@ -12,6 +13,7 @@ Examples:
   $ nomadkit capabilities ./driver.mjs --json
   $ nomadkit fingerprint ./driver.mjs --config agent.json --watch
   $ nomadkit run ./driver.mjs --config agent.json --task-config task.json --state run.json
+  $ nomadkit run ./driver.mjs --task-config '{"command":"/bin/date"}'     (JSON inline or a file)
   $ nomadkit exec run.json <task-id> -it -- /bin/sh     (in a second terminal, while run is running)
   $ nomadkit stats run.json <task-id>
   $ nomadkit bundle src/main.ts --out dist/plugin --name my-driver
@@ -77,8 +79,8 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .argument("<plugin>", "plugin executable or .js file")
     .option(
-      "--config <file>",
-      "agent plugin config as JSON (sent msgpack-encoded to SetConfig)",
+      "--config <json|file>",
+      "agent plugin config as JSON, inline or a file (sent msgpack-encoded to SetConfig)",
     )
     .option(
       "--watch",
@@ -107,12 +109,12 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .argument("<plugin>", "plugin executable or .js file")
     .option(
-      "--config <file>",
-      "agent plugin config as JSON (msgpack-encoded for SetConfig); default {}",
+      "--config <json|file>",
+      "agent plugin config as JSON, inline or a file (msgpack-encoded for SetConfig); default {}",
     )
     .option(
-      "--task-config <file>",
-      "the task's driver config as JSON (msgpack-encoded into TaskConfig.msgpack_driver_config); default {}",
+      "--task-config <json|file>",
+      "the task's driver config as JSON, inline or a file (msgpack-encoded into TaskConfig.msgpack_driver_config); default {}",
     )
     .option("--name <name>", "task name", "task")
     .option(
@@ -172,7 +174,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     .option("-o, --out <dir>", "directory to write into", "dist/plugin")
     .option(
       "-n, --name <name>",
-      "file name of the plugin executable (default: the entry's name without extension)",
+      "file name of the plugin executable, a CommonJS script: no extension, .js or .cjs, not .mjs (default: the entry's name without extension)",
     )
     .option(
       "--external <package>",
@@ -248,6 +250,9 @@ export async function main(
     return typeof process.exitCode === "number" ? process.exitCode : 0;
   } catch (err) {
     if (err instanceof CommanderError) return err.exitCode; // commander printed it already
+    // A failure caused by the interruption (a cancelled launch, a plugin stopped under a call, a
+    // stream that ended): the exit status says what happened (exitWith), and stderr may be gone.
+    if (interrupted.aborted) return 1;
     if (err instanceof CliError) {
       process.stderr.write(`nomadkit: ${err.message}\n`);
       return err.exitCode;

@@ -627,6 +627,35 @@ describe("nomadkit bundle", () => {
     );
   });
 
+  it("refuses, before writing anything, a --name Node.js would not run the CommonJS launcher under", () => {
+    // An .mjs launcher died at its first line (require is not defined in ES module scope) and the
+    // directory was left half written.
+    for (const [name, as] of [
+      ["hello-driver.mjs", "an ES module (.mjs)"],
+      ["hello-driver.mts", "an ES module (TypeScript) (.mts)"],
+      ["hello-driver.json", "JSON (.json)"],
+      ["hello-driver.node", "a native addon (.node)"],
+    ] as const) {
+      const r = bundle("hello.mjs", "--out", "dist/x", "--name", name);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(
+        `nomadkit: --name ${JSON.stringify(name)}: Node.js would load the launcher, a CommonJS script, as ${as}; use a name without that extension, e.g. "hello-driver", or ending in .js or .cjs\n`,
+      );
+      expect(existsSync(join(work, "dist"))).toBe(false);
+    }
+    // What it runs under: .js, .cjs and extensions Node.js gives no meaning (a version, say).
+    for (const name of ["hello-driver.js", "hello-driver.cjs", "hello-driver-1.2"]) {
+      const r = bundle("hello.mjs", "--out", "dist/ok", "--name", name);
+      expect(r.code, r.stderr).toBe(0);
+      const launcher = join(work, "dist/ok", name);
+      const info = nomadkit(away, "info", launcher, "--json");
+      expect(info.code, info.stderr).toBe(0);
+      expect(JSON.parse(info.stdout)).toMatchObject({ name: "hello" });
+      // Code cache and load recording were made and are used by a start under that name.
+      expect(report(launcher).stderr).toContain("code cache used");
+    }
+  });
+
   it("refuses to write over its entry or over a project's own launcher-named file or package.json", () => {
     const project = join(work, "project");
     mkdirSync(join(project, "src"), { recursive: true });

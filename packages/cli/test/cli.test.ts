@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { alive, descendants, until } from "./processes.js";
+import { alive, descendants, until, withEnv } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const driver = fileURLToPath(
@@ -504,4 +504,183 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     expect(r.stderr).toContain("chatty.mjs");
     expect(r.stderr).toContain("not a go-plugin handshake");
   });
+});
+
+describe("nomadkit ends quietly when its output is closed, stopping what it started", () => {
+  /** Starts nomadkit and closes its stdout once it has written something; resolves with its end. */
+  function closeOutputAfterFirstWrite(args: string[], onFirst: (pid: number) => void = () => {}) {
+    const child = spawn(process.execPath, [bin, ...args], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    // Like `| head -c 600`: the reader goes away and the next write gets EPIPE.
+    child.stdout.once("data", () => {
+      onFirst(child.pid!);
+      child.stdout.destroy();
+    });
+    return new Promise<{ code: number | null; signal: string | null; stderr: string }>((resolve) =>
+      child.once("close", (code, signal) => resolve({ code, signal, stderr })),
+    );
+  }
+
+  it("stats --json | head: exit 141, no EPIPE stack", async () => {
+    const state = join(dir, "epipe-state.json");
+    const run = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", state]);
+    const [, taskId] = await run.stderrMatch(/started task (\S+)/);
+    await run.stderrMatch(/wrote /);
+    try {
+      const r = await closeOutputAfterFirstWrite(["stats", state, taskId!, "--json", "--interval", "20ms"]);
+      expect(r.stderr).toBe("");
+      expect(r.code).toBe(141);
+      // The task and its run go on: stats only disconnected from the plugin.
+      expect(run.child.exitCode).toBe(null);
+    } finally {
+      run.child.kill("SIGINT");
+      await run.done;
+    }
+  });
+
+  it("run | true: exit 141 and the task, its executor and the plugin stopped", async () => {
+    const pidFile = join(dir, "yes.pid");
+    writeFileSync(
+      join(dir, "yes-task.json"),
+      JSON.stringify({ command: "/bin/sh", args: ["-c", `echo $$ > ${pidFile}; exec yes`] }),
+    );
+    // Marks every process the run starts (the plugin, the task's executor) through the environment.
+    const mark = `epipe-${process.pid}-${Date.now()}`;
+    const child = spawn(process.execPath, [bin, "run", rawexec, "--task-config", "yes-task.json"], {
+      cwd: dir,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, NOMADKIT_TEST_MARK: mark },
+    });
+    // The reader is gone before the first line, which arrives while StartTask is still in flight.
+    child.stdout.destroy();
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise((resolve) => child.once("close", resolve));
+    expect(stderr).not.toMatch(/EPIPE|Error|unexpected/);
+    expect(code).toBe(141);
+    const taskPid = Number(readFileSync(pidFile, "utf8"));
+    await until(() => !alive(taskPid));
+    await until(() => withEnv("NOMADKIT_TEST_MARK", mark).length === 0);
+  }, 60_000);
+});
+
+describe("a signal that kills the plugin during its launch exits 128+N in every command", () => {
+  /** A plugin that never completes the handshake and dies of SIGINT, writing its pid to `pidFile`. */
+  function silentPlugin(name: string): { plugin: string; pidFile: string } {
+    const pidFile = join(dir, `${name}.pid`);
+    rmSync(pidFile, { force: true });
+    const plugin = join(dir, `${name}.mjs`);
+    writeFileSync(
+      plugin,
+      `import { writeFileSync } from "node:fs"; writeFileSync(${JSON.stringify(pidFile)}, String(process.pid)); setInterval(() => {}, 1e6);\n`,
+    );
+    return { plugin, pidFile };
+  }
+  const pidIn = async (pidFile: string) => {
+    await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8") !== "");
+    return Number(readFileSync(pidFile, "utf8"));
+  };
+  const STOPPING = "nomadkit: SIGINT: stopping what was started (again to exit at once)\n";
+
+  // Ctrl-C signals the plugin as well as nomadkit, and nomadkit may see the plugin die before its
+  // own SIGINT: here the signal reaches only the plugin, the order that exited 1 with "plugin exited
+  // on signal SIGINT before completing the handshake".
+  const commands: [string, (plugin: string) => string[]][] = [
+    ["info", (p) => ["info", p]],
+    ["fingerprint", (p) => ["fingerprint", p, "--config", "{}"]],
+    ["capabilities", (p) => ["capabilities", p]],
+    ["run", (p) => ["run", p, "--task-config", "long.json"]],
+    ["stats", (p) => ["stats", p, "t1"]],
+    ["exec", (p) => ["exec", p, "t1", "--", "/bin/sh"]],
+    ["conformance", (p) => ["conformance", p, "--checks", "handshake"]],
+    ["bundle", (p) => ["bundle", p, "--out", "interrupted-bundle"]],
+  ];
+  for (const [command, args] of commands) {
+    it(command, async () => {
+      const { plugin, pidFile } = silentPlugin(`launch-${command}`);
+      const cmd = start(args(plugin));
+      process.kill(await pidIn(pidFile), "SIGINT");
+      const r = await cmd.done;
+      expect(r.stderr).toBe(STOPPING);
+      expect(r.code).toBe(130);
+    });
+  }
+
+  it("SIGTERM: 143", async () => {
+    const { plugin, pidFile } = silentPlugin("launch-sigterm");
+    const cmd = start(["fingerprint", plugin]);
+    process.kill(await pidIn(pidFile), "SIGTERM");
+    const r = await cmd.done;
+    expect(r.stderr).toBe("nomadkit: SIGTERM: stopping what was started (again to exit at once)\n");
+    expect(r.code).toBe(143);
+  });
+
+  it("Ctrl-C in a terminal (the whole process group): 130, the same signal arriving twice is one", async () => {
+    const { plugin, pidFile } = silentPlugin("launch-group");
+    for (let i = 0; i < 3; i++) {
+      rmSync(pidFile, { force: true });
+      const child = spawn(process.execPath, [bin, "fingerprint", plugin], { cwd: dir, detached: true, stdio: ["ignore", "ignore", "pipe"] });
+      let stderr = "";
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      const pid = await pidIn(pidFile);
+      process.kill(-child.pid!, "SIGINT");
+      const code = await new Promise((resolve) => child.once("close", resolve));
+      expect(stderr).toBe(STOPPING);
+      expect(code).toBe(130);
+      await until(() => !alive(pid));
+    }
+  });
+
+  it("a plugin killed otherwise is still a launch failure (exit 1)", async () => {
+    const { plugin, pidFile } = silentPlugin("launch-sigkill");
+    const cmd = start(["info", plugin]);
+    process.kill(await pidIn(pidFile), "SIGKILL");
+    const r = await cmd.done;
+    expect(r.stderr).toContain("exited on signal SIGKILL before completing the go-plugin handshake");
+    expect(r.code).toBe(1);
+  });
+});
+
+describe("--config, --task-config and --plugin-config take JSON inline or a file, in every command", () => {
+  it("run and fingerprint take inline JSON", async () => {
+    const r = await nomadkit(
+      "run",
+      driver,
+      "--config",
+      "{}",
+      "--task-config",
+      JSON.stringify({ command: "sh", args: ["-c", "echo inline; exit 3"] }),
+    );
+    expect(r.stdout).toBe("inline\n");
+    expect(r.code).toBe(3);
+    const fp = await nomadkit("fingerprint", driver, "--config", " {}");
+    expect(fp.stderr).toBe("");
+    expect(fp.code).toBe(0);
+    expect(fp.stdout).toContain("health: HEALTHY");
+  });
+
+  it("errors name the flag (and the file when it is one)", async () => {
+    const broken = await nomadkit("run", driver, "--config", "{nope");
+    expect(broken.code).toBe(1);
+    expect(broken.stderr).toMatch(/^nomadkit: --config: not valid JSON \(.+\)\n$/);
+    const array = await nomadkit("fingerprint", driver, "--config", "[1]");
+    expect(array.stderr).toBe("nomadkit: --config: expected a JSON object, got an array\n");
+    const taskArray = await nomadkit("run", driver, "--task-config", "[]");
+    expect(taskArray.stderr).toBe("nomadkit: --task-config: expected a JSON object, got an array\n");
+    // The same reader as conformance --plugin-config: a path is a file.
+    const missing = await nomadkit("conformance", driver, "--plugin-config", "missing.json");
+    expect(missing.stderr).toBe("nomadkit: --plugin-config missing.json: no such file\n");
+    // Checked against the plugin's schemas like a file's config.
+    const typo = await nomadkit("fingerprint", rawexec, "--config", '{"create_netwrok":true}');
+    expect(typo.code).toBe(1);
+    expect(typo.stderr).toContain('nomadkit: --config: "create_netwrok" is not declared (declared: create_network)');
+    const taskTypo = await nomadkit("run", rawexec, "--task-config", '{"command":"/bin/true","agrs":[]}');
+    expect(taskTypo.stderr).toContain('nomadkit: --task-config: "agrs" is not declared');
+    expect(taskTypo.stderr).not.toContain("started task");
+    // A file whose name starts with { is still a file.
+    writeFileSync(join(dir, "{odd}.json"), '{"command":"sh","args":["-c","echo from-file"]}');
+    const odd = await nomadkit("run", driver, "--task-config", "{odd}.json");
+    expect(odd.stdout).toBe("from-file\n");
+  }, 60_000);
 });

@@ -1,5 +1,6 @@
 // Process checks for the tests that stop the CLI with a signal.
 import { spawnSync } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** Whether `pid` exists (a killed child counts as gone once reaped). */
 export function alive(pid: number): boolean {
@@ -27,4 +28,19 @@ export function descendants(pid: number): number[] {
     .map((l) => Number(l.trim()))
     .filter((n) => n > 0);
   return kids.flatMap((k) => [k, ...descendants(k)]);
+}
+
+/** Every process whose environment has `name=value` (Linux /proc; those we may read). */
+export function withEnv(name: string, value: string): number[] {
+  const needle = `\0${name}=${value}\0`;
+  return readdirSync("/proc")
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        return `\0${readFileSync(`/proc/${p}/environ`, "latin1")}`.includes(needle);
+      } catch {
+        return false; // gone, or not ours
+      }
+    })
+    .map(Number);
 }

@@ -43,7 +43,11 @@ export interface BundleOptions {
   entry: string;
   /** Directory to write the plugin into; created when missing. Other files in it are left alone. */
   outDir: string;
-  /** File name of the launcher (the executable Nomad runs); default: the entry's file name without its extension. */
+  /**
+   * File name of the launcher (the executable Nomad runs); default: the entry's file name without its
+   * extension. The launcher is a CommonJS script: a name Node.js would load otherwise (`.mjs`, `.mts`,
+   * `.ts`, `.cts`, `.json`, `.node`, `.wasm`) is refused before anything is written.
+   */
   name?: string;
   /** More packages to leave out of the bundle (native addons, say); they load from `node_modules` next to the bundle. */
   external?: readonly string[];
@@ -110,7 +114,27 @@ function checkName(name: string): void {
   // The directory's package.json, and where `npm install` in it puts packages.
   if (name === "package.json" || name === "node_modules")
     throw new CliError(`--name ${JSON.stringify(name)}: taken by the bundle directory's own ${name}`);
+  // The launcher is CommonJS (the directory's package.json says "type": "commonjs"), which Node.js
+  // runs under no extension, .js, .cjs or one it does not know (driver-1.2); these it loads otherwise.
+  const ext = extname(name);
+  const loadedAs = NOT_COMMONJS[ext];
+  if (loadedAs !== undefined) {
+    throw new CliError(
+      `--name ${JSON.stringify(name)}: Node.js would load the launcher, a CommonJS script, as ${loadedAs} (${ext}); use a name without that extension, e.g. ${JSON.stringify(basename(name, ext))}, or ending in .js or .cjs`,
+    );
+  }
 }
+
+/** Extensions under which Node.js does not run a file as a CommonJS script (TypeScript ones: from 22, type stripping). */
+const NOT_COMMONJS: Readonly<Record<string, string>> = {
+  ".mjs": "an ES module",
+  ".mts": "an ES module (TypeScript)",
+  ".ts": "TypeScript",
+  ".cts": "TypeScript",
+  ".json": "JSON",
+  ".node": "a native addon",
+  ".wasm": "WebAssembly",
+};
 
 /** What the package.json we write says about itself (how a rerun knows it may replace it). */
 const PACKAGE_MARK = "bundled by nomadkit bundle";

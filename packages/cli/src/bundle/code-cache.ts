@@ -6,7 +6,9 @@ import { connect } from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { PluginInfoResponseSchema } from "@nomadkit/protocol/base";
 import { HealthCheckRequestSchema } from "@nomadkit/protocol/health";
+import type { PluginClient } from "@nomadkit/client";
 import { CliError } from "../errors.js";
+import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
 import { CODE_CACHE_ENV } from "./launcher.js";
 
 /** One call of a load launch, as `@nomadkit/server`'s prelude.ts replays it. */
@@ -128,12 +130,26 @@ export async function trainCodeCache(
     plugin = await launchPlugin(process.execPath, [launcher], {
       env: { [CODE_CACHE_ENV]: mode },
       startTimeoutMs,
+      signal: interrupted,
     });
   } catch (err) {
+    // Ctrl-C reaches the plugin too: however the race between its death and ours goes, 128+N.
+    launchInterrupted(err);
     throw new CliError(
       `bundle: the bundled plugin${mode === "write-load" ? " (load launch fast path)" : ""} did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
     );
   }
+  const launched = plugin;
+  const noCleanup = onInterrupt(() => launched.kill());
+  try {
+    return await loadLaunchRun(plugin);
+  } finally {
+    noCleanup();
+  }
+}
+
+/** The load launch's calls and Shutdown, recorded from the plugin `trainCodeCache` launched. */
+async function loadLaunchRun(plugin: PluginClient): Promise<TrainingRun> {
   let info;
   const calls: RecordedCall[] = [];
   const { network, address } = plugin;
@@ -217,6 +233,19 @@ export async function trainExecutorCodeCache(
       `bundle: the bundled executor did not start as launchExecutor starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
     );
   }
+  const launched = executor;
+  const noCleanup = onInterrupt(() => launched.kill());
+  try {
+    await runExecutor(executor);
+  } finally {
+    noCleanup();
+  }
+}
+
+/** One short process through the executor `trainExecutorCodeCache` launched, then its exit. */
+async function runExecutor(
+  executor: Awaited<ReturnType<ExecutorModule["launchExecutor"]>>,
+): Promise<void> {
   try {
     await executor.client.launch({ cmd: process.execPath, args: ["-e", "0"] });
     await executor.client.wait({});

@@ -1,10 +1,9 @@
-import { existsSync } from "node:fs";
 import { constants } from "node:os";
 import type { Command } from "commander";
 import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
-import { readJsonObject } from "../files.js";
-import { interrupted, onInterrupt } from "../interrupt.js";
+import { readJsonOption } from "../files.js";
+import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
 import { pluginCommand, positiveMs, stderrLogger, type GlobalOptions } from "../plugin.js";
 
 interface ConformanceFlags {
@@ -19,20 +18,6 @@ interface ConformanceFlags {
   json?: boolean;
   callTimeout?: string;
   shutdownTimeout?: string;
-}
-
-/** A JSON object given inline (`{"a":1}`) or as a file path. */
-function jsonOption(flag: string, value: string): Record<string, unknown> {
-  if (!/^\s*[{[]/.test(value) || existsSync(value)) return readJsonObject(flag, value);
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(value);
-  } catch (err) {
-    throw new CliError(`${flag}: not valid JSON (${(err as Error).message})`);
-  }
-  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed))
-    throw new CliError(`${flag}: expected a JSON object, got ${Array.isArray(parsed) ? "an array" : "JSON " + typeof parsed}`);
-  return parsed as Record<string, unknown>;
 }
 
 async function conformanceCommand(plugin: string | undefined, flags: ConformanceFlags, g: GlobalOptions): Promise<void> {
@@ -55,8 +40,8 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     logger: g.logLevel === "off" ? undefined : stderrLogger(g.logLevel, plugin),
     autoMTLS: g.automtls === true,
   };
-  if (flags.pluginConfig !== undefined) options.pluginConfig = jsonOption("--plugin-config", flags.pluginConfig);
-  if (flags.taskConfig !== undefined) options.taskConfig = jsonOption("--task-config", flags.taskConfig);
+  if (flags.pluginConfig !== undefined) options.pluginConfig = readJsonOption("--plugin-config", flags.pluginConfig).value;
+  if (flags.taskConfig !== undefined) options.taskConfig = readJsonOption("--task-config", flags.taskConfig).value;
   if (flags.user) options.user = flags.user;
   if (flags.name) options.name = flags.name;
   if (flags.checks) options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
@@ -68,10 +53,13 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (shutdown !== undefined) options.shutdownTimeoutMs = shutdown;
 
   const color = !flags.json && process.stdout.isTTY === true && !process.env.NO_COLOR;
-  if (!flags.json) {
-    options.onResult = (r) => process.stdout.write(formatResult(r, { color }) + "\n");
+  options.onResult = (r) => {
+    // A plugin killed by Ctrl-C while being launched: the run was interrupted (exit 128+N).
+    if (r.status === "fail") launchInterrupted(r.message);
+    if (!flags.json) process.stdout.write(formatResult(r, { color }) + "\n");
+  };
+  if (!flags.json)
     process.stdout.write(`Conformance of ${plugin} (launched as Nomad launches drivers)\n\n${formatHeader()}\n`);
-  }
   // An interruption stops the run; the suite cleans up what it started before the CLI exits.
   options.abortSignal = interrupted;
   const run = runConformance(options);

@@ -12,7 +12,12 @@ import {
   TaskConfigSchemaResponseSchema,
 } from "@nomadkit/protocol/driver";
 import { CliError } from "../errors.js";
-import { encodeOperatorConfig, msgpackConfig, readJsonObject } from "../files.js";
+import {
+  encodeOperatorConfig,
+  msgpackConfig,
+  readJsonOption,
+  type JsonOption,
+} from "../files.js";
 import {
   rpcError,
   withPlugin,
@@ -73,18 +78,17 @@ export async function capabilitiesCommand(
   });
 }
 
-/** SetConfig (with `--config` or an empty map) then Init, as Nomad does before driver calls. */
+/** SetConfig (with `--config`, read by {@link readJsonOption}, or an empty map) then Init, as Nomad does before driver calls. */
 export async function configure(
   c: Connected,
-  configFile: string | undefined,
+  config: JsonOption | undefined,
 ): Promise<void> {
   let msgpack = msgpackConfig({});
-  if (configFile) {
-    const config = readJsonObject("--config", configFile);
+  if (config) {
     const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch((e: unknown) => {
       throw rpcError(c.name, "BasePlugin.ConfigSchema", e);
     });
-    msgpack = await encodeOperatorConfig(`--config ${configFile}`, spec, config);
+    msgpack = await encodeOperatorConfig(config.source, spec, config.value);
   }
   try {
     await c.plugin.basePlugin.setConfig(
@@ -93,7 +97,7 @@ export async function configure(
     );
   } catch (e) {
     const err = rpcError(c.name, "BasePlugin.SetConfig", e);
-    if (configFile) err.message += ` (config from --config ${configFile})`;
+    if (config) err.message += ` (config from ${config.source})`;
     throw err;
   }
   try {
@@ -110,9 +114,10 @@ export async function fingerprintCommand(
   opts: { json?: boolean; watch?: boolean; config?: string },
   g: GlobalOptions,
 ): Promise<void> {
-  if (opts.config) readJsonObject("--config", opts.config); // fail before starting the plugin
+  // Read before starting the plugin, so a bad --config fails first.
+  const config = opts.config === undefined ? undefined : readJsonOption("--config", opts.config);
   await withPlugin(plugin, g, async (c) => {
-    await configure(c, opts.config);
+    await configure(c, config);
     const stop = new AbortController();
     const onSigint = () => stop.abort();
     process.once("SIGINT", onSigint);

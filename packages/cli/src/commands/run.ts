@@ -19,7 +19,7 @@ import { CliError } from "../errors.js";
 import {
   encodeOperatorConfig,
   parseEnvPairs,
-  readJsonObject,
+  readJsonOption,
 } from "../files.js";
 import {
   connectPlugin,
@@ -27,7 +27,7 @@ import {
   type GlobalOptions,
   type RunState,
 } from "../plugin.js";
-import { interrupt, onInterrupt } from "../interrupt.js";
+import { interrupt, interrupted, onInterrupt } from "../interrupt.js";
 import { configure } from "./inspect.js";
 
 export interface RunOptions {
@@ -110,10 +110,9 @@ export async function runCommand(
   g: GlobalOptions,
 ): Promise<void> {
   // Validate inputs before starting anything.
-  if (opts.config) readJsonObject("--config", opts.config);
-  const taskConfig = opts.taskConfig
-    ? readJsonObject("--task-config", opts.taskConfig)
-    : {};
+  const config = opts.config === undefined ? undefined : readJsonOption("--config", opts.config);
+  const taskConfig =
+    opts.taskConfig === undefined ? undefined : readJsonOption("--task-config", opts.taskConfig);
   const env = parseEnvPairs("--env", opts.env);
   if (opts.state !== undefined) checkStatePath(opts.state);
   // It names the task's directory below the allocation's.
@@ -131,13 +130,19 @@ export async function runCommand(
   const stderrPath = join(dirs.logsDir, `.${opts.name}.stderr.fifo`);
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
+  /** StartTask in flight: an interruption meanwhile (output closed as the task's first lines arrive) waits for it. */
+  let starting: Promise<void> | undefined;
   let destroyed = false;
   let wroteState = false;
   let taskId = "";
   let interrupts = 0;
   const onSigint = () => {
-    // Before the task runs, Ctrl-C stops everything (see interrupt.ts).
-    if (!started) return interrupt("SIGINT");
+    // Before the task runs, Ctrl-C stops everything (see interrupt.ts), once: after that, the
+    // handler there decides (a second signal exits at once).
+    if (!started) {
+      if (!interrupted.aborted) interrupt("SIGINT");
+      return;
+    }
     interrupts++;
     if (interrupts === 1) {
       process.stderr.write(
@@ -158,6 +163,7 @@ export async function runCommand(
   // What a run that ends leaves behind, however it ends: a task not destroyed yet (the executor
   // outlives the plugin) and the state file.
   const undo = async () => {
+    await starting?.catch(() => {});
     if (started && !destroyed) {
       destroyed = true;
       await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
@@ -170,18 +176,16 @@ export async function runCommand(
     rmSync(allocDir, { recursive: true, force: true });
   });
   try {
-    await configure(c, opts.config);
+    await configure(c, config);
     const { spec: taskSpec } = await c.plugin.driver
       .taskConfigSchema({}, c.call)
       .catch((e: unknown) => {
         throw rpcError(c.name, "Driver.TaskConfigSchema", e);
       });
     const msgpackDriverConfig = await encodeOperatorConfig(
-      opts.taskConfig
-        ? `--task-config ${opts.taskConfig}`
-        : "task config (no --task-config given)",
+      taskConfig?.source ?? "task config (no --task-config given)",
       taskSpec,
-      taskConfig,
+      taskConfig?.value ?? {},
     );
     const task = nomadTaskConfig({
       name: opts.name,
@@ -196,15 +200,15 @@ export async function runCommand(
     const stdout = new TaskOutput(stdoutPath, process.stdout);
     const stderr = new TaskOutput(stderrPath, process.stderr);
     try {
-      await c.plugin.driver.startTask({ task });
+      await (starting = c.plugin.driver.startTask({ task }).then(() => {
+        started = true;
+      }));
     } catch (e) {
       const err = rpcError(c.name, "Driver.StartTask", e);
-      if (opts.taskConfig)
-        err.message += ` (task config from --task-config ${opts.taskConfig})`;
+      if (taskConfig) err.message += ` (task config from ${taskConfig.source})`;
       await Promise.all([stdout.finish(), stderr.finish()]);
       throw err;
     }
-    started = true;
     process.stderr.write(`nomadkit: started task ${taskId}\n`);
     if (statePath) {
       const state: RunState = {
