@@ -2,29 +2,25 @@
 // them does) advertises exec, so Nomad's script checks call ExecTask: it must be answered through
 // the raw handler, with the timeout behaviour of Nomad's executor.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
+import type { DriverClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
-import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
-import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
-import { ServerRuntime } from "../src/runtime/server-runtime.js";
-import { startServer, type TestServer } from "./runtime-helpers.js";
+import { defineDriver } from "../src/driver/index.js";
+import { serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
 
-let server: TestServer;
-let host: DriverHost;
+let served: ServedTestDriver | undefined;
 let driver: DriverClient;
 const text = (s: string) => new TextEncoder().encode(s);
 /** What each raw session saw: its command, whether stdin was closed, whether it was aborted. */
 const sessions: { command: string[]; stdinClosed: boolean; aborted: boolean }[] = [];
 
 beforeAll(async () => {
-  host = createDriverHandlers(
+  served = await serveTestDriver(
     defineDriver({
       name: "rawonly",
       version: "0.0.1",
       fingerprint: () => ({ health: "healthy" }),
       startTask: () => {},
-      waitTask: () => ({ exitCode: 0 }),
+      waitTask: async () => ({ exitCode: 0 }),
       stopTask: () => {},
       destroyTask: () => {},
       async execTaskStreamingRaw(stream) {
@@ -56,21 +52,11 @@ beforeAll(async () => {
       },
     }),
   );
-  const drop = () => {};
-  const runtime = new ServerRuntime({ logger: { trace: drop, debug: drop, info: drop, warn: drop, error: drop } });
-  server = await startServer((router) => {
-    registerBasePlugin(router, host.base, runtime);
-    registerDriver(router, host.driver, runtime);
-  });
-  const transport = createUnixSocketTransport(server.socketPath);
-  driver = new DriverClient(transport);
-  await new BasePluginClient(transport).setConfig({});
-  await driver.startTask({ task: { id: "t1", name: "t1", allocId: "a1" } });
+  driver = served.driver;
 });
 
 afterAll(async () => {
-  await host?.close();
-  await server?.close();
+  await served?.close();
 });
 
 describe("ExecTask through a raw-only exec handler", () => {

@@ -4,25 +4,21 @@
 // timeouts, a far grpc-timeout) and for the executor's stop grace period.
 import fc from "fast-check";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
+import type { DriverClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
-import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
-import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
-import { ServerRuntime } from "../src/runtime/server-runtime.js";
+import { defineDriver } from "../src/driver/index.js";
 import { MAX_TIMER_DELAY_MS, timerDelayMs } from "../src/runtime/timer-delay.js";
 import { TaskProcess } from "../src/executor/process.js";
-import { startServer, type TestServer } from "./runtime-helpers.js";
+import { serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
 
 const DAY_S = 86_400n;
-let server: TestServer;
-let host: DriverHost;
+let served: ServedTestDriver | undefined;
 let driver: DriverClient;
 const seen: { execTimeoutMs?: number; stopTimeoutMs?: number } = {};
 let releaseWait: (() => void) | undefined;
 
 beforeAll(async () => {
-  host = createDriverHandlers(
+  served = await serveTestDriver(
     defineDriver({
       name: "durations",
       version: "0.0.1",
@@ -35,28 +31,18 @@ beforeAll(async () => {
         }),
       stopTask: (_id, opts) => void (seen.stopTimeoutMs = opts.timeoutMs),
       destroyTask: () => {},
-      execTask: (_id, _cmd, opts) => {
+      execTask: async (_id, _cmd, opts) => {
         seen.execTimeoutMs = opts.timeoutMs;
         return { exitCode: 0, stdout: new Uint8Array(), stderr: new Uint8Array() };
       },
       taskStats: () => ({ timestamp: new Date(), resources: { memory: { rss: 1 } } }),
     }),
   );
-  const drop = () => {};
-  const runtime = new ServerRuntime({ logger: { trace: drop, debug: drop, info: drop, warn: drop, error: drop } });
-  server = await startServer((router) => {
-    registerBasePlugin(router, host.base, runtime);
-    registerDriver(router, host.driver, runtime);
-  });
-  const transport = createUnixSocketTransport(server.socketPath);
-  driver = new DriverClient(transport);
-  await new BasePluginClient(transport).setConfig({});
-  await driver.startTask({ task: { id: "t1", name: "t1", allocId: "a1" } });
+  driver = served.driver;
 });
 
 afterAll(async () => {
-  await host?.close();
-  await server?.close();
+  await served?.close();
 });
 
 describe("timerDelayMs", () => {

@@ -10,7 +10,11 @@ import { runInNewContext } from "node:vm";
 import type { ConnectRouter } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { createPluginHandler, type Logger } from "../src/runtime.js";
+import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
+import { createDriverHandlers, type Driver, type DriverHost } from "../src/driver/index.js";
+import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
+import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { createPluginHandler, ServerRuntime, type Logger } from "../src/runtime.js";
 
 export const protoRoot = fileURLToPath(new URL("../../../proto", import.meta.url));
 
@@ -50,6 +54,39 @@ export async function startServer(routes: (router: ConnectRouter) => void): Prom
       for (const s of sessions) s.destroy();
       await new Promise<void>((r) => server.close(() => r()));
       rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A driver served with createDriverHandlers on a test server, with a silent runtime. */
+export interface ServedTestDriver {
+  host: DriverHost;
+  server: TestServer;
+  /** A client on it; SetConfig has been sent and task "t1" (alloc "a1") started. */
+  driver: DriverClient;
+  close(): Promise<void>;
+}
+
+/** Serves `driver` and prepares it as most driver tests need: configured, with task "t1" running. */
+export async function serveTestDriver(driver: Driver): Promise<ServedTestDriver> {
+  const host = createDriverHandlers(driver);
+  const drop = () => {};
+  const runtime = new ServerRuntime({ logger: { trace: drop, debug: drop, info: drop, warn: drop, error: drop } });
+  const server = await startServer((router) => {
+    registerBasePlugin(router, host.base, runtime);
+    registerDriver(router, host.driver, runtime);
+  });
+  const transport = createUnixSocketTransport(server.socketPath);
+  const client = new DriverClient(transport);
+  await new BasePluginClient(transport).setConfig({});
+  await client.startTask({ task: { id: "t1", name: "t1", allocId: "a1" } });
+  return {
+    host,
+    server,
+    driver: client,
+    async close() {
+      await host.close();
+      await server.close();
     },
   };
 }
