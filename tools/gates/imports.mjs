@@ -3,10 +3,9 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { builtinModules } from "node:module";
 import path from "node:path";
+import ts from "typescript";
 
 const builtins = new Set(builtinModules);
-// `from "x"`, `import("x")`, `require("x")`, `import "x"`; not a method such as a code generator's `f.import("X", "pkg")`.
-const IMPORT = /(?:\bfrom\s*|(?<![\w$.])import\s*\(\s*|(?<![\w$.])require\s*\(\s*|^\s*import\s+)["']([^"'.][^"']*)["']/gm;
 
 /** Bare package names imported by the files of `dir` (recursively) that match `ext`. */
 function importedPackages(dir, ext, out = new Map()) {
@@ -20,9 +19,10 @@ function importedPackages(dir, ext, out = new Map()) {
     const p = path.join(dir, e.name);
     if (e.isDirectory()) importedPackages(p, ext, out);
     else if (ext.test(e.name)) {
-      for (const m of readFileSync(p, "utf8").matchAll(IMPORT)) {
-        const spec = m[1];
-        if (spec.startsWith("node:") || builtins.has(spec.split("/")[0])) continue;
+      // TypeScript's scanner: imports, exports, import() and require() of the code, not of comments
+      // or strings (a code generator's `f.import("X", "pkg")` is neither).
+      for (const { fileName: spec } of ts.preProcessFile(readFileSync(p, "utf8"), true, true).importedFiles) {
+        if (spec.startsWith(".") || spec.startsWith("/") || spec.startsWith("node:") || builtins.has(spec.split("/")[0])) continue;
         const name = spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : spec.split("/")[0];
         if (!out.has(name)) out.set(name, p);
       }
