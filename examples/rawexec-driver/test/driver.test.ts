@@ -167,6 +167,10 @@ describe("task lifecycle", () => {
       await until(() => !alive(daemon), "the daemon's death");
       expect(readFileSync(`${cg}/cgroup.procs`, "utf8")).toBe("");
     } finally {
+      // A failed assertion may leave the daemon: kill it, or the cgroup cannot go (EBUSY) and that
+      // error would hide the failure.
+      for (const pid of readFileSync(`${cg}/cgroup.procs`, "utf8").split("\n").filter(Boolean)) alive(Number(pid)) && process.kill(Number(pid), "SIGKILL");
+      await until(() => readFileSync(`${cg}/cgroup.procs`, "utf8") === "", "the test cgroup to empty");
       rmdirSync(cg);
     }
   });

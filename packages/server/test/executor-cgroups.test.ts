@@ -4,7 +4,7 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RequestQueue } from "@nomadkit/client";
@@ -51,25 +51,32 @@ function procs(cg: string): number[] {
 
 /** Makes a cgroup and removes it after the test (killing what is left in it). */
 function cgroup(path: string): string {
+  // The directories this creates (the leaf and any missing parents), removed deepest first.
+  const made: string[] = [];
+  for (let d = path; !existsSync(d); d = dirname(d)) made.push(d);
   mkdirSync(path, { recursive: true });
-  cleanups.push(() => {
-    for (const pid of procs(path)) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-    }
-    for (let i = 0; i < 200; i++) {
-      try {
-        rmdirSync(path);
-        return;
-      } catch {
-        execFileSync("sleep", ["0.02"]);
-      }
-    }
-  });
+  for (const d of made.reverse()) cleanups.push(() => removeCgroup(d));
   return path;
+}
+
+/** Kills what is left in a cgroup and removes it (retrying while the killed processes exit). */
+function removeCgroup(path: string): void {
+  if (!existsSync(path)) return;
+  for (const pid of procs(path)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+  for (let i = 0; i < 200; i++) {
+    try {
+      rmdirSync(path);
+      return;
+    } catch {
+      execFileSync("sleep", ["0.02"]);
+    }
+  }
 }
 
 /** A cgroup v2 hierarchy of the test's own (no controllers: cgroup.procs and cgroup.kill work). */
@@ -160,7 +167,7 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect(readFileSync(`${freezer}/freezer.state`, "utf8").trim()).toBe("THAWED");
   });
 
-  it("runs the task's first instruction, Exec and ExecStreaming in the task's cgroups", async () => {
+  it("runs the task's first instruction, Exec and ExecStreaming (with and without a terminal) in the task's cgroups", async () => {
     const freezer = cgroup(`${V1}/freezer/${tag}/b`);
     const exe = await executor();
     const out = join(dir, "first");
@@ -192,6 +199,17 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     q.end();
     expect(exitCode).toBe(0);
     expect(stdout).toContain(`:freezer:/${tag}/b\n`);
+
+    // ExecStreaming with a terminal: node-pty starts the process, which is moved in at once.
+    const t = new RequestQueue<ExecTaskStreamingRequest>();
+    t.push(create(ExecTaskStreamingRequestSchema, { setup: { taskId: "t", command: ["sh", "-c", "echo $$; exec sleep 1000"], tty: true } }));
+    let terminal = "";
+    for await (const m of exe2.client.execStreaming(t)) {
+      if (m.stdout?.data.length) terminal += Buffer.from(m.stdout.data).toString();
+      if (/^\d+\r?\n/.test(terminal)) break; // leaving the loop ends the session
+    }
+    t.end();
+    expect(cgroupLines(Number(terminal.trim().split(/\s+/)[0]))).toContain(`:freezer:/${tag}/b\n`);
   });
 
   it("Stats reads the task's memory and cpuacct cgroups", async () => {
@@ -221,9 +239,23 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect(agg.cpu!.percent).toBeGreaterThan(0);
   });
 
+  it("Shutdown kills through the task's freezer only: a memory cgroup shared with another task is left alone", async () => {
+    const shared = cgroup(`${V1}/memory/${tag}/shared`);
+    const exeA = await executor();
+    const exeB = await executor();
+    const a = await exeA.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], cgroupV1Override: { freezer: cgroup(`${V1}/freezer/${tag}/A`), memory: shared } });
+    const b = await exeB.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], cgroupV1Override: { freezer: cgroup(`${V1}/freezer/${tag}/B`), memory: shared } });
+    expect(procs(shared).sort()).toEqual([a.process!.pid, b.process!.pid].sort());
+    await exeA.shutdownTask("SIGTERM", 5_000);
+    expect(isProcessAlive(a.process!.pid)).toBe(false);
+    expect(isProcessAlive(b.process!.pid)).toBe(true);
+  });
+
   it("reports an OOM kill, and not a plain SIGKILL as one", async () => {
     const memory = cgroup(`${V1}/memory/${tag}/oom`);
     writeFileSync(`${memory}/memory.limit_in_bytes`, String(64 * 1024 * 1024));
+    // With swap, the limit must cover it too, or the task swaps instead of being killed.
+    if (existsSync(`${memory}/memory.memsw.limit_in_bytes`)) writeFileSync(`${memory}/memory.memsw.limit_in_bytes`, String(64 * 1024 * 1024));
     const exe = await executor();
     await exe.client.launch({
       cmd: process.execPath,
@@ -360,16 +392,68 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
     });
   });
 
-  it("refuses the hierarchy's root", async (t) => {
+  it("refuses the hierarchy's root, and a cgroup with the executor anywhere below it", async (t) => {
     const mnt = mountV2();
     if (!mnt) return t.skip();
     const exe = await executor();
+    await expectRefused(exe.client.launch({ cmd: "true", env: [PATH], cgroupV2Override: mnt }), Code.FailedPrecondition, "cgroup_v2_override", "root");
+    // Shutdown would kill (cgroup.kill) the executor and its neighbours with the task.
+    const parent = cgroup(join(mnt, `${tag}-parent`));
+    writeFileSync(join(cgroup(join(parent, "executor")), "cgroup.procs"), String(exe.pid));
     await expectRefused(
-      exe.client.launch({ cmd: "true", env: [PATH], cgroupV2Override: mnt }),
+      exe.client.launch({ cmd: "true", env: [PATH], cgroupV2Override: parent }),
       Code.FailedPrecondition,
       "cgroup_v2_override",
-      "root",
+      "holds the executor",
     );
+    writeFileSync(join(mnt, "cgroup.procs"), String(exe.pid));
+  });
+
+  it("Shutdown also kills what the task moved into a sub-cgroup of its own", async (t) => {
+    const mnt = mountV2();
+    if (!mnt) return t.skip();
+    const cg = cgroup(join(mnt, `${tag}-nested`));
+    cleanups.push(() => removeCgroup(join(cg, "sub")));
+    const exe = await executor();
+    const out = join(dir, "nested");
+    await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", `mkdir "$CG/sub"; (setsid sleep 1000 & echo $! > "$CG/sub/cgroup.procs"; echo $!); exec sleep 1000`],
+      env: [PATH, `CG=${cg}`],
+      stdoutPath: out,
+      cgroupV2Override: cg,
+    });
+    let daemon = 0;
+    await until("the daemon in the sub-cgroup", () => {
+      daemon = Number(existsSync(out) ? readFileSync(out, "utf8").trim() : "");
+      return daemon > 0 && procs(join(cg, "sub")).includes(daemon);
+    });
+    await exe.shutdownTask("SIGTERM", 5_000);
+    await until("the daemon's death", () => !isProcessAlive(daemon));
+    expect(procs(join(cg, "sub"))).toEqual([]);
+  });
+});
+
+describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
+  it("keeps environment names a shell would drop, adds none, and reports a missing interpreter at launch", async (t) => {
+    const mnt = mountV2();
+    if (!mnt) return t.skip();
+    const cg = cgroup(join(mnt, `${tag}-env`));
+    const exe = await executor();
+    const out = join(dir, "env");
+    await exe.client.launch({
+      cmd: "env",
+      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY="],
+      stdoutPath: out,
+      cgroupV2Override: cg,
+    });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+    expect(readFileSync(out, "utf8").split("\n").filter(Boolean).sort()).toEqual(["EMPTY=", "NOMAD_META_release.channel=beta", PATH, "java-opts=-Xmx1g"].sort());
+
+    const script = join(dir, "script");
+    writeFileSync(script, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });
+    const exe2 = await executor();
+    await expectRefused(exe2.client.launch({ cmd: script, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, "/nonexistent/python9", "ENOENT");
   });
 });
 

@@ -46,6 +46,12 @@ export interface ExecCommandOptions {
    * the terminal's process.
    */
   spawn?: ((file: string, args: readonly string[], options: SpawnOptions) => ChildProcess) | undefined;
+  /**
+   * With `tty`: called with the terminal process's pid as soon as node-pty has started it (which
+   * `spawn` cannot cover), e.g. to move it into a task's cgroups; it may have begun to run. A throw
+   * kills the process and fails the session.
+   */
+  onPtySpawn?: ((pid: number) => void) | undefined;
 }
 
 /** The streams {@link runExecCommand} connects the process to (an {@link ExecSession} fits). */
@@ -259,6 +265,13 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
     drain.abandon();
   };
   io.signal?.addEventListener("abort", kill, { once: true });
+  try {
+    options.onPtySpawn?.(term.pid);
+  } catch (err) {
+    io.signal?.removeEventListener("abort", kill);
+    kill();
+    throw err;
+  }
   // Aborted while node-pty was loading: the listener would never fire.
   if (io.signal?.aborted) kill();
   const onStdin = (d: Buffer) => term.write(d);

@@ -5,8 +5,8 @@
  * made for the task or the ones a job names.
  */
 import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { isAbsolute, join } from "node:path";
+import { accessSync, closeSync, constants as fsConstants, existsSync, openSync, readFileSync, readSync, readdirSync, writeFileSync, type Dirent } from "node:fs";
+import { basename, isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -131,7 +131,10 @@ export class TaskCgroups {
   /** The cgroup v1 directories of the memory, cpuacct and cpu controllers, for statistics. */
   get v1Stats(): CgroupV1Dirs | undefined {
     const of = (c: string) => this.dirs.find((d) => d.controller?.split(",").includes(c))?.path;
-    const dirs: CgroupV1Dirs = { memory: of("memory"), cpuacct: of("cpuacct"), cpu: of("cpu") };
+    const cpu = of("cpu");
+    // cpu and cpuacct are often mounted together (systemd hosts): the cpu directory has cpuacct's files.
+    const cpuacct = of("cpuacct") ?? (cpu !== undefined && existsSync(join(cpu, "cpuacct.usage")) ? cpu : undefined);
+    const dirs: CgroupV1Dirs = { memory: of("memory"), cpuacct, cpu };
     return dirs.memory || dirs.cpuacct || dirs.cpu ? dirs : undefined;
   }
 
@@ -142,17 +145,29 @@ export class TaskCgroups {
 
   /**
    * Spawns `file args` inside the cgroups: a shell waits on a pipe until its pid has been written to
-   * every cgroup, then closes the pipe and execs the command (same pid), so nothing of the command
-   * runs outside them. Takes `child_process.spawn`'s options (uid/gid apply to the command: the
-   * executor moves the process, not the process itself). Throws FailedPrecondition naming the field
-   * when a cgroup refuses the process, which is then killed.
+   * every cgroup, then closes the pipe and execs the command through `env -i` (same pid), so nothing
+   * of the command runs outside them and its environment is passed as given (a shell would drop
+   * names such as `NOMAD_META_release.channel` and add `PWD`). Takes `child_process.spawn`'s options
+   * (uid/gid apply to the command: the executor moves the process, not the process itself), except
+   * `argv0` and `shell`. Throws InvalidArgument when `file` cannot be started (a missing
+   * interpreter), and FailedPrecondition naming the field when a cgroup refuses the process, which
+   * is then killed.
    */
   spawn(file: string, args: readonly string[], options: SpawnOptions = {}): ChildProcess {
     const stdio = expandStdio(options.stdio);
     const gateFd = stdio.length;
-    const script = `read -r _ <&${gateFd} || exit 125; exec ${gateFd}<&-; exec "$@"`;
-    const child = spawn(GATE_SHELL, ["-c", script, file, file, ...args], {
+    if (gateFd > 9) throw new TypeError("TaskCgroups.spawn: at most 9 stdio entries (the gate's descriptor must be a single digit)");
+    if (options.argv0 !== undefined || options.shell) throw new TypeError("TaskCgroups.spawn: argv0 and shell are not supported");
+    // `env` would take the command for one more variable.
+    if (basename(file).includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its name contains "="`, Code.InvalidArgument);
+    checkInterpreter(file);
+    const env = Object.entries(options.env ?? process.env)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]) => `${k}=${v}`);
+    const script = `read -r _ <&${gateFd} || exit 125; exec ${gateFd}<&-; exec env -i -- "$@"`;
+    const child = spawn(GATE_SHELL, ["-c", script, "nomadkit-gate", ...env, file, ...args], {
       ...options,
+      env: {},
       stdio: [...stdio, "pipe"],
     });
     const gate = child.stdio[gateFd] as Writable | null;
@@ -187,41 +202,57 @@ export class TaskCgroups {
     }
   }
 
-  /** The processes in the task's cgroups (never the executor, its parent or init). */
+  /**
+   * The cgroup that holds only this task, whose processes Shutdown kills: the v2 cgroup, else the
+   * v1 freezer, pids or (Nomad's per-task) cpuset cgroup. Other v1 controllers named by an override
+   * may be shared with other tasks (one memory cgroup for a group, say): none of those.
+   */
+  private get containment(): CgroupDir | undefined {
+    return (
+      this.dirs.find((d) => d.version === 2) ??
+      this.dirs.find((d) => d.controller === "freezer") ??
+      this.dirs.find((d) => d.controller === "pids") ??
+      this.dirs.find((d) => d.controller === "cpuset" && !d.field.startsWith("cgroup_v1_override"))
+    );
+  }
+
+  /**
+   * The processes in the task's containment cgroup and its sub-cgroups (never the executor, its
+   * parent or init); none when the task has no such cgroup.
+   */
   pids(): number[] {
+    const dir = this.containment?.path;
+    if (dir === undefined) return [];
     const out = new Set<number>();
-    for (const d of this.dirs) {
-      let text: string;
-      try {
-        text = readFileSync(join(d.path, "cgroup.procs"), "utf8");
-      } catch {
-        continue; // removed
-      }
-      for (const line of text.split("\n")) {
-        const pid = Number(line);
-        if (pid > 1 && pid !== process.pid && pid !== process.ppid) out.add(pid);
-      }
-    }
+    for (const pid of subtreePids(dir)) if (pid > 1 && pid !== process.pid && pid !== process.ppid) out.add(pid);
     return [...out];
   }
 
   /**
-   * SIGKILLs every process in the task's cgroups and waits until they are empty: `cgroup.kill` on
-   * cgroup v2; on v1 the freezer (when the task has one) stops them first so none forks in between,
-   * then each is killed. Resolves false if processes remained after repeated rounds.
+   * SIGKILLs every process in the task's containment cgroup and its sub-cgroups and waits until they
+   * are empty: `cgroup.kill` on cgroup v2 (recursive); otherwise the freezer (v1 `freezer.state`,
+   * v2 `cgroup.freeze`, when there is one) stops them first so none forks in between, then each is
+   * killed. Resolves false if processes remained after repeated rounds.
    */
   async killAll(): Promise<boolean> {
-    const v2 = this.dirs.find((d) => d.version === 2 && existsSync(join(d.path, "cgroup.kill")));
-    const freezer = this.dirs.find((d) => d.controller === "freezer");
+    const c = this.containment;
+    if (c === undefined) return true;
+    const killFile = c.version === 2 && existsSync(join(c.path, "cgroup.kill")) ? join(c.path, "cgroup.kill") : undefined;
+    const freezer =
+      c.version === 2
+        ? { file: join(c.path, "cgroup.freeze"), frozen: "1", thawed: "0", state: join(c.path, "cgroup.events"), done: /^frozen 1$/m }
+        : c.controller === "freezer"
+          ? { file: join(c.path, "freezer.state"), frozen: "FROZEN", thawed: "THAWED", state: join(c.path, "freezer.state"), done: /^FROZEN$/m }
+          : undefined;
     for (let round = 0; round < KILL_ROUNDS; round++) {
       const pids = this.pids();
       if (pids.length === 0) return true;
-      if (v2 && tryWrite(join(v2.path, "cgroup.kill"), "1")) {
-        // the kernel kills them all, forks in flight included
-      } else if (freezer && tryWrite(join(freezer.path, "freezer.state"), "FROZEN")) {
-        await waitFrozen(freezer.path);
+      if (killFile && tryWrite(killFile, "1")) {
+        // the kernel kills the whole subtree, forks in flight included
+      } else if (freezer && tryWrite(freezer.file, freezer.frozen)) {
+        await waitFor(freezer.state, freezer.done);
         killEach(this.pids());
-        tryWrite(join(freezer.path, "freezer.state"), "THAWED"); // killed processes die once thawed
+        tryWrite(freezer.file, freezer.thawed); // killed processes die once thawed
       } else {
         killEach(pids);
       }
@@ -255,16 +286,17 @@ function checkTaskCgroup(d: CgroupDir): void {
   const fail = (why: string) => {
     throw new ConnectError(`${d.field}: ${JSON.stringify(d.path)} ${why}`, Code.FailedPrecondition);
   };
-  let procs: string;
   try {
-    procs = readFileSync(join(d.path, "cgroup.procs"), "utf8");
+    readFileSync(join(d.path, "cgroup.procs"), "utf8");
   } catch (err) {
     return fail(`is not a cgroup directory: ${(err as Error).message}`);
   }
   // A v2 root has no cgroup.events; only a v1 hierarchy's root has release_agent.
   const isRoot = d.version === 2 ? !existsSync(join(d.path, "cgroup.events")) : existsSync(join(d.path, "release_agent"));
   if (isRoot) fail("is the root of its cgroup hierarchy; a task needs a cgroup of its own");
-  if (procs.split("\n").includes(String(process.pid))) fail("holds the executor itself; a task needs a cgroup of its own");
+  // Shutdown kills the cgroup's whole subtree: not if the executor (or the plugin above it) is in it.
+  const own = new Set([process.pid, process.ppid].filter((p) => p > 1));
+  if (subtreePids(d.path).some((p) => own.has(p))) fail("holds the executor (or its plugin) in its subtree; a task needs a cgroup of its own");
 }
 
 function expandStdio(stdio: StdioOptions | undefined): Exclude<StdioOptions, string> {
@@ -296,14 +328,66 @@ function killEach(pids: readonly number[]): void {
   }
 }
 
-async function waitFrozen(dir: string): Promise<void> {
+/** Waits (bounded) until `file` matches `done`: a freezer that is FROZEN, not FREEZING any more. */
+async function waitFor(file: string, done: RegExp): Promise<void> {
   const until = Date.now() + FREEZE_WAIT_MS;
   while (Date.now() < until) {
     try {
-      if (readFileSync(join(dir, "freezer.state"), "utf8").trim() === "FROZEN") return;
+      if (done.test(readFileSync(file, "utf8"))) return;
     } catch {
       return;
     }
     await delay(5);
+  }
+}
+
+/** The pids in `dir`'s `cgroup.procs` and in those of every cgroup below it. */
+function subtreePids(dir: string): number[] {
+  const out: number[] = [];
+  const walk = (d: string) => {
+    try {
+      for (const line of readFileSync(join(d, "cgroup.procs"), "utf8").split("\n")) if (line !== "") out.push(Number(line));
+    } catch {
+      return; // removed meanwhile
+    }
+    let entries: Dirent[] = [];
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) if (e.isDirectory()) walk(join(d, e.name));
+  };
+  walk(dir);
+  return out;
+}
+
+/**
+ * A script whose interpreter is missing or not executable: spawn would fail with ENOENT/EACCES,
+ * while behind the gate it would only be `env`'s exit 127. Say so at launch instead.
+ */
+function checkInterpreter(file: string): void {
+  let head = "";
+  try {
+    const fd = openSync(file, "r");
+    try {
+      const buf = Buffer.alloc(256);
+      head = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString("latin1");
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return; // spawn reports what it cannot read
+  }
+  if (!head.startsWith("#!")) return;
+  const interpreter = head.slice(2).split("\n")[0]!.trim().split(/\s+/)[0];
+  if (!interpreter) return;
+  try {
+    accessSync(interpreter, fsConstants.X_OK);
+  } catch (err) {
+    throw new ConnectError(
+      `cannot start ${JSON.stringify(file)}: its interpreter ${JSON.stringify(interpreter)}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      Code.InvalidArgument,
+    );
   }
 }

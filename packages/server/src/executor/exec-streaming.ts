@@ -9,7 +9,7 @@ import type { TaskProcess } from "./process.js";
 /**
  * Executor.ExecStreaming for a task: the SDK's exec protocol engine (high-level form) with the
  * local command runner (pipes, or node-pty for a tty), the command running in the task's context:
- * its environment, working directory, user, network namespace and (without a tty) cgroups. A call whose
+ * its environment, working directory, user, network namespace and cgroups. A call whose
  * `nomadkit-exec-output` header names the driver plugin's FIFOs (the output handoff, see
  * exec/handoff.ts) has the process write its output into those, for the plugin to read.
  *
@@ -46,9 +46,11 @@ export function execStreamingInTask(
           options.cwd = ctx.cwd;
           if (c.uid !== undefined) options.uid = c.uid;
           if (c.gid !== undefined) options.gid = c.gid;
-          // Inside the task's cgroups; a terminal's process is started by node-pty, outside them.
+          // Inside the task's cgroups: a plain process behind the gate; a terminal's process, which
+          // node-pty starts, moved in right after it started.
           const cgroups = ctx.cgroups;
           if (cgroups && !session.tty) options.spawn = (f, a, o) => cgroups.spawn(f, a, o);
+          if (cgroups && session.tty) options.onPtySpawn = (pid) => cgroups.join(pid);
         } catch (err) {
           if (options.outputs !== undefined) closeHandedOutputs(options.outputs);
           throw err;
