@@ -113,7 +113,6 @@ async function restartTask(s: Suite, old: SuiteTask): Promise<string> {
     () => void (old.destroyed = true),
     () => undefined,
   );
-  if (s.defaultTask) s.startPids(old).forEach((pid) => s.learnPid(pid));
   s.killOrphans();
   const task = s.newTask(old.name);
   try {

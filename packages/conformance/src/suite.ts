@@ -12,13 +12,14 @@ import {
   type PluginExit,
 } from "@nomadkit/client";
 import type { PluginInfoResponse } from "@nomadkit/protocol/base";
-import type {
-  DriverCapabilities,
-  InspectTaskResponse,
-  NetworkIsolationSpec,
-  TaskConfigSchema,
-  TaskHandle,
-  WaitTaskResponse,
+import {
+  TaskState,
+  type DriverCapabilities,
+  type InspectTaskResponse,
+  type NetworkIsolationSpec,
+  type TaskConfigSchema,
+  type TaskHandle,
+  type WaitTaskResponse,
 } from "@nomadkit/protocol/driver";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 import { encodeCheckedConfig } from "./config.js";
@@ -224,18 +225,20 @@ export class Suite {
   /** Records a pid a plugin or a task reported for a task of the run (verified with /proc when possible). */
   learnPid(pid: number): void {
     if (!Number.isSafeInteger(pid) || pid <= 1 || pid === process.pid || pid === process.ppid) return;
-    if (!hasProc) {
-      this.known.set(pid, undefined);
-      return;
-    }
+    // Without /proc nothing tells a reused pid apart: no last-resort kill then.
+    if (!hasProc) return;
     const info = procInfo(pid);
     // Only a process that started during the run can be one of the run's.
     if (!info || this.floor === undefined || info.start < this.floor) return;
     this.known.set(pid, info.start);
   }
 
-  /** Pids in InspectTask's driver attributes (`pid`, `executor_pid`: Nomad's exec drivers report them). */
+  /**
+   * Pids in InspectTask's driver attributes (`pid`, `executor_pid`: Nomad's exec drivers report
+   * them), of a running task only: an exited task's pid may be another process's by now.
+   */
   learnFromInspect(r: InspectTaskResponse): void {
+    if (r.task?.state !== TaskState.RUNNING) return;
     for (const [key, value] of Object.entries(r.driver?.attributes ?? {})) {
       if (/(^|[_.-])pid$/i.test(key) && /^\d+$/.test(value.trim())) this.learnPid(Number(value));
     }
@@ -389,7 +392,21 @@ export class Suite {
     if (!res.handle) throw new Error("StartTask returned no handle");
     task.handle = res.handle;
     this.watch(p, task);
+    // The default task prints its pid as it starts and then runs on: learn it (with its start time)
+    // now, while it is certainly that task. Learned later, after the task ended, the pid could be
+    // another process's.
+    if (this.defaultTask) this.learnStartPid(task);
     return res.handle;
+  }
+
+  private learnStartPid(task: SuiteTask): void {
+    const until = Date.now() + this.opts.callTimeoutMs;
+    const poll = () => {
+      const pid = this.startPids(task)[0];
+      if (pid !== undefined) this.learnPid(pid);
+      else if (Date.now() < until && !this.closing.signal.aborted) setTimeout(poll, 20).unref();
+    };
+    poll();
   }
 
   /** Starts a WaitTask call without a deadline (it blocks until the task exits). */
@@ -476,7 +493,6 @@ export class Suite {
     }
     for (const pl of this.plugins) this.rememberProcesses(pl);
     await Promise.all(this.plugins.filter((pl) => !pl.exitSignal.aborted).map((pl) => pl.kill().catch(() => undefined)));
-    if (this.defaultTask) for (const t of this.tasks) this.startPids(t).forEach((pid) => this.learnPid(pid));
     this.killOrphans();
     const keep = [this.opts.env?.PLUGIN_UNIX_SOCKET_DIR ?? process.env.PLUGIN_UNIX_SOCKET_DIR, this.opts.env?.TMPDIR].filter((d): d is string => !!d);
     for (const pl of this.plugins) {
