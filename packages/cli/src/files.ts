@@ -51,13 +51,15 @@ export interface JsonOption {
  * reader of the config flags of every command (`--config`, `--task-config`, `--plugin-config`).
  */
 export function readJsonOption(flag: string, text: string): JsonOption {
+  if (text.trim() === "") throw new CliError(`${flag}: empty; give a JSON object or the path of a JSON file`);
   if (!/^\s*[{[]/.test(text) || existsSync(text))
     return { value: readJsonObject(flag, text), source: `${flag} ${text}` };
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new CliError(`${flag}: not valid JSON (${(err as Error).message})`);
+    // It may have been meant as a file: say both.
+    throw new CliError(`${flag}: ${JSON.stringify(text)} is neither a file nor valid JSON (${(err as Error).message})`);
   }
   // It starts with `{` or `[`: an object or an array.
   if (Array.isArray(value)) throw new CliError(`${flag}: expected a JSON object, got an array`);

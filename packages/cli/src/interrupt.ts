@@ -119,7 +119,13 @@ export function childInterrupted(signal: string | null | undefined): boolean {
  * {@link childInterrupted}. Returns whether it was.
  */
 export function launchInterrupted(err: unknown): boolean {
-  if (err instanceof PluginLaunchError) return childInterrupted(err.exit?.signal);
+  if (err instanceof PluginLaunchError) {
+    const first = !interrupted.aborted;
+    if (!childInterrupted(err.exit?.signal)) return false;
+    // Perhaps nobody pressed Ctrl-C and the plugin signalled itself: do not hide what it said.
+    if (first) process.stderr.write(`nomadkit: ${err.message}\n`);
+    return true;
+  }
   // A conformance result carries only the message of the launch's error.
   const message = typeof err === "string" ? err : "";
   return childInterrupted(/ exited on signal (SIG[A-Z0-9]+) before completing the go-plugin handshake/.exec(message)?.[1]);
@@ -148,11 +154,23 @@ function outputFailed(err: NodeJS.ErrnoException): void {
  * ```
  */
 export async function exitWith(code: number): Promise<never> {
+  // Output written last may still fail (EPIPE is reported asynchronously): let it, so a lost
+  // report exits 141, not 0.
+  if (exiting === undefined) await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
   if (exiting !== undefined) {
     await exiting.done;
     process.exit(exiting.status);
   }
   process.exit(code);
+}
+
+/** Resolves once what was written to `stream` has been handed on (or failed), and a tick later. */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    const after = () => setImmediate(resolve);
+    if (stream.destroyed || stream.writableEnded) return after();
+    stream.write("", after);
+  });
 }
 
 /**

@@ -206,20 +206,24 @@ export async function connectPlugin(
     throw err;
   }
   // Nomad's stop sequence: Driver.Shutdown (2 s, errors such as Unimplemented ignored), then kill.
-  const stop = async () => {
-    if (!client.exitSignal.aborted) {
-      await client.driver.shutdown({}, { timeoutMs: 2000 }).catch(() => {});
-    }
-    await client.kill();
-  };
+  // Once: an interruption (a signal, output closed under us) while release() is stopping the
+  // plugin must wait for that stop, not exit in the middle of it and orphan the plugin.
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      if (!client.exitSignal.aborted) {
+        await client.driver.shutdown({}, { timeoutMs: 2000 }).catch(() => {});
+      }
+      await client.kill();
+    })());
   const done = onInterrupt(stop);
   return {
     plugin: client,
     name: plugin,
     call,
     release: async () => {
-      done();
       await stop();
+      done();
     },
   };
 }

@@ -635,11 +635,14 @@ describe("nomadkit bundle", () => {
       ["hello-driver.mts", "an ES module (TypeScript) (.mts)"],
       ["hello-driver.json", "JSON (.json)"],
       ["hello-driver.node", "a native addon (.node)"],
+      ["hello-driver.cts", "TypeScript (.cts)"],
+      // Node goes by the ending: a name that is only the extension is an ES module too.
+      [".mjs", "an ES module (.mjs)"],
     ] as const) {
       const r = bundle("hello.mjs", "--out", "dist/x", "--name", name);
       expect(r.code).toBe(1);
       expect(r.stderr).toBe(
-        `nomadkit: --name ${JSON.stringify(name)}: Node.js would load the launcher, a CommonJS script, as ${as}; use a name without that extension, e.g. "hello-driver", or ending in .js or .cjs\n`,
+        `nomadkit: --name ${JSON.stringify(name)}: Node.js would load the launcher, a CommonJS script, as ${as}; use a name without that extension, e.g. ${JSON.stringify(name === ".mjs" ? "driver" : "hello-driver")}, or ending in .js or .cjs\n`,
       );
       expect(existsSync(join(work, "dist"))).toBe(false);
     }

@@ -94,7 +94,7 @@ describe("nomadkit conformance", () => {
   it("names the flag or file at fault", async () => {
     const badJson = await nomadkit(["conformance", rawexec, "--plugin-config", "{nope"]);
     expect(badJson.code).toBe(1);
-    expect(badJson.stderr).toMatch(/^nomadkit: --plugin-config: not valid JSON/);
+    expect(badJson.stderr).toMatch(/^nomadkit: --plugin-config: "\{nope" is neither a file nor valid JSON/);
     const noFile = await nomadkit(["conformance", rawexec, "--task-config", "/no/such/task.json"]);
     expect(noFile.stderr).toContain("--task-config /no/such/task.json: no such file");
     const noPlugin = await nomadkit(["conformance", "./no-such-plugin"]);

@@ -116,11 +116,12 @@ function checkName(name: string): void {
     throw new CliError(`--name ${JSON.stringify(name)}: taken by the bundle directory's own ${name}`);
   // The launcher is CommonJS (the directory's package.json says "type": "commonjs"), which Node.js
   // runs under no extension, .js, .cjs or one it does not know (driver-1.2); these it loads otherwise.
-  const ext = extname(name);
+  // Node goes by the name's ending: ".mjs" alone is an ES module too, though extname() says "".
+  const ext = Object.keys(NOT_COMMONJS).sort((a, b) => b.length - a.length).find((e) => name.endsWith(e)) ?? "";
   const loadedAs = NOT_COMMONJS[ext];
   if (loadedAs !== undefined) {
     throw new CliError(
-      `--name ${JSON.stringify(name)}: Node.js would load the launcher, a CommonJS script, as ${loadedAs} (${ext}); use a name without that extension, e.g. ${JSON.stringify(basename(name, ext))}, or ending in .js or .cjs`,
+      `--name ${JSON.stringify(name)}: Node.js would load the launcher, a CommonJS script, as ${loadedAs} (${ext}); use a name without that extension, e.g. ${JSON.stringify(basename(name, ext) || "driver")}, or ending in .js or .cjs`,
     );
   }
 }

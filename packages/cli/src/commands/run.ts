@@ -162,14 +162,17 @@ export async function runCommand(
   process.on("SIGINT", onSigint);
   // What a run that ends leaves behind, however it ends: a task not destroyed yet (the executor
   // outlives the plugin) and the state file.
-  const undo = async () => {
-    await starting?.catch(() => {});
-    if (started && !destroyed) {
-      destroyed = true;
-      await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
-    }
-    if (statePath && wroteState) rmSync(statePath, { force: true });
-  };
+  // Once: an interruption during the finally's undo waits for it instead of exiting mid-way.
+  let undoing: Promise<void> | undefined;
+  const undo = () =>
+    (undoing ??= (async () => {
+      await starting?.catch(() => {});
+      if (started && !destroyed) {
+        destroyed = true;
+        await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+      }
+      if (statePath && wroteState) rmSync(statePath, { force: true });
+    })());
   // Registered after the plugin's release, so it runs first: the task goes before its plugin.
   const noCleanup = onInterrupt(async () => {
     await undo();
@@ -255,10 +258,10 @@ export async function runCommand(
     );
     process.exitCode = status;
   } finally {
-    noCleanup();
     process.off("SIGINT", onSigint);
     // Also after a failure once the task started (say, writing the state file).
     await undo();
+    noCleanup();
     await c.release();
     rmSync(allocDir, { recursive: true, force: true });
   }
