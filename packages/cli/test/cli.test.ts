@@ -539,24 +539,32 @@ describe("nomadkit ends quietly when its output is closed, stopping what it star
     }
   });
 
+  /**
+   * Runs nomadkit with its stdout closed before anything is written; every process it starts is
+   * marked through the environment (`mark`). Resolves with its exit status and stderr.
+   */
+  async function withOutputClosed(args: string[], mark: string): Promise<{ code: unknown; stderr: string }> {
+    const child = spawn(process.execPath, [bin, ...args], {
+      cwd: dir,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, NOMADKIT_TEST_MARK: mark },
+    });
+    child.stdout.destroy();
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise((resolve) => child.once("close", resolve));
+    return { code, stderr };
+  }
+
   it("run | true: exit 141 and the task, its executor and the plugin stopped", async () => {
     const pidFile = join(dir, "yes.pid");
     writeFileSync(
       join(dir, "yes-task.json"),
       JSON.stringify({ command: "/bin/sh", args: ["-c", `echo $$ > ${pidFile}; exec yes`] }),
     );
-    // Marks every process the run starts (the plugin, the task's executor) through the environment.
     const mark = `epipe-${process.pid}-${Date.now()}`;
-    const child = spawn(process.execPath, [bin, "run", rawexec, "--task-config", "yes-task.json"], {
-      cwd: dir,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, NOMADKIT_TEST_MARK: mark },
-    });
     // The reader is gone before the first line, which arrives while StartTask is still in flight.
-    child.stdout.destroy();
-    let stderr = "";
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    const code = await new Promise((resolve) => child.once("close", resolve));
+    const { code, stderr } = await withOutputClosed(["run", rawexec, "--task-config", "yes-task.json"], mark);
     expect(stderr).not.toMatch(/EPIPE|Error|unexpected/);
     expect(code).toBe(141);
     const taskPid = Number(readFileSync(pidFile, "utf8"));
@@ -566,15 +574,7 @@ describe("nomadkit ends quietly when its output is closed, stopping what it star
 
   it("capabilities with its output closed: exit 141, and the plugin stopped, not orphaned mid-release", async () => {
     const mark = `epipe-caps-${process.pid}-${Date.now()}`;
-    const child = spawn(process.execPath, [bin, "capabilities", rawexec], {
-      cwd: dir,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, NOMADKIT_TEST_MARK: mark },
-    });
-    child.stdout.destroy();
-    let stderr = "";
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    const code = await new Promise((resolve) => child.once("close", resolve));
+    const { code, stderr } = await withOutputClosed(["capabilities", rawexec], mark);
     expect(stderr).not.toMatch(/EPIPE|Error|unexpected/);
     expect(code).toBe(141);
     // Gone when nomadkit exits: it waited for the plugin's stop it had begun.
@@ -582,10 +582,7 @@ describe("nomadkit ends quietly when its output is closed, stopping what it star
   }, 60_000);
 
   it("output lost as the command ends still exits 141, not 0", async () => {
-    const child = spawn(process.execPath, [bin, "conformance", "--list"], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
-    child.stdout.destroy();
-    const code = await new Promise((resolve) => child.once("close", resolve));
-    expect(code).toBe(141);
+    expect((await withOutputClosed(["conformance", "--list"], `epipe-list-${process.pid}`)).code).toBe(141);
   });
 });
 
