@@ -454,6 +454,11 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     writeFileSync(script, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });
     const exe2 = await executor();
     await expectRefused(exe2.client.launch({ cmd: script, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, "/nonexistent/python9", "ENOENT");
+    // env(1) would read a path with "=" as one more variable.
+    mkdirSync(join(dir, "with=sign"));
+    const tool = join(dir, "with=sign", "tool");
+    writeFileSync(tool, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+    await expectRefused(exe2.client.launch({ cmd: tool, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, 'its path contains "="');
   });
 });
 

@@ -6,7 +6,7 @@
  */
 import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
 import { accessSync, closeSync, constants as fsConstants, existsSync, openSync, readFileSync, readSync, readdirSync, writeFileSync, type Dirent } from "node:fs";
-import { basename, isAbsolute, join } from "node:path";
+import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -159,7 +159,7 @@ export class TaskCgroups {
     if (gateFd > 9) throw new TypeError("TaskCgroups.spawn: at most 9 stdio entries (the gate's descriptor must be a single digit)");
     if (options.argv0 !== undefined || options.shell) throw new TypeError("TaskCgroups.spawn: argv0 and shell are not supported");
     // `env` would take the command for one more variable.
-    if (basename(file).includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its name contains "="`, Code.InvalidArgument);
+    if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
     checkInterpreter(file);
     const env = Object.entries(options.env ?? process.env)
       .filter(([, v]) => v !== undefined)
