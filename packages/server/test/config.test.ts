@@ -98,7 +98,7 @@ describe("decodeConfig", () => {
       extraArgs: spec.attr("list(string)", { name: "args" }),
       ports: spec.blockList({ hostPort: spec.attr("number", { name: "host_port", required: true }) }, { name: "port" }),
     });
-    expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: ["-v", null], ports: [] }), "task config"))).toContain('field "args[1]"');
+    expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: ["-v", 1], ports: [] }), "task config"))).toContain('field "args[1]"');
     expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: [], ports: [{ hostPort: null }] }), "task config"))).toContain(
       'field "port[0].host_port"',
     );
@@ -170,6 +170,27 @@ describe("decodeConfig", () => {
     expect(invalid(() => decodeConfig(taskSchema, new Uint8Array(), "task config"))).toBe('task config: field "command": required attribute is missing');
   });
 
+  it("gives a null inside a list, set or map its element type's zero value, as a Go driver sees it", () => {
+    // Nomad sends them as they are: HCL's `args = ["-v", var.unset]`, or a JSON job's null.
+    const s = spec.object({
+      args: spec.attr("list(string)"),
+      ports: spec.attr("set(number)"),
+      flags: spec.attr("map(bool)"),
+      nested: spec.attr("list(list(string))"),
+      objs: spec.attr("list(object({ a = string }))"),
+      anys: spec.attr("list(any)"),
+    });
+    const v = { args: ["-v", null], ports: [null], flags: { on: null }, nested: [null, ["x", null]], objs: [null, { a: null }], anys: [null] };
+    expect(decodeConfig(s, encode(v))).toEqual({
+      args: ["-v", ""],
+      ports: [0],
+      flags: { on: false },
+      nested: [[], ["x", ""]],
+      objs: [{}, {}],
+      anys: [null],
+    });
+  });
+
   it("accepts cty's big numbers encoded as strings", () => {
     const s = spec.object({ n: spec.attr("number") });
     expect(decodeConfig(s, encode({ n: "0.1000000000000000000001" }))).toEqual({ n: 0.1 });
@@ -178,7 +199,6 @@ describe("decodeConfig", () => {
 
   it.each([
     [{ command: "x", args: ["a", 7] }, 'task config: field "args[1]": expected string, got number'],
-    [{ command: "x", args: ["a", null] }, 'task config: field "args[1]": expected string, got null'],
     [{ command: 5 }, 'task config: field "command": expected string, got number'],
     [{ command: "x", env: { "A B": true } }, 'task config: field "env["A B"]": expected string, got bool'],
     [{ command: "x", limits: { cpu: 1 } }, 'task config: field "limits.memory": required attribute is missing'],
@@ -190,6 +210,13 @@ describe("decodeConfig", () => {
     [{ command: "x", timeout: [1] }, 'task config: field "timeout": expected number, got list'],
   ])("names the field: %j", (value, message) => {
     expect(invalid(() => decodeConfig(taskSchema, nomadMsgpack(value), "task config"))).toBe(message);
+  });
+
+  it("refuses a map key named __proto__ without calling the msgpack malformed", () => {
+    const s = spec.object({ labels: spec.attr("map(string)") });
+    expect(invalid(() => decodeConfig(s, encode({ labels: { ["__proto__"]: "a" } }), "task config"))).toBe(
+      'task config: a map key "__proto__" is not supported',
+    );
   });
 
   it("rejects a non-map root and malformed bytes as InvalidArgument", () => {

@@ -29,7 +29,10 @@ export function decodeConfig<T>(schema: HclSpec<T, boolean>, bytes: Uint8Array, 
       // 64-bit integers as bigint, so one a JavaScript number cannot hold exactly is refused, not rounded.
       raw = new Decoder({ useBigInt64: true, maxStrLength: limit, maxBinLength: limit, maxArrayLength: limit, maxMapLength: limit, maxExtLength: limit }).decode(bytes);
     } catch (err) {
-      throw new ConnectError(`${label}: malformed msgpack: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
+      const message = err instanceof Error ? err.message : String(err);
+      // Well-formed, but the decoder refuses the key (it would set an object's prototype).
+      if (message.includes("__proto__")) throw new ConnectError(`${label}: a map key "__proto__" is not supported`, Code.InvalidArgument);
+      throw new ConnectError(`${label}: malformed msgpack: ${message}`, Code.InvalidArgument);
     }
   }
   try {

@@ -85,7 +85,7 @@ const MAX_DEPTH = 256;
 /**
  * Convert a msgpack-decoded value to the JS value of HCL type `t`, or throw
  * {@link ConfigFieldError}. `null` is returned for null (the caller decides whether that is allowed).
- * Collections may not contain nulls.
+ * A null inside a list, set or map becomes the element type's zero value ({@link zeroValue}).
  */
 export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0): unknown {
   if (v === null || v === undefined) return null;
@@ -108,13 +108,13 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
     case "set": {
       if (!Array.isArray(v)) throw mismatch();
       const out = new Array<unknown>(v.length);
-      for (let i = 0; i < v.length; i++) out[i] = nonNull(t.elem, v[i], [...path, i], depth);
+      for (let i = 0; i < v.length; i++) out[i] = element(t.elem, v[i], [...path, i], depth);
       return out;
     }
     case "map": {
       if (!isPlainMap(v)) throw mismatch();
       const out: Record<string, unknown> = {};
-      for (const k of Object.keys(v)) out[k] = nonNull(t.elem, v[k], [...path, k], depth);
+      for (const k of Object.keys(v)) out[k] = element(t.elem, v[k], [...path, k], depth);
       return out;
     }
     case "object": {
@@ -138,10 +138,32 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
   }
 }
 
-function nonNull(t: HclType, v: unknown, path: FieldPath, depth: number): unknown {
+// Nomad sends a collection holding nulls as it is (HCL's `args = ["-v", var.unset]`, or a JSON job's
+// null), and a Go driver decoding it sees each null as its element type's zero value.
+function element(t: HclType, v: unknown, path: FieldPath, depth: number): unknown {
   const out = convertValue(t, v, path, depth + 1);
-  if (out === null) throw new ConfigFieldError(path, `expected ${formatHclType(t)}, got null`);
-  return out;
+  return out === null ? zeroValue(t) : out;
+}
+
+/** What Go's msgpack decoding gives a driver for a null of HCL type `t`. */
+function zeroValue(t: HclType): unknown {
+  switch (t.kind) {
+    case "string":
+      return "";
+    case "number":
+      return 0;
+    case "bool":
+      return false;
+    case "list":
+    case "set":
+    case "tuple":
+      return [];
+    case "map":
+    case "object":
+      return {};
+    case "any":
+      return null;
+  }
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
