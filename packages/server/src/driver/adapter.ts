@@ -88,6 +88,8 @@ const SEMVER = /^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
 const EMPTY_SPEC: Spec = create(SpecSchema, { block: { case: "object", value: { attributes: {} } } });
 const utf8 = new TextDecoder();
 const encoder = new TextEncoder();
+/** Go's zero `time.Time` as a Timestamp (0001-01-01T00:00:00Z): "not completed" on Nomad's wire. */
+const GO_ZERO_TIME = { seconds: -62135596800n, nanos: 0 };
 
 /** A host's timeout in whole ms a timer can hold (see timer-delay.ts); 0 when unset. */
 /** How long after an ExecTask timeout a driver's execTask is cancelled if it has not answered. */
@@ -396,8 +398,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     async stopTask(req, hc) {
       requireTask(req.taskId);
       // Nomad's executors default to SIGINT when the job sets no kill_signal.
-      const signal = req.signal === "" ? "SIGINT" : canonicalSignal(req.signal, "signal");
-      await driver.stopTask(req.taskId, { signal, timeoutMs: durationMs(req.timeout) }, call(hc));
+      const signalDefaulted = req.signal === "";
+      const signal = signalDefaulted ? "SIGINT" : canonicalSignal(req.signal, "signal");
+      await driver.stopTask(req.taskId, { signal, signalDefaulted, timeoutMs: durationMs(req.timeout) }, call(hc));
       return {};
     },
 
@@ -421,8 +424,10 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
           name: record.task.name,
           state,
           startedAt: timestampFromDate(r.startedAt ?? record.startedAt),
-          completedAt: completedAt !== undefined ? timestampFromDate(completedAt) : undefined,
-          result: exit !== undefined ? taskExitResult(exit) : undefined,
+          // Always both, as Nomad's Go server sends them (Go's zero time, an empty result): its client
+          // fails on a missing timestamp and dereferences the result.
+          completedAt: completedAt !== undefined ? timestampFromDate(completedAt) : GO_ZERO_TIME,
+          result: exit !== undefined ? taskExitResult(exit) : {},
         },
         driver: { attributes: { ...(r.attributes ?? {}) } },
         networkOverride: r.networkOverride,

@@ -249,6 +249,11 @@ export interface CallContext<PC = unknown, TC = unknown> extends DriverContext<P
 export interface StopTaskOptions {
   /** Signal to send first, canonical name ("SIGINT" when Nomad sent none, like Nomad's executors). */
   signal: string;
+  /**
+   * The job set no `kill_signal`, so `signal` is the SIGINT default. A driver whose workloads bring
+   * their own stop signal (a container image's STOPSIGNAL) sends that instead, as Go drivers do.
+   */
+  signalDefaulted: boolean;
   /** Grace period after the signal before killing the task, in milliseconds. */
   timeoutMs: number;
 }
