@@ -98,7 +98,11 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       }
       // The executor keeps serving after Shutdown (as Nomad's does) so Wait reports the exit of a
       // stopped task; destroyTask ends it.
-      const exe: ExecutorHandle = await launchExecutor({ config: { logFile: join(taskDir, "executor.out"), exitAfterShutdown: false } });
+      // The agent's compute (from SetConfig's topology), as Nomad hands its executors: total_ticks match Nomad's.
+      const { totalComputeMhz, numCores } = ctx.hostCompute;
+      const exe: ExecutorHandle = await launchExecutor({
+        config: { logFile: join(taskDir, "executor.out"), exitAfterShutdown: false, totalComputeMhz, numCores },
+      });
       let pid: number;
       try {
         const res = await exe.client.launch(

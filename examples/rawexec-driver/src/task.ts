@@ -154,19 +154,27 @@ export class RawExecTask {
     this.startedAt = new Date(state.startedAt);
     // One long Wait per task: the executor answers it when the process ends, so the result is
     // captured while the executor is still there to tell it.
-    this.exited = exe.client.wait({}).then(
-      (r): TaskExit => ({ exitCode: r.process?.exitCode ?? 0, signal: r.process?.signal ?? 0, oomKilled: r.process?.oomKilled ?? false }),
-      (err: unknown): TaskExit => {
+    const ended = exe.client.wait({}).then(
+      (r) => {
+        const exit: TaskExit = { exitCode: r.process?.exitCode ?? 0, signal: r.process?.signal ?? 0, oomKilled: r.process?.oomKilled ?? false };
+        // When the process exited as the executor saw it (Nomad: ProcessState.Time), not when this
+        // plugin heard of it, which after a restart is the re-attach.
+        const t = r.process?.time;
+        return { exit, at: t ? new Date(Number(t.seconds) * 1000 + t.nanos / 1e6) : new Date() };
+      },
+      (err: unknown) => {
         // An executor that died leaves its task running: end it, so the exit reported is true.
         const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state.pid, allocId);
-        return {
+        const exit: TaskExit = {
           exitCode: 1,
           err: `executor: error waiting on the task process: ${(err as Error).message}${killed ? ` (the executor is gone; its task, pid ${state.pid}, was killed)` : ""}`,
         };
+        return { exit, at: new Date() };
       },
     );
-    void this.exited.then((e) => {
-      this.exit = { ...e, at: new Date() };
+    this.exited = ended.then((e) => e.exit);
+    void ended.then((e) => {
+      this.exit = { ...e.exit, at: e.at };
       this.stats.close();
     });
   }

@@ -1,7 +1,7 @@
 // nomadkit-rawexec through the real wire: the plugin_dir executable launched by launchPlugin,
 // exactly as Nomad launches it, driven with the generated client.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { encode } from "@msgpack/msgpack";
 import type { PluginClient } from "@nomadkit/client";
@@ -183,6 +183,18 @@ describe("task lifecycle", () => {
     expect(uid).toBe(String(spawnSync("id", ["-u", "nobody"]).stdout.toString().trim()));
   });
 
+  it("runs an artifact from the task's local/ by bare name, made executable, as raw_exec does", async () => {
+    const t = newTask({ command: "nk-artifact", args: ["x"] });
+    // Unpacked without its exec bits (an artifact's archive, a template).
+    writeFileSync(join(t.taskDir, "local", "nk-artifact"), '#!/bin/sh\necho "artifact $1"\n', { mode: 0o644 });
+    await start(p, t);
+    started.push(t);
+    expect((await p.driver.waitTask({ taskId: t.id })).result?.exitCode).toBe(0);
+    expect(read(t.stdoutPath)).toBe("artifact x\n");
+    const missing = await failure(() => p.driver.startTask({ task: newTask({ command: "nk-nowhere" }).config }));
+    expect(missing.message).toContain('cmd: executable "nk-nowhere" not found');
+  });
+
   it("emits task events on the TaskEvents stream", async () => {
     const ac = new AbortController();
     const events: { taskId: string; message: string }[] = [];
@@ -240,10 +252,14 @@ describe("exec", () => {
     expect(o.exitCode).toBe(0);
   });
 
-  it("buffered exec past its timeout answers with the output so far and the kill's exit code, as Nomad's executor", async () => {
+  it("buffered exec past its timeout answers with the output so far and exit code -1, as Nomad's ExecScript", async () => {
     const res = await p.driver.execTask({ taskId: t.id, command: ["/bin/sh", "-c", "echo partial; exec sleep 30"], timeout: { nanos: 300_000_000 } });
     expect(Buffer.from(res.stdout).toString()).toBe("partial\n");
-    expect(res.result?.exitCode).toBe(137);
+    // raw_exec's ExecTask: WaitStatus.ExitStatus() of the killed command, and no signal.
+    expect(res.result).toMatchObject({ exitCode: -1, signal: 0 });
+    // Any death by signal reads the same there; streamed sessions report 128+N instead (below).
+    const killed = await p.driver.execTask({ taskId: t.id, command: ["/bin/sh", "-c", "kill -TERM $$"], timeout: { seconds: 30n } });
+    expect(killed.result).toMatchObject({ exitCode: -1, signal: 0 });
   });
 
   it("refuses NUL bytes in commands, arguments and environment with InvalidArgument naming the field", async () => {
@@ -297,6 +313,37 @@ describe("stats", () => {
       ac.abort();
     }
     await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+});
+
+describe("stats on the agent's topology", () => {
+  it("computes total_ticks in the executor from the compute Nomad's SetConfig gave, not from this host", async () => {
+    const q = await startPlugin();
+    // Three cores of 3000 MHz: no match for this host, whose /proc/cpuinfo the executor would read.
+    const cores = [0, 1, 2].map((coreId) => ({ coreId, baseSpeed: 3000n }));
+    await q.basePlugin.setConfig({
+      msgpackConfig: encode({ create_network: false }),
+      nomadConfig: { driver: { Topology: { cores } } } as never,
+      pluginApiVersion: "v0.1.0",
+    });
+    const t = newTask(sh("while :; do :; done"));
+    await start(q, t);
+    const ac = new AbortController();
+    let busy: { percent: number; totalTicks: number } | undefined;
+    try {
+      for await (const r of q.driver.taskStats({ taskId: t.id, collectionInterval: { nanos: 200_000_000 } }, { signal: ac.signal })) {
+        const cpu = r.stats!.aggResourceUsage!.cpu!;
+        if (cpu.percent > 0) {
+          busy = cpu;
+          break;
+        }
+      }
+    } finally {
+      ac.abort();
+    }
+    // Nomad: percent / 100 * TotalCompute / NumCores.
+    expect(busy?.totalTicks).toBeCloseTo((busy!.percent / 100) * 3000, 6);
+    await q.driver.destroyTask({ taskId: t.id, force: true });
   });
 });
 

@@ -1,6 +1,7 @@
 // Tasks outlive the plugin: SIGKILL the plugin, start a new one, RecoverTask with the persisted
 // handle, and the task is the same process, still counting, and fully controllable.
 import { join } from "node:path";
+import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive, cleanup, execStream, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
 
@@ -74,6 +75,29 @@ describe("recover after a plugin crash", () => {
     expect(alive(state.driver.pid)).toBe(false);
     await second.driver.destroyTask({ taskId: t.id, force: false });
     await until(() => !alive(state.executor.pid), "the executor to exit after destroy");
+  });
+
+  it("reports the exit time the executor saw, not the re-attach time, for a task that ended while the plugin was down", async () => {
+    const first = await startPlugin();
+    const t = newTask(sh("exit 3"));
+    const handle = await start(first, t);
+    process.kill(first.pid, "SIGKILL");
+    await first.exited;
+    // The executor's own record of the exit (Nomad's ProcessState.Time), asked on a side connection.
+    const side = await reattachExecutor(decodeExecutorState(handle.driverState).executor);
+    const { process: ps } = await side.client.wait({});
+    side.close();
+    const exitedAt = Number(ps!.time!.seconds) * 1000 + Math.floor(ps!.time!.nanos / 1e6);
+    // A later millisecond than the exit before re-attaching: a re-attach time could not equal it.
+    await until(() => Date.now() > exitedAt, "the clock to pass the exit time");
+
+    const second = await startPlugin();
+    await second.driver.recoverTask({ taskId: t.id, handle });
+    expect((await second.driver.waitTask({ taskId: t.id })).result?.exitCode).toBe(3);
+    const { task } = await second.driver.inspectTask({ taskId: t.id });
+    const c = task!.completedAt!;
+    expect(Number(c.seconds) * 1000 + Math.floor(c.nanos / 1e6)).toBe(exitedAt);
+    await second.driver.destroyTask({ taskId: t.id, force: true });
   });
 
   it("reports an error (and keeps serving) when the task's executor is gone", async () => {

@@ -24,10 +24,11 @@ export { TaskCgroups } from "./executor/cgroups.js";
 export type { TaskCgroupsRequest, CgroupRoots } from "./executor/cgroups.js";
 export type { TaskExit, TaskLaunchOptions } from "./executor/process.js";
 export { prepareTaskContext, spawnInContext, commandInContext, lookPath } from "./executor/context.js";
+export { findTaskBinary } from "./exec/find-executable.js";
 export type { TaskContext, TaskContextOptions } from "./executor/context.js";
 export { execInContext, DEFAULT_EXEC_OUTPUT_LIMIT } from "./executor/exec.js";
 export type { ExecOptions, BufferedExecResult } from "./executor/exec.js";
-export { resolveUser } from "./executor/user.js";
+export { resolveUser, userCommand } from "./executor/user.js";
 export type { ResolvedUser } from "./executor/user.js";
 export { signalNumber, signalName } from "./executor/signals.js";
 export {

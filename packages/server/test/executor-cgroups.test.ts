@@ -12,6 +12,7 @@ import { ExecTaskStreamingRequestSchema, MemoryUsage_Fields, type ExecTaskStream
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
+import { createTestUser, parseGroups } from "./test-user.js";
 
 const isRoot = process.getuid?.() === 0;
 const V1 = "/sys/fs/cgroup";
@@ -459,6 +460,39 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     const tool = join(dir, "with=sign", "tool");
     writeFileSync(tool, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
     await expectRefused(exe2.client.launch({ cmd: tool, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, 'its path contains "="');
+  });
+});
+
+describe.skipIf(!isRoot)("executor cgroups: the task user's groups", () => {
+  it("runs the task behind the cgroup gate as the user, with its supplementary groups, as the process the executor waits on", async (t) => {
+    const mnt = mountV2();
+    if (!mnt) return t.skip();
+    const user = createTestUser("c");
+    cleanups.push(() => user.remove());
+    const cg = cgroup(join(mnt, `${tag}-user`));
+    const exe = await executor();
+    const out = join(dir, "user-groups");
+    const { process: p } = await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", 'echo $$; id -G; grep ^0:: /proc/self/cgroup; exec sleep 1000'],
+      env: [PATH],
+      user: user.name,
+      stdoutPath: out,
+      cgroupV2Override: cg,
+    });
+    await until("the task's output", () => existsSync(out) && readFileSync(out, "utf8").includes("0::"));
+    const [pid, groups, cgroupLine] = readFileSync(out, "utf8").trim().split("\n");
+    expect(Number(pid)).toBe(p!.pid);
+    expect(parseGroups(groups!)).toEqual(user.groups);
+    expect(cgroupLine).toBe(`0::/${tag}-user`);
+    expect(procs(cg)).toEqual([p!.pid]);
+    // Exec joins the cgroup as the user too.
+    const r = await exe.client.exec({ cmd: "sh", args: ["-c", "id -G; grep ^0:: /proc/self/cgroup"] });
+    const [execGroups, execCgroup] = Buffer.from(r.output).toString().trim().split("\n");
+    expect(parseGroups(execGroups!)).toEqual(user.groups);
+    expect(execCgroup).toBe(`0::/${tag}-user`);
+    await exe.shutdownTask("SIGTERM", 5_000);
+    expect((await exe.client.wait({})).process).toMatchObject({ pid: p!.pid, signal: 15 });
   });
 });
 

@@ -1,5 +1,5 @@
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { createReadStream, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -28,6 +28,7 @@ import {
 } from "../src/executor.js";
 import { LinuxNetnsManager } from "../src/network.js";
 import { hostCompute, processTree, totalTicks } from "../src/stats.js";
+import { createTestUser, parseGroups, type TestUser } from "./test-user.js";
 
 const isRoot = process.getuid?.() === 0;
 const PATH = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
@@ -205,6 +206,56 @@ describe("executor: launch and wait", () => {
     expect((await exe.client.wait({})).process!.exitCode).toBe(0);
   });
 
+  it("finds the command as Nomad's lookupBin does: <task>/local, then <task>, then PATH, and makes it executable", async () => {
+    const taskDir = file("task");
+    mkdirSync(join(taskDir, "local"), { recursive: true });
+    const bin = file("bin");
+    mkdirSync(bin);
+    const env = [`PATH=${bin}:/usr/bin:/bin`];
+    // An artifact unpacked without exec bits, and a same-named program in PATH it must win over.
+    writeFileSync(join(taskDir, "local", "nk-app"), '#!/bin/sh\necho "local $*"\n', { mode: 0o644 });
+    writeFileSync(join(bin, "nk-app"), "#!/bin/sh\necho path\n", { mode: 0o755 });
+    writeFileSync(join(taskDir, "nk-top"), "#!/bin/sh\necho top\n", { mode: 0o600 });
+    const run = async (cmd: string, args: string[] = []) => {
+      const exe = await executor();
+      const out = file("out");
+      await exe.client.launch({ cmd, args, env, taskDir, stdoutPath: out });
+      expect((await exe.client.wait({})).process!.exitCode, cmd).toBe(0);
+      return readFileSync(out, "utf8");
+    };
+    expect(await run("nk-app", ["a"])).toBe("local a\n");
+    expect(statSync(join(taskDir, "local", "nk-app")).mode & 0o777).toBe(0o755); // makeExecutable: 0644 | 0555
+    // A relative path with a slash is taken from the task directory (lookupBin's second place).
+    expect(await run("local/nk-app", ["b"])).toBe("local b\n");
+    expect(await run("nk-top")).toBe("top\n");
+    expect(statSync(join(taskDir, "nk-top")).mode & 0o777).toBe(0o755);
+    // Absolute paths and PATH still work; PATH is the task's.
+    expect(await run(join(bin, "nk-app"))).toBe("path\n");
+    expect(await run("sh", ["-c", "echo ok"])).toBe("ok\n");
+  });
+
+  it("reports a command found nowhere, and one in PATH it may not execute, naming cmd", async () => {
+    const taskDir = file("task");
+    mkdirSync(join(taskDir, "local"), { recursive: true });
+    const bin = file("bin");
+    mkdirSync(bin);
+    writeFileSync(join(bin, "nk-noexec"), "#!/bin/sh\nexit 0\n", { mode: 0o644 });
+    const env = [`PATH=${bin}:/usr/bin:/bin`];
+    const exe = await executor();
+    const missing = await exe.client.launch({ cmd: "nk-missing", env, taskDir }).catch((e: unknown) => e as ConnectError);
+    expect(missing).toBeInstanceOf(ConnectError);
+    expect((missing as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((missing as ConnectError).rawMessage).toBe(
+      `cmd: executable "nk-missing" not found (looked for ${[join(taskDir, "local", "nk-missing"), join(taskDir, "nk-missing")]
+        .map((p) => JSON.stringify(p))
+        .join(", ")}, the task's PATH)`,
+    );
+    // Host programs are only chmodded when found executable (Nomad's LookPath skips the others).
+    const noexec = await exe.client.launch({ cmd: "nk-noexec", env, taskDir }).catch((e: unknown) => e as ConnectError);
+    expect((noexec as ConnectError).rawMessage).toBe(`cmd: ${JSON.stringify(join(bin, "nk-noexec"))} is not executable`);
+    expect(statSync(join(bin, "nk-noexec")).mode & 0o777).toBe(0o644);
+  });
+
   it("writes stdout and stderr to files and to a FIFO", async () => {
     const exe = await executor();
     const fifo = file("fifo");
@@ -326,9 +377,12 @@ describe("executor: exec and stats", () => {
     const text = Buffer.from(r.output).toString();
     expect(text).toContain(`from-task\n${dir}\n`);
     expect(text).toContain("err\n");
-    // Past its deadline the command is killed: 128+9.
+    // Past its deadline the command is killed: -1, as Nomad's ExecScript (WaitStatus.ExitStatus()).
     const late = await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: timestampFromDate(new Date(Date.now() + 200)) });
-    expect(late.exitCode).toBe(137);
+    expect(late.exitCode).toBe(-1);
+    // So is any death by signal; an exit status stays as it is.
+    expect((await exe.client.exec({ cmd: "sh", args: ["-c", "kill -TERM $$"] })).exitCode).toBe(-1);
+    expect((await exe.client.exec({ cmd: "sh", args: ["-c", "exit 143"] })).exitCode).toBe(143);
     await expectCode(exe.client.exec({ cmd: "no-such-cmd-xyz", args: [] }), Code.InvalidArgument, "cmd");
   });
 
@@ -341,7 +395,7 @@ describe("executor: exec and stats", () => {
       args: ["-c", `setsid sh -c 'echo $$ > ${pidFile}; exec sleep 1000' & echo started; wait`],
       deadline: timestampFromDate(new Date(Date.now() + 500)),
     });
-    expect(r.exitCode).toBe(137);
+    expect(r.exitCode).toBe(-1);
     expect(Buffer.from(r.output).toString()).toContain("started");
     // The escaped process is the task's to clean up, not Exec's: end it here.
     const escaped = Number(readFileSync(pidFile, "utf8"));
@@ -349,9 +403,11 @@ describe("executor: exec and stats", () => {
     process.kill(escaped, "SIGKILL");
   });
 
-  it("Stats streams samples of the task's process tree with total_ticks from the executor's host", async () => {
+  it("Stats streams samples of the task's process tree with total_ticks from the compute the driver passed", async () => {
+    // The agent's topology, not this host's: Nomad's executors get the driver's Compute.
     const totalComputeMhz = 12_345;
-    const exe = await executor({ totalComputeMhz });
+    const numCores = hostCompute().numCores + 1;
+    const exe = await executor({ totalComputeMhz, numCores });
     const { process: p } = await exe.client.launch({
       cmd: "sh",
       args: ["-c", "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait"],
@@ -369,7 +425,7 @@ describe("executor: exec and stats", () => {
       if (samples.length === 2) break;
     }
     ac.abort();
-    const host = { numCores: hostCompute().numCores, totalComputeMhz };
+    const host = { numCores, totalComputeMhz };
     for (const s of samples) {
       expect(s.timestamp).toBeDefined();
       expect(s.aggResourceUsage?.cpu).toBeDefined();
@@ -472,6 +528,93 @@ describe.runIf(isRoot)("executor: network isolation", () => {
       Code.InvalidArgument,
       "network_isolation.path",
     );
+  });
+});
+
+describe.runIf(isRoot)("executor: the task user's groups", () => {
+  let user: TestUser;
+  beforeAll(() => {
+    user = createTestUser("x");
+  });
+  afterAll(() => user?.remove());
+
+  it("runs the task, Exec and ExecStreaming with the user's supplementary groups, the task's pid being the command's", async () => {
+    expect(user.groups).toEqual(expect.arrayContaining(user.supplementary));
+    const exe = await executor();
+    const out = file("groups");
+    const { process: p } = await exe.client.launch({
+      cmd: "sh",
+      args: ["-c", "echo $$; id -u; id -G"],
+      env: [PATH],
+      user: user.name,
+      stdoutPath: out,
+    });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+    const [pid, uid, groups] = readFileSync(out, "utf8").trim().split("\n");
+    // setpriv execs the command: the pid the executor waits on is the task's own.
+    expect(Number(pid)).toBe(p!.pid);
+    expect(uid).toBe(execFileSync("id", ["-u", user.name], { encoding: "utf8" }).trim());
+    expect(parseGroups(groups!)).toEqual(user.groups);
+
+    const exe2 = await executor();
+    await exe2.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], user: user.name });
+    expect(parseGroups(Buffer.from((await exe2.client.exec({ cmd: "id", args: ["-G"] })).output).toString())).toEqual(user.groups);
+    for (const tty of [false, true]) {
+      const q = new RequestQueue<ExecTaskStreamingRequest>();
+      q.push(req({ setup: { taskId: "t", command: ["id", "-G"], tty } }));
+      const r = await collectExec(exe2.client.execStreaming(q));
+      q.end();
+      expect(r.exitCode, `tty ${tty}`).toBe(0);
+      expect(parseGroups(r.stdout), `tty ${tty}`).toEqual(user.groups);
+    }
+  });
+
+  it("keeps the groups inside the allocation's network namespace", async () => {
+    const nets = new LinuxNetnsManager();
+    const allocId = `nk-groups-${process.pid}`;
+    const { spec } = await nets.create(allocId, "");
+    try {
+      const exe = await executor();
+      const out = file("netns-groups");
+      await exe.client.launch({
+        cmd: "sh",
+        args: ["-c", "id -G; cat /proc/net/dev"],
+        env: [PATH],
+        user: user.name,
+        stdoutPath: out,
+        networkIsolation: spec,
+      });
+      expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+      const lines = readFileSync(out, "utf8").trim().split("\n");
+      expect(parseGroups(lines[0]!)).toEqual(user.groups);
+      expect(lines.slice(3).map((l) => l.split(":")[0]!.trim())).toEqual(["lo"]);
+      expect(parseGroups(Buffer.from((await exe.client.exec({ cmd: "id", args: ["-G"] })).output).toString())).toEqual(user.groups);
+    } finally {
+      await nets.destroy(allocId, spec);
+    }
+  });
+
+  it("refuses, naming cmd, a command the user may not execute", async () => {
+    // Root's 0700 directory: the user cannot reach the script (spawn used to report EACCES).
+    const locked = mkdtempSync(join(tmpdir(), "nk-locked-"));
+    try {
+      const script = join(locked, "run");
+      writeFileSync(script, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+      const exe = await executor();
+      const err = await exe.client.launch({ cmd: script, env: [PATH], user: user.name }).catch((e: unknown) => e as ConnectError);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((err as ConnectError).rawMessage).toContain(`cmd: ${JSON.stringify(script)} is not executable by user ${JSON.stringify(user.name)}`);
+      // Reachable, but its interpreter is missing: said at launch, not left to setpriv's exit 127.
+      chmodSync(locked, 0o755);
+      writeFileSync(script, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });
+      const exe2 = await executor();
+      const noInterpreter = await exe2.client.launch({ cmd: script, env: [PATH], user: user.name }).catch((e: unknown) => e as ConnectError);
+      expect((noInterpreter as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((noInterpreter as ConnectError).rawMessage).toContain("/nonexistent/python9");
+    } finally {
+      rmSync(locked, { recursive: true, force: true });
+    }
   });
 });
 

@@ -194,7 +194,9 @@ async function bufferedRawExec(
     }
   } catch (e) {
     if (!timedOut()) throw e;
-    return { stdout: out.bytes(), stderr: err.bytes(), exitCode: 128 + 9, signal: 9 };
+    // What Nomad's ExecTask answers for a command it killed at the timeout (executor ExecScript:
+    // WaitStatus.ExitStatus() of a signalled process, no signal in the result).
+    return { stdout: out.bytes(), stderr: err.bytes(), exitCode: -1, signal: 0 };
   } finally {
     ended();
   }

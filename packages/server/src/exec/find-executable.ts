@@ -3,7 +3,7 @@
  * then a clear InvalidArgument naming the request field, not a child that dies with ENOENT.
  * Shared by the in-plugin exec engine and the executor.
  */
-import { accessSync, constants, statSync } from "node:fs";
+import { accessSync, chmodSync, constants, statSync } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 
@@ -13,22 +13,105 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 /**
  * The absolute path of `file`: as given (relative to `cwd`) when it contains a slash, else the
  * first executable regular file named `file` in `env.PATH` (relative entries from `cwd`).
- * Throws InvalidArgument naming `field` when it is empty or nothing fits.
+ * Throws InvalidArgument naming `field` when it is empty, nothing fits, or only a file without
+ * execute permission does.
  */
 export function findExecutable(file: string, env: Readonly<Record<string, string>>, cwd: string | undefined, field: string): string {
   if (!file) throw new ConnectError(`${field}: must not be empty`, Code.InvalidArgument);
+  const r = search(file, env, cwd);
+  if (r.path !== undefined) return r.path;
+  if (r.notExecutable !== undefined) throw notExecutable(r.notExecutable, field);
+  throw new ConnectError(`${field}: executable ${JSON.stringify(file)} not found${file.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
+}
+
+function search(file: string, env: Readonly<Record<string, string>>, cwd: string | undefined): { path?: string; notExecutable?: string } {
   const base = cwd ?? process.cwd();
   const candidates = file.includes("/")
     ? [isAbsolute(file) ? file : resolve(base, file)]
     : (env.PATH ?? DEFAULT_PATH).split(delimiter).map((d) => join(resolve(base, d || "."), file));
+  let skipped: string | undefined;
   for (const c of candidates) {
+    if (!isFile(c)) continue;
     try {
-      if (!statSync(c).isFile()) continue;
       accessSync(c, constants.X_OK);
-      return c;
+      return { path: c };
     } catch {
-      // next candidate
+      skipped ??= c; // execvp goes on too; kept to say why nothing was found
     }
   }
-  throw new ConnectError(`${field}: executable ${JSON.stringify(file)} not found${file.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
+  return skipped === undefined ? {} : { notExecutable: skipped };
+}
+
+function isFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function notExecutable(path: string, field: string, why = ""): ConnectError {
+  return new ConnectError(`${field}: ${JSON.stringify(path)} is not executable${why}`, Code.InvalidArgument);
+}
+
+/**
+ * Finds a task's command the way Nomad's executor does (`lookupBin`), then makes it executable for
+ * everyone (`makeExecutable`: adds 0555), so an artifact unpacked without its exec bits still runs.
+ * Looks, in order, at `<taskDir>/local/<file>`, `<taskDir>/<file>` (also for names with a slash such
+ * as `local/app`), `file` itself when absolute, and last the task's PATH (`env.PATH`; a relative
+ * name with a slash is taken from `cwd` there). Throws InvalidArgument naming `field` when nothing
+ * is found or the file found cannot be made executable.
+ *
+ * @example
+ * ```ts
+ * import { findTaskBinary } from "@nomadkit/server/executor";
+ * // An artifact in <taskDir>/local wins over PATH, and gets a+rx when it lacks it.
+ * const file = findTaskBinary("app", "/var/nomad/alloc/1/web", { PATH: "/usr/bin:/bin" }, undefined, "cmd");
+ * ```
+ */
+export function findTaskBinary(
+  file: string,
+  taskDir: string | undefined,
+  env: Readonly<Record<string, string>>,
+  cwd: string | undefined,
+  field: string,
+): string {
+  if (!file) throw new ConnectError(`${field}: must not be empty`, Code.InvalidArgument);
+  // join() cleans like Go's filepath.Join: an absolute name is looked up under the task directory too.
+  const inTask = taskDir ? [join(taskDir, "local", file), join(taskDir, file)] : [];
+  // Nomad's host step takes a path only when absolute, never relative to the executor's directory.
+  let path = [...inTask, ...(isAbsolute(file) ? [file] : [])].find(isFile);
+  if (path === undefined) {
+    const r = search(file, env, cwd);
+    if (r.notExecutable !== undefined && r.path === undefined) {
+      // Nomad's LookPath passes over it as well (and would say "not found"); it is not chmodded.
+      throw notExecutable(r.notExecutable, field);
+    }
+    if (r.path === undefined) {
+      const last = file.includes("/") ? JSON.stringify(resolve(cwd ?? process.cwd(), file)) : "the task's PATH";
+      const places = new Set([...inTask.map((p) => JSON.stringify(p)), last]);
+      throw new ConnectError(`${field}: executable ${JSON.stringify(file)} not found (looked for ${[...places].join(", ")})`, Code.InvalidArgument);
+    }
+    path = r.path;
+  }
+  makeExecutable(path, field);
+  return path;
+}
+
+/** Nomad's makeExecutable: adds r-x for owner, group and others when any of it is missing. */
+function makeExecutable(path: string, field: string): void {
+  const perm = statSync(path).mode & 0o7777;
+  if ((perm & 0o555) === 0o555) return;
+  try {
+    chmodSync(path, perm | 0o555);
+  } catch (err) {
+    // Nomad fails here; a file this process may run anyway (one it cannot chmod) is let through.
+    try {
+      accessSync(path, constants.X_OK);
+      return;
+    } catch {
+      // report why it could not be made executable
+    }
+    throw notExecutable(path, field, ` and cannot be made so: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
 }

@@ -366,7 +366,7 @@ function subtreePids(dir: string): number[] {
  * A script whose interpreter is missing or not executable: spawn would fail with ENOENT/EACCES,
  * while behind the gate it would only be `env`'s exit 127. Say so at launch instead.
  */
-function checkInterpreter(file: string): void {
+export function checkInterpreter(file: string): void {
   let head = "";
   try {
     const fd = openSync(file, "r");

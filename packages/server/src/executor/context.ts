@@ -7,8 +7,8 @@ import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
 import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
 import type { NetworkIsolation } from "../network/types.js";
-import type { TaskCgroups } from "./cgroups.js";
-import { resolveUser, type ResolvedUser } from "./user.js";
+import { checkInterpreter, type TaskCgroups } from "./cgroups.js";
+import { resolveUser, userCommand, type ResolvedUser } from "./user.js";
 
 /** Where and as whom a task's processes run: shared by the task itself, Exec and ExecStreaming. */
 export interface TaskContext {
@@ -118,8 +118,11 @@ export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
 }
 
 /**
- * The command line and spawn options that run `file args` in `ctx` (netns wrapper, uid/gid), for
- * runners other than `child_process.spawn` (e.g. node-pty).
+ * The command line and spawn options that run `file args` in `ctx` (user with its groups, netns
+ * wrapper), for runners other than `child_process.spawn` (e.g. node-pty). A task user is switched
+ * to by `setpriv` (uid, gid and supplementary groups, as Nomad sets them), inside `nsenter` when the
+ * task has a network namespace; only where setpriv is missing are uid/gid returned for the spawner
+ * (which drops the supplementary groups).
  *
  * @example
  * ```ts
@@ -132,21 +135,24 @@ export function commandInContext(
   file: string,
   args: readonly string[],
 ): {
-  /** Executable to spawn (`nsenter` when the task has a network namespace). */
+  /** Executable to spawn (`nsenter` with a network namespace, `setpriv` with a user). */
   file: string;
   /** Its arguments. */
   args: string[];
-  /** uid to spawn with; unset with a namespace (nsenter switches user itself, after setns). */
+  /** uid to spawn with; only without setpriv and namespace. */
   uid?: number;
-  /** gid to spawn with; unset with a namespace. */
+  /** gid to spawn with; only without setpriv and namespace. */
   gid?: number;
 } {
+  const asUser = ctx.user ? userCommand(ctx.user, file, args) : undefined;
+  const cmd = asUser ?? { file, args: [...args] };
   if (ctx.network) {
-    // Entering the namespace needs root, so nsenter switches user after setns.
-    return netnsCommand(ctx.network, file, args, ctx.user ? { uid: ctx.user.uid, gid: ctx.user.gid } : {});
+    // Entering the namespace needs root, so the user is switched to after setns.
+    const ids = ctx.user && !asUser ? { uid: ctx.user.uid, gid: ctx.user.gid } : {};
+    return netnsCommand(ctx.network, cmd.file, cmd.args, ids);
   }
-  const out: { file: string; args: string[]; uid?: number; gid?: number } = { file, args: [...args] };
-  if (ctx.user) {
+  const out: { file: string; args: string[]; uid?: number; gid?: number } = cmd;
+  if (ctx.user && !asUser) {
     out.uid = ctx.user.uid;
     out.gid = ctx.user.gid;
   }
@@ -154,7 +160,7 @@ export function commandInContext(
 }
 
 /**
- * Spawns `file args` in a task context: its env, cwd, user (setuid/setgid), network namespace
+ * Spawns `file args` in a task context: its env, cwd, user (uid, gid and groups), network namespace
  * (through nsenter) and cgroups (entered before the command runs; a cgroup that refuses the
  * process throws FailedPrecondition). `options` may add stdio, detached, etc.; env/cwd/uid/gid
  * come from `ctx`.
@@ -168,6 +174,8 @@ export function commandInContext(
  */
 export function spawnInContext(ctx: TaskContext, file: string, args: readonly string[], options: SpawnOptions = {}): ChildProcess {
   const c = commandInContext(ctx, file, args);
+  // Behind nsenter/setpriv a missing interpreter would only be an exit code: say so now.
+  if (c.file !== file) checkInterpreter(file);
   const opts: SpawnOptions = { ...options, env: ctx.env };
   if (ctx.cwd !== undefined) opts.cwd = ctx.cwd;
   if (c.uid !== undefined) opts.uid = c.uid;

@@ -1,13 +1,15 @@
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { lookPath, spawnInContext, type TaskContext } from "./context.js";
-import { signalNumber } from "./signals.js";
 
 /** Result of {@link execInContext}. */
 export interface BufferedExecResult {
   /** stdout and stderr interleaved in arrival order (truncated to the limit). */
   output: Buffer;
-  /** Exit status; 128+N when killed by signal N (also when killed at the deadline). */
+  /**
+   * Exit status; -1 when killed by a signal (also at the deadline), as Nomad's ExecScript reports
+   * it (Go's WaitStatus.ExitStatus()). Task exits and exec sessions use 128+N instead.
+   */
   exitCode: number;
   /** True when the deadline passed and the command was killed. */
   timedOut: boolean;
@@ -73,12 +75,13 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
   }
   options.signal?.addEventListener("abort", kill, { once: true });
   try {
-    const [code, sig] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
+    const code = await new Promise<number | null>((resolve, reject) => {
       child.once("error", reject);
       // 'close' waits for both pipes to drain, so no output is lost.
-      child.once("close", (c, s) => resolve([c, s]));
+      child.once("close", (c) => resolve(c));
     });
-    return { output: Buffer.concat(chunks, size), exitCode: code ?? 128 + (sig ? signalNumber(sig) : 0), timedOut };
+    // Signalled: -1, Nomad's ExecScript's value (script checks read it as critical).
+    return { output: Buffer.concat(chunks, size), exitCode: code ?? -1, timedOut };
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener("abort", kill);

@@ -13,8 +13,14 @@ export interface ExecutorConfig {
   logFile?: string;
   /** Lowest log level; default `debug`. */
   logLevel?: LogLevel;
-  /** Host compute override for total_ticks (Nomad's `cpu_total_compute`). */
+  /**
+   * Host compute for total_ticks: the agent's total MHz (Nomad's `cpu_total_compute`, or its
+   * topology's sum). Pass the driver's `ctx.hostCompute` (with {@link numCores}) so the executor's
+   * total_ticks equal Nomad's, as Nomad's drivers hand their executors `Compute`.
+   */
   totalComputeMhz?: number;
+  /** Number of cores of the agent's topology, the divisor of total_ticks; default: detected. */
+  numCores?: number;
   /**
    * Exit once Shutdown has stopped the task (default true). With false the executor keeps serving
    * (Wait, Stats...) until the driver kills it, as Nomad's Go executor does.
@@ -120,6 +126,7 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
   let served: ServedPlugin | undefined;
   const hostOpts: Parameters<typeof hostCompute>[0] = {};
   if (config.totalComputeMhz) hostOpts.totalComputeMhz = config.totalComputeMhz;
+  if (config.numCores) hostOpts.numCores = config.numCores;
   const service = new ExecutorService({
     host: hostCompute(hostOpts),
     logger,

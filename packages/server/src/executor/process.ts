@@ -5,8 +5,10 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { processTree } from "../stats/proc.js";
-import { lookPath, prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
+import { findTaskBinary } from "../exec/find-executable.js";
+import { prepareTaskContext, spawnInContext, type TaskContext, type TaskContextOptions } from "./context.js";
 import { pidExists } from "./pids.js";
+import { assertExecutableBy } from "./user.js";
 import { signalName, signalNumber } from "./signals.js";
 
 /** How a task process ended (or, before that, how it was started). */
@@ -25,7 +27,10 @@ export interface TaskExit {
 
 /** What to launch: LaunchRequest's fields in TypeScript form. */
 export interface TaskLaunchOptions extends TaskContextOptions {
-  /** Executable: a path, or a name looked up in the task's PATH. */
+  /**
+   * Executable, found as Nomad's executor does: `<taskDir>/local/<cmd>`, `<taskDir>/<cmd>`, `cmd`
+   * when absolute, then the task's PATH; made executable (a+rx) when it is not.
+   */
   cmd: string;
   /** Arguments, without the executable. */
   args?: readonly string[];
@@ -101,7 +106,9 @@ export class TaskProcess {
     checkProcessStrings([options.cmd], () => "cmd");
     checkProcessStrings(options.args ?? [], (i) => `args[${i}]`);
     const context = await prepareTaskContext(options);
-    const file = lookPath(options.cmd, context, "cmd");
+    // Nomad's lookup: the task's local/ and task directories before the host, chmodding what it finds.
+    const file = findTaskBinary(options.cmd, options.taskDir, context.env, context.cwd, "cmd");
+    if (context.user) await assertExecutableBy(context.user, file, "cmd");
     const out = await openOutput(options.stdoutPath, "stdout_path");
     let err: FileHandle | undefined;
     try {

@@ -194,7 +194,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     return {
       /** stdout and stderr of the command, interleaved, up to the output limit. */
       output: r.output,
-      /** Exit status; 128+N when killed by signal N. */
+      /** Exit status; -1 when killed by a signal, as Nomad's executor (ExecScript). */
       exitCode: r.exitCode,
     };
   }
