@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, dirname, isAbsolute, join, resolve } from "node:path";
+import { join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   createTaskDirs,
@@ -87,36 +87,6 @@ export interface KillRecord {
   ms: number;
 }
 
-/**
- * Removes the directory a dead plugin made for its unix socket (go-plugin's `plugin-XXXX`), which a
- * plugin that is SIGKILLed cannot remove itself. Conservative, as the suite cannot know for sure
- * who made it: only a directory owned by this user, that changed since `since` (the launch: the
- * socket was created in it then), and that is empty or holds nothing but that socket; never the
- * temp dir or a directory in `keep` (the configured `PLUGIN_UNIX_SOCKET_DIR`). True when removed.
- */
-export function removePluginSocketDir(socket: string, since: number, keep: readonly string[] = []): boolean {
-  if (!isAbsolute(socket)) return false;
-  const dir = dirname(socket);
-  if (dir === dirname(dir) || [tmpdir(), ...keep].some((k) => resolve(k) === dir)) return false;
-  try {
-    const st = lstatSync(dir);
-    if (!st.isDirectory()) return false;
-    if (process.getuid && st.uid !== process.getuid()) return false;
-    // Timestamps are coarse on some file systems: a second of slack.
-    if (st.mtimeMs < since - 1000) return false;
-    const entries = readdirSync(dir);
-    if (entries.some((e) => e !== basename(socket))) return false;
-    if (entries.length === 1) {
-      if (!lstatSync(socket).isSocket()) return false;
-      unlinkSync(socket);
-    }
-    rmdirSync(dir);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** State shared by the checks of one run. */
 export class Suite {
   readonly root: string;
@@ -135,7 +105,6 @@ export class Suite {
   /** Plugins that died on their own: during which check, and how. */
   readonly deaths = new Map<PluginClient, { during: string; exit: PluginExit }>();
   /** When each plugin was launched (epoch ms), to recognise the socket directory it made. */
-  private readonly launchedAt = new Map<PluginClient, number>();
   /** Aborted when cleanup begins: launches in flight give up, and no plugin or task starts after. */
   private readonly closing = new AbortController();
   /** Launches and StartTask calls in flight; cleanup waits for them before it looks at what exists. */
@@ -181,7 +150,6 @@ export class Suite {
 
   private async spawn(signal?: AbortSignal): Promise<PluginClient> {
     const o = this.opts;
-    const since = Date.now();
     const p = await launchPlugin(o.plugin, o.args, {
       env: o.env,
       logger: o.logger,
@@ -191,7 +159,6 @@ export class Suite {
       signal,
     });
     this.plugins.push(p);
-    this.launchedAt.set(p, since);
     const info = procInfo(p.pid);
     if (info) this.floor = Math.min(this.floor ?? info.start, info.start);
     void p.exited.then((exit) => {
@@ -493,11 +460,8 @@ export class Suite {
     }
     for (const pl of this.plugins) this.rememberProcesses(pl);
     await Promise.all(this.plugins.filter((pl) => !pl.exitSignal.aborted).map((pl) => pl.kill().catch(() => undefined)));
+    // (@nomadkit/client removes the socket directory of each plugin it saw die.)
     this.killOrphans();
-    const keep = [this.opts.env?.PLUGIN_UNIX_SOCKET_DIR ?? process.env.PLUGIN_UNIX_SOCKET_DIR, this.opts.env?.TMPDIR].filter((d): d is string => !!d);
-    for (const pl of this.plugins) {
-      if (pl.network === "unix") removePluginSocketDir(pl.address, this.launchedAt.get(pl) ?? 0, keep);
-    }
     if (existsSync(this.root)) rmSync(this.root, { recursive: true, force: true });
   }
 

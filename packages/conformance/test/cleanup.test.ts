@@ -2,14 +2,12 @@
 // plugin the suite SIGKILLs on purpose: every plugin, task and socket directory the suite started
 // is gone when runConformance settles. All with real plugin processes (the reference driver and a
 // fixture driver whose tasks are plain children of the plugin).
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { formatReport, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
-import { removePluginSocketDir } from "../src/suite.js";
 import { processGone } from "../src/util.js";
 
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
@@ -115,49 +113,6 @@ describe("the socket directory of the plugin SIGKILLed by the recover check", ()
     },
     120_000,
   );
-
-  it("is only removed when it holds nothing but the dead plugin's socket and changed since the launch", () => {
-    const since = Date.now() - 1000;
-    const leftover = (name: string): { dir: string; sock: string } => {
-      const dir = join(mkdtempSync(join(root, `${name}-`)), "plugin-x");
-      mkdirSync(dir);
-      const sock = join(dir, "plugin.sock");
-      // A unix socket left behind by a process that died without closing it.
-      const r = spawnSync(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(sock)}, () => process.kill(process.pid, "SIGKILL"))`]);
-      expect(r.signal).toBe("SIGKILL");
-      return { dir, sock };
-    };
-
-    const only = leftover("only");
-    expect(removePluginSocketDir(only.sock, since)).toBe(true);
-    expect(existsSync(only.dir)).toBe(false);
-
-    const shared = leftover("shared");
-    writeFileSync(join(shared.dir, "other"), "");
-    expect(removePluginSocketDir(shared.sock, since)).toBe(false);
-    expect(readdirSync(shared.dir).sort()).toEqual(["other", "plugin.sock"]);
-
-    const old = leftover("old");
-    const long = new Date(Date.now() - 3_600_000);
-    utimesSync(old.dir, long, long);
-    expect(removePluginSocketDir(old.sock, since)).toBe(false);
-    expect(readdirSync(old.dir)).toEqual(["plugin.sock"]);
-
-    const notSocket = join(mkdtempSync(join(root, "file-")), "plugin-y");
-    mkdirSync(notSocket);
-    writeFileSync(join(notSocket, "plugin.sock"), "");
-    expect(removePluginSocketDir(join(notSocket, "plugin.sock"), since)).toBe(false);
-    expect(existsSync(join(notSocket, "plugin.sock"))).toBe(true);
-
-    const empty = join(mkdtempSync(join(root, "empty-")), "plugin-z");
-    mkdirSync(empty);
-    expect(removePluginSocketDir(join(empty, "plugin.sock"), since)).toBe(true);
-    expect(existsSync(empty)).toBe(false);
-
-    // Never the configured base directory or the temp dir itself.
-    expect(removePluginSocketDir(join(tmpdir(), "plugin.sock"), since)).toBe(false);
-    expect(existsSync(tmpdir())).toBe(true);
-  });
 });
 
 describe("a driver that cannot recover tasks", () => {

@@ -18,6 +18,7 @@ export type {
   ReattachConfig,
 } from "./launch.js";
 export { parseHandshake, PluginLaunchError } from "./handshake.js";
+export { removePluginSocketDir } from "./socket-dir.js";
 export type { Handshake } from "./handshake.js";
 export { parseLogLine } from "./hclog.js";
 export type { PluginLogEntry, PluginLogger, PluginLogLevel } from "./hclog.js";
