@@ -1,6 +1,7 @@
 // Start-up failures on both sides of the handshake, with real processes.
 import { afterEach, describe, expect, it } from "vitest";
 import { PluginLaunchError, launchPlugin } from "@nomadkit/client";
+import { negotiateProtocolVersion } from "../src/goplugin/env.js";
 import {
   NOMAD_COOKIE,
   fixture,
@@ -41,6 +42,12 @@ describe("plugin side of the handshake", () => {
     expect(raw.stdout()).toBe("");
     expect(raw.stderr()).toContain("3, 4");
     expect(raw.stderr()).toContain("this plugin speaks 2");
+  });
+
+  it("picks the highest version both speak, and the plugin's lowest for a host that offers none (go-plugin)", () => {
+    expect(negotiateProtocolVersion({ PLUGIN_PROTOCOL_VERSIONS: "1,2,3" }, [1, 2])).toBe(2);
+    expect(negotiateProtocolVersion({ PLUGIN_PROTOCOL_VERSIONS: "1" }, [2, 1])).toBe(1);
+    expect(negotiateProtocolVersion({}, [2, 1, 3])).toBe(1);
   });
 
   it("accepts a list of offered versions that includes 2", async () => {

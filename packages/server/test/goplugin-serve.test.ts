@@ -1,4 +1,6 @@
 // servePlugin as Nomad sees it: a real fixture plugin process launched by launchPlugin.
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { statSync, existsSync } from "node:fs";
 import { dirname } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -7,10 +9,12 @@ import {
   PluginShutdownError,
   reattachPlugin,
   type PluginClient,
+  type ReattachConfig,
 } from "@nomadkit/client";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "@nomadkit/protocol/health";
 import {
   NOMAD_COOKIE,
+  fixture,
   launchTestDriver,
   spawnRaw,
   testDriver,
@@ -244,6 +248,8 @@ describe("servePlugin", () => {
     await expect(plugin.basePlugin.pluginInfo({})).rejects.toBeInstanceOf(
       PluginShutdownError,
     );
+    // It could not remove its socket directory; the host did, once it saw the exit.
+    expect(existsSync(dirname(plugin.address))).toBe(false);
   });
 
   it("answers unknown methods with Unimplemented", async () => {
@@ -257,6 +263,27 @@ describe("servePlugin", () => {
     expect((err as InstanceType<typeof ConnectError>).code).toBe(
       Code.Unimplemented,
     );
+  });
+});
+
+describe("a plugin whose host left", () => {
+  it("outlives a host that closed its client, serves on when its stderr writes fail, and is reattached", async () => {
+    const host = spawn(process.execPath, [fixture("closing-host.mjs"), testDriver, "stderr-on-config"], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    host.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    // close() leaves nothing holding the host's event loop: it exits by itself.
+    expect(await once(host, "exit")).toEqual([0, null]);
+    const config = JSON.parse(out) as ReattachConfig;
+    const plugin = await reattachPlugin(config);
+    cleanups.push(() => plugin.kill());
+    // Nobody reads its stderr any more: console.error fails with EPIPE, which must not end it.
+    await plugin.basePlugin.setConfig({});
+    await plugin.basePlugin.setConfig({});
+    expect((await plugin.health.check({ service: "plugin" })).status).toBe(ServingStatus.SERVING);
+    await plugin.kill();
+    expect(existsSync(dirname(config.address))).toBe(false);
   });
 });
 

@@ -25,6 +25,7 @@ import {
   tcpTarget,
   type Handshake,
 } from "./handshake.js";
+import { removePluginSocketDir } from "./socket-dir.js";
 import {
   LineReader,
   parseLogLine,
@@ -164,7 +165,10 @@ export interface PluginClient {
    * the exit, then SIGKILL. Resolves with how the process ended (null code/signal when reattached).
    */
   kill(): Promise<PluginExit>;
-  /** Closes the connection without stopping the plugin (it keeps running; reattach later). */
+  /**
+   * Closes the connection without stopping the plugin: it keeps running (reattach later with
+   * {@link reattachConfig}) and no longer keeps this process alive.
+   */
   close(): void;
 }
 
@@ -241,6 +245,10 @@ interface ClientParts {
   recentStderr(): string;
   onClose?(): void;
   options: PluginConnectOptions;
+  /** When the process was started (ms since the epoch), 0 when unknown: bounds which socket directory is its. */
+  startedAt: number;
+  /** Socket directories never removed: the plugin's configured PLUGIN_UNIX_SOCKET_DIR and temp dir. */
+  socketDirsKept: readonly (string | undefined)[];
 }
 
 function buildClient(parts: ClientParts): PluginClient {
@@ -261,6 +269,8 @@ function buildClient(parts: ClientParts): PluginClient {
     parts.onClose?.();
   };
   void parts.exited.then(() => {
+    // A plugin killed hard could not remove its socket; go-plugin hosts leave it in the temp dir.
+    if (parts.params.network === "unix") removePluginSocketDir(parts.params.address, parts.startedAt, parts.socketDirsKept);
     closeController.abort();
     // Let in-flight calls see the failure before the session goes away.
     setImmediate(close);
@@ -437,6 +447,7 @@ export async function launchPlugin(
   if (options.unixSocketGroup)
     env.PLUGIN_UNIX_SOCKET_GROUP = options.unixSocketGroup;
 
+  const startedAt = Date.now();
   const child = spawn(cmd, [...args], {
     env,
     cwd: options.cwd,
@@ -577,6 +588,15 @@ export async function launchPlugin(
     process: child,
     recentStderr,
     options,
+    // "Keeps running": nothing of it holds this process's event loop any more. Its output is still
+    // read while this process lives (a plugin blocked on a full stderr pipe would hang).
+    onClose: () => {
+      child.unref();
+      (child.stdout as net.Socket).unref();
+      (child.stderr as net.Socket).unref();
+    },
+    startedAt,
+    socketDirsKept: [env.PLUGIN_UNIX_SOCKET_DIR, env.TMPDIR],
   });
   try {
     await ping(
@@ -680,6 +700,8 @@ export async function reattachPlugin(
     recentStderr: () => "",
     onClose: () => clearInterval(poll),
     options,
+    startedAt: 0,
+    socketDirsKept: [process.env.PLUGIN_UNIX_SOCKET_DIR, process.env.TMPDIR],
   });
   // kill() waits on `exited`; poll faster while a kill is in progress so it resolves promptly
   // (a plugin exits within a few ms of answering Shutdown; at 50 ms, kill() took ~50 ms).

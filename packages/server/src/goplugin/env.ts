@@ -74,8 +74,11 @@ export function hasCookie(env: NodeJS.ProcessEnv, h: HandshakeConfig): boolean {
 }
 
 /**
- * Picks the app protocol version from `PLUGIN_PROTOCOL_VERSIONS` (comma-separated, host's list).
- * Without the variable the plugin's own (highest) version is used, as go-plugin does.
+ * Picks the app protocol version from `PLUGIN_PROTOCOL_VERSIONS` (comma-separated, host's list):
+ * the highest both speak. Without the variable (a legacy host) the plugin's lowest version, as
+ * go-plugin does. Where go-plugin would skip an unparseable entry, or serve its lowest version to a
+ * host that offers none of its own and let the host refuse it, this fails with an error naming the
+ * variable: the plugin could not serve that host anyway.
  */
 export function negotiateProtocolVersion(
   env: NodeJS.ProcessEnv,
@@ -83,7 +86,7 @@ export function negotiateProtocolVersion(
 ): number {
   const own = [...supported].sort((a, b) => b - a);
   const raw = env.PLUGIN_PROTOCOL_VERSIONS;
-  if (raw === undefined || raw.trim() === "") return own[0]!;
+  if (raw === undefined || raw.trim() === "") return own[own.length - 1]!;
   const offered: number[] = [];
   for (const part of raw.split(",")) {
     const n = Number(part.trim());

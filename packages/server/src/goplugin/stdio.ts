@@ -32,6 +32,7 @@ export class StdioCapture {
   private partialLine = "";
   private originalStdout?: WriteFn;
   private originalStderr?: WriteFn;
+  private stderrGone = false;
   private stdoutLog: Logger;
 
   constructor(logger: Logger) {
@@ -51,6 +52,10 @@ export class StdioCapture {
     this.originalStdout = stdout.write;
     this.originalStderr = stderr.write;
     const origErr = this.originalStderr;
+    // The host gone (an agent restarting) makes writes to fd 2 fail with EPIPE, an 'error' event
+    // that would end the process: the plugin lives on for the host that reattaches, so later
+    // stderr writes only reach GRPCStdio.
+    stderr.on("error", () => (this.stderrGone = true));
     stdout.write = ((
       chunk: unknown,
       encoding?: unknown,
@@ -69,6 +74,10 @@ export class StdioCapture {
     ): boolean => {
       const buf = toBuffer(chunk, encoding);
       this.push({ channel: STDERR, data: buf });
+      if (this.stderrGone || stderr.destroyed) {
+        callLater(encoding, cb);
+        return true;
+      }
       return (
         origErr as (c: unknown, e?: unknown, cb?: unknown) => boolean
       ).call(stderr, chunk, encoding, cb);
