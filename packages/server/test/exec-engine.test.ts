@@ -7,6 +7,8 @@ import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@
 import { describe, expect, it } from "vitest";
 import { TerminalResizes, execStreaming, runExecCommand, type ExecTaskStream } from "../src/exec/index.js";
 import { RequestQueue } from "@nomadkit/client";
+import fc from "fast-check";
+import { OutputTail } from "../src/exec/output-tail.js";
 
 
 const req = (init: Parameters<typeof create<typeof ExecTaskStreamingRequestSchema>>[1]) => create(ExecTaskStreamingRequestSchema, init);
@@ -118,6 +120,20 @@ describe("raw engine", () => {
   });
 });
 
+describe("OutputTail", () => {
+  it("keeps exactly the last `limit` bytes of everything pushed", () => {
+    fc.assert(
+      fc.property(fc.array(fc.uint8Array({ maxLength: 40 }), { maxLength: 30 }), fc.integer({ min: 0, max: 64 }), (chunks, limit) => {
+        const tail = new OutputTail(limit);
+        for (const c of chunks) tail.push(c);
+        const all = Buffer.concat(chunks);
+        expect(tail.bytes()).toEqual(all.subarray(Math.max(0, all.length - limit)));
+      }),
+      { seed: 7, numRuns: 300 },
+    );
+  });
+});
+
 describe("runExecCommand", () => {
   it("with a tty, keeps output written just before exit even when the reader is slow", async () => {
     const size = 300_000;
@@ -137,6 +153,53 @@ describe("runExecCommand", () => {
     expect(received).toBe(size);
     expect(exit).toBe(3);
   }, 120_000);
+
+  it("with a tty, takes no more input while the program does not read it", async () => {
+    const chunk = Buffer.alloc(64 * 1024, 0x61);
+    let produced = 0;
+    // Capped, so that a runner without backpressure fails the test instead of filling memory.
+    const stdin = new Readable({
+      highWaterMark: chunk.length,
+      read() {
+        produced += chunk.length;
+        this.push(produced > 256 * 1024 * 1024 ? null : chunk);
+      },
+    });
+    let out = "";
+    let ready!: () => void;
+    const isReady = new Promise<void>((r) => (ready = r));
+    const stdout = new Writable({
+      write(c: Buffer, _e, cb) {
+        out += c.toString("latin1");
+        if (out.includes("ready")) ready();
+        cb();
+      },
+    });
+    const ac = new AbortController();
+    const run = runExecCommand(
+      { command: ["sh", "-c", "stty raw -echo; echo ready; exec sleep 60"], tty: true },
+      { stdin, stdout, stderr: new PassThrough().resume(), signal: ac.signal },
+    );
+    await isReady;
+    await sleep(500);
+    // The terminal's input buffer, a chunk being written and the stream's buffer: nothing like 256 MiB.
+    expect(produced).toBeLessThan(4 * 1024 * 1024);
+    ac.abort();
+    await run.catch(() => undefined);
+  }, 60_000);
+
+  it("with a tty, end of input after a partial line still ends a reader such as cat", async () => {
+    let out = "";
+    const stdout = new Writable({
+      write(c: Buffer, _e, cb) {
+        out += c.toString();
+        cb();
+      },
+    });
+    const r = await runExecCommand({ command: ["cat"], tty: true }, { stdin: Readable.from([Buffer.from("abc")]), stdout, stderr: new PassThrough().resume() });
+    expect(r.exitCode).toBe(0);
+    expect(out).toContain("abc");
+  }, 60_000);
 
   it("reports a missing executable naming it", async () => {
     await expect(

@@ -386,6 +386,16 @@ describe("executor: exec and stats", () => {
     await expectCode(exe.client.exec({ cmd: "no-such-cmd-xyz", args: [] }), Code.InvalidArgument, "cmd");
   });
 
+  it("Exec keeps the last 4 KiB of output, as Nomad's executor keeps for a script check", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const r = await exe.client.exec({ cmd: "sh", args: ["-c", "head -c 20000 /dev/zero | tr '\\0' x; echo 'CRITICAL: db unreachable'; exit 2"] });
+    expect(r.exitCode).toBe(2);
+    const text = Buffer.from(r.output).toString();
+    expect(text).toHaveLength(4096);
+    expect(text.endsWith("xxx\nCRITICAL: db unreachable\n".slice(-4096))).toBe(true);
+  });
+
   it("Exec ends at its deadline even when a process that left the group holds the output", async () => {
     const exe = await executor();
     await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });

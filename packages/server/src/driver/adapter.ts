@@ -24,6 +24,7 @@ import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
 import { decodeConfig } from "../config/decode.js";
 import { execStreaming, toExitResult, type ExecSession } from "../exec/session.js";
 import { TerminalResizes } from "../exec/resize.js";
+import { CHECK_OUTPUT_LIMIT, OutputTail } from "../exec/output-tail.js";
 import { signalName, signalNumber } from "../executor/signals.js";
 import type { BasePluginHandlers } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import type { DriverHandlers } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
@@ -62,7 +63,10 @@ export interface DriverHandlerOptions {
   hostCompute?: HostCompute | undefined;
   /** Largest exec output payload per message. Default 1 MiB. */
   maxExecChunkSize?: number | undefined;
-  /** Output kept per stream by the default buffered ExecTask (built on execTaskStreaming). Default 2 MiB. */
+  /**
+   * Output kept per stream by the default buffered ExecTask (built on execTaskStreaming): the last
+   * this many bytes. Default 4 KiB, what Nomad's executor keeps for a script check.
+   */
   execTaskOutputLimit?: number | undefined;
 }
 
@@ -140,29 +144,24 @@ function parseDriverState(bytes: Uint8Array): unknown {
   }
 }
 
-/** A Writable that keeps up to `limit` bytes and drops (but drains) the rest. */
+/** A Writable that keeps the last `limit` bytes and drops (but drains) what came before. */
 function collector(limit: number): { stream: Writable; bytes: () => Uint8Array } {
-  const chunks: Buffer[] = [];
-  let size = 0;
+  const tail = new OutputTail(limit);
   const stream = new Writable({
     write(chunk: Buffer, _enc, cb) {
-      if (size < limit) {
-        const part = size + chunk.length > limit ? chunk.subarray(0, limit - size) : chunk;
-        chunks.push(part);
-        size += part.length;
-      }
+      tail.push(chunk);
       cb();
     },
   });
-  return { stream, bytes: () => Buffer.concat(chunks, size) };
+  return { stream, bytes: () => tail.bytes() };
 }
 
 /**
  * ExecTask through an exec session (a driver that only has the raw form): the setup and an empty,
- * closed stdin are sent, output is kept up to `limit` per stream, and the request side stays open
- * until the session ends, as Nomad's own exec sessions do. Past the timeout the session is
- * cancelled (which kills the command) and the answer is the output so far with SIGKILL's exit
- * code, as Nomad's executor answers.
+ * closed stdin are sent, the last `limit` bytes of each stream are kept, and the request side stays
+ * open until the session ends, as Nomad's own exec sessions do. Past the timeout the session is
+ * cancelled (which kills the command) and the answer is the output so far with exit code -1, as
+ * Nomad's executor answers.
  */
 async function bufferedRawExec(
   taskId: string,
@@ -495,7 +494,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   }
 
   if (driver.execTask !== undefined || hasExec) {
-    const limit = options.execTaskOutputLimit ?? 2 * 1024 * 1024;
+    const limit = options.execTaskOutputLimit ?? CHECK_OUTPUT_LIMIT;
     handlers.execTask = async (req, hc) => {
       requireTask(req.taskId);
       if (req.command.length === 0 || req.command[0] === "") throw invalidArgument("command", "must not be empty");

@@ -14,6 +14,7 @@ import { findExecutable } from "./find-executable.js";
 import { closeHandedOutputs, type HandedOutputs } from "./handoff.js";
 import { openOutputPipes, type OutputPipes } from "./output-pipes.js";
 import { retainsChunks } from "./read-buffers.js";
+import { PtyInput } from "./pty-input.js";
 import type { TerminalResizes } from "./resize.js";
 import type { ExecResult } from "./session.js";
 
@@ -214,6 +215,8 @@ async function runPipes(
 /** The subset of node-pty's IPty used here. */
 interface Pty {
   readonly pid: number;
+  /** The master's file descriptor (node-pty on Unix). */
+  readonly fd?: number;
   onData(cb: (data: Buffer) => void): unknown;
   onExit(cb: (e: { exitCode: number; signal?: number }) => void): unknown;
   write(data: string | Buffer): void;
@@ -274,9 +277,10 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   }
   // Aborted while node-pty was loading: the listener would never fire.
   if (io.signal?.aborted) kill();
-  const onStdin = (d: Buffer) => term.write(d);
-  // End of input at a terminal is ^D.
-  const onStdinEnd = () => term.write("\x04");
+  // node-pty's own write() has no backpressure (pty-input.ts); its master fd is public on Unix.
+  const input = typeof term.fd === "number" ? new PtyInput(term.fd, io.stdin) : undefined;
+  const onStdin = input ? (d: Buffer) => input.push(d) : (d: Buffer) => term.write(d);
+  const onStdinEnd = input ? () => input.end() : () => term.write("\x04");
   io.stdin.on("data", onStdin);
   io.stdin.on("end", onStdinEnd);
   const offResize = io.resize?.on(({ height, width }) => {
@@ -290,6 +294,7 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
     return { exitCode: r.exitCode, signal: r.signal ?? 0 };
   } finally {
     drain.dispose();
+    input?.dispose();
     io.signal?.removeEventListener("abort", kill);
     io.stdin.off("data", onStdin);
     io.stdin.off("end", onStdinEnd);

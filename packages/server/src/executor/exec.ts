@@ -1,3 +1,4 @@
+import { CHECK_OUTPUT_LIMIT, OutputTail } from "../exec/output-tail.js";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { lookPath, spawnInContext, type TaskContext } from "./context.js";
@@ -19,14 +20,17 @@ export interface BufferedExecResult {
 export interface ExecOptions {
   /** Kill the command (its whole process group) at this time. */
   deadline?: Date;
-  /** Keep at most this many bytes of output (default 16 MiB); the rest is drained and dropped. */
+  /**
+   * Keep the last this many bytes of output (default {@link DEFAULT_EXEC_OUTPUT_LIMIT}, 4 KiB, as
+   * Nomad's executor keeps for script checks); what comes before is drained and dropped.
+   */
   outputLimit?: number;
   /** Aborts (kills) the command. */
   signal?: AbortSignal;
 }
 
-/** Default output cap of {@link execInContext}. */
-export const DEFAULT_EXEC_OUTPUT_LIMIT = 16 * 1024 * 1024;
+/** Default output kept by {@link execInContext}: the last 4 KiB, Nomad's `CheckBufSize`. */
+export const DEFAULT_EXEC_OUTPUT_LIMIT = CHECK_OUTPUT_LIMIT;
 
 /**
  * Runs a command to completion in a task's context (env, cwd, user, netns) and returns its
@@ -45,14 +49,8 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
   const file = lookPath(cmd, ctx, "cmd");
   const limit = options.outputLimit ?? DEFAULT_EXEC_OUTPUT_LIMIT;
   const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
-  const chunks: Buffer[] = [];
-  let size = 0;
-  const collect = (b: Buffer) => {
-    if (size >= limit) return;
-    const part = size + b.length > limit ? b.subarray(0, limit - size) : b;
-    chunks.push(part);
-    size += part.length;
-  };
+  const tail = new OutputTail(limit);
+  const collect = (b: Buffer) => tail.push(b);
   child.stdout!.on("data", collect);
   child.stderr!.on("data", collect);
   let timedOut = false;
@@ -81,7 +79,7 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
       child.once("close", (c) => resolve(c));
     });
     // Signalled: -1, Nomad's ExecScript's value (script checks read it as critical).
-    return { output: Buffer.concat(chunks, size), exitCode: code ?? -1, timedOut };
+    return { output: tail.bytes(), exitCode: code ?? -1, timedOut };
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener("abort", kill);
