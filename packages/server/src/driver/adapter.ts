@@ -508,13 +508,15 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       const { signal, dispose } = anySignal(hc.signal, timeout);
       try {
         const ctx = call(hc);
-        let r: ExecTaskResult;
         if (driver.execTask !== undefined) {
-          r = await driver.execTask(req.taskId, req.command, { timeoutMs, signal }, ctx);
-        } else if (driver.execTaskStreaming === undefined) {
+          const r = await driver.execTask(req.taskId, req.command, { timeoutMs, signal }, ctx);
+          return { stdout: r.stdout, stderr: r.stderr, result: toExitResult({ exitCode: r.exitCode, signal: r.signal }) };
+        }
+        const timedOut = () => timeout?.aborted === true && !hc.signal.aborted;
+        let r: ExecTaskResult;
+        if (driver.execTaskStreaming === undefined) {
           // Only the raw form: run it as a session without a terminal or input.
           const raw = driver.execTaskStreamingRaw!.bind(driver);
-          const timedOut = () => timeout?.aborted === true && !hc.signal.aborted;
           r = await bufferedRawExec(req.taskId, req.command, limit, signal, timedOut, (requests) =>
             execStreaming(requests, { raw: (st) => raw(st, ctx) }, { signal, maxChunkSize: options.maxExecChunkSize }),
           );
@@ -533,12 +535,20 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
             resize,
             signal,
           };
-          const res = await driver.execTaskStreaming!(session, ctx);
+          let res: { exitCode: number; signal?: string | number | null | undefined };
+          try {
+            res = await driver.execTaskStreaming!(session, ctx);
+          } catch (e) {
+            if (!timedOut()) throw e;
+            res = { exitCode: -1 };
+          }
           for (const w of [out.stream, err.stream]) if (!w.writableEnded) w.end();
           await Promise.all([finished(out.stream), finished(err.stream)]);
           r = { stdout: out.bytes(), stderr: err.bytes(), exitCode: res.exitCode, signal: res.signal };
         }
-        return { stdout: r.stdout, stderr: r.stderr, result: toExitResult({ exitCode: r.exitCode, signal: r.signal }) };
+        // Nomad's ExecScript: a command killed by a signal (its timeout's too) exits -1, without a signal.
+        const killed = timedOut() || toExitResult({ exitCode: 0, signal: r.signal }).signal !== 0;
+        return { stdout: r.stdout, stderr: r.stderr, result: killed ? { exitCode: -1, signal: 0, oomKilled: false } : toExitResult(r) };
       } finally {
         dispose();
       }

@@ -185,9 +185,14 @@ async function runPipes(
     // reaching EOF, so the exit would never be reported: the exec would never return and leak its pipes.
     if (handed !== undefined) return;
     if (pipes === undefined) {
+      child.stdout!.unpipe(io.stdout);
+      child.stderr!.unpipe(io.stderr);
       child.stdout!.destroy();
       child.stderr!.destroy();
     } else pipes.close();
+    // Destroyed sources never end their targets, and the return below waits for them to finish.
+    io.stdout.end();
+    io.stderr.end();
   };
   io.signal?.addEventListener("abort", kill, { once: true });
 
