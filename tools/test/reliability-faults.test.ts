@@ -12,7 +12,7 @@
 // 2. The host goes away without Shutdown. Decision (matching go-plugin): a closed connection or a
 //    dead host is NOT a shutdown. go-plugin servers exit only on GRPCController.Shutdown (or a
 //    signal); hosts may reattach to a running plugin (ReattachConfig) and Nomad does so after an
-//    agent restart (PROTOCOL.md §3), so a plugin that exits when its host disconnects would lose its
+//    agent restart, so a plugin that exits when its host disconnects would lose its
 //    tasks' state. What the plugin must do instead is notice: every call of that connection is
 //    cancelled (handler signals abort, streams end, exec processes are killed), nothing is logged as
 //    an error, its resources return to the baseline, it does not spin, it survives writing logs to

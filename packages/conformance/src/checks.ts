@@ -355,7 +355,7 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "exec-streaming",
-    title: "ExecTaskStreaming without tty: echo stdout/stderr, exit 43 (PROTOCOL.md §6)",
+    title: "ExecTaskStreaming without tty: echo stdout/stderr, exit 43",
     needs: ["start-task"],
     async run(s) {
       needCap(s, "exec");

@@ -5,7 +5,7 @@ import type { ExecTaskStreamingRequestSchema } from "@nomadkit/protocol/driver";
 /** A request of ExecTaskStreaming in init form. */
 export type ExecRequest = MessageInitShape<typeof ExecTaskStreamingRequestSchema>;
 
-/** What one ExecTaskStreaming call produced, and every rule of PROTOCOL.md §6 it broke. */
+/** What one ExecTaskStreaming call produced, and every rule of the exec protocol it broke (docs/driver-guide.md §6). */
 export interface ExecOutcome {
   /** Everything received on stdout, in order. */
   stdout: Buffer;

@@ -1,5 +1,5 @@
 // ExecTaskStreaming through the real wire, against a driver served by serveDriver in a child
-// process: Nomad's reference vectors (PROTOCOL.md §6) with the generated client and with
+// process: Nomad's reference vectors with the generated client and with
 // @grpc/grpc-js, heartbeats, stdin close, protocol errors, the raw form, and a 256 MiB checksummed
 // stream read slowly while the plugin's memory stays bounded.
 import { createHash } from "node:crypto";

@@ -6,7 +6,7 @@
  * - raw ({@link ExecTaskStream}): the driver is handed the message stream as is (after `setup`),
  *   e.g. to forward it to an executor without translating messages.
  *
- * Protocol rules enforced here (PROTOCOL.md §6): the first request must carry `setup` (else
+ * Protocol rules enforced here (docs/driver-guide.md §6): the first request must carry `setup` (else
  * InvalidArgument "first message must be setup"); empty requests are heartbeats and ignored; a
  * second `setup` is InvalidArgument; output is chunked; one close marker per stream after its data;
  * exactly one final `{exited: true, result}`; then OK.
