@@ -128,9 +128,22 @@ async function restartTask(s: Suite, old: SuiteTask): Promise<string> {
 /** The checks, in run order. */
 export const CHECKS: readonly Check[] = [
   {
+    name: "handshake",
+    title: "go-plugin handshake and gRPC connection",
+    needs: [],
+    async run(s) {
+      s.load = await s.launch();
+      const h = s.load.handshake;
+      expect(h.coreVersion === 1, `core protocol version ${h.coreVersion}, want 1`);
+      expect(h.protocolVersion === 2, `app protocol version ${h.protocolVersion}, want 2`);
+      return `${h.network} ${h.address} ${h.protocol}, core 1, app ${h.protocolVersion}${h.serverCert ? ", TLS" : ""}`;
+    },
+  },
+  {
     name: "no-cookie",
     title: "refuses to run without the magic cookie (message on stderr, exit 1)",
-    needs: [],
+    // A plugin that cannot start at all also exits 1 with something on stderr: not a pass.
+    needs: ["handshake"],
     async run(s) {
       const env: NodeJS.ProcessEnv = { ...process.env, ...s.opts.env };
       delete env.NOMAD_PLUGIN_MAGIC_COOKIE;
@@ -157,18 +170,6 @@ export const CHECKS: readonly Check[] = [
       expect(stderr.trim() !== "", "nothing was written to stderr");
       expect(!/^\d+\|\d+\|/.test(stdout), "it printed a go-plugin handshake anyway");
       return show(stderr.trim().split("\n")[0] ?? "", 80);
-    },
-  },
-  {
-    name: "handshake",
-    title: "go-plugin handshake and gRPC connection",
-    needs: [],
-    async run(s) {
-      s.load = await s.launch();
-      const h = s.load.handshake;
-      expect(h.coreVersion === 1, `core protocol version ${h.coreVersion}, want 1`);
-      expect(h.protocolVersion === 2, `app protocol version ${h.protocolVersion}, want 2`);
-      return `${h.network} ${h.address} ${h.protocol}, core 1, app ${h.protocolVersion}${h.serverCert ? ", TLS" : ""}`;
     },
   },
   {

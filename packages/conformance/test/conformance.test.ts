@@ -112,6 +112,10 @@ describe("conformance catches a broken plugin", () => {
       expect(rows.exec!.status).toBe("skip");
       expect(rows.exec!.message).toMatch(/^needs /);
       expect(report.ok).toBe(false);
+      // One that crashes (exit 1, a stack trace on stderr) does not pass for refusing a missing cookie.
+      const crash = byName(await runConformance({ plugin: process.execPath, args: ["-e", "throw new Error('boom')"], checks: ["no-cookie"] }));
+      expect(crash.handshake!.status).toBe("fail");
+      expect(crash["no-cookie"]!.status).toBe("skip");
     },
     60_000,
   );
