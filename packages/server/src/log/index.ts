@@ -58,13 +58,14 @@ export interface LoggerOptions {
    * default logger, the plugin emits everything and the host filters by its own level.
    */
   level?: LogLevel;
-  /** Where lines go. Defaults to a synchronous writer on file descriptor 2 (stderr). */
-  destination?:
-    | pino.DestinationStream
-    | {
-        /** Receives one complete JSON line (with its newline) per log call; should write synchronously. */
-        write(line: string): unknown;
-      };
+  /**
+   * Where lines go (a pino destination fits). Defaults to a synchronous writer on file descriptor 2
+   * (stderr). Structural, so the public types do not depend on pino's.
+   */
+  destination?: {
+    /** Receives one complete JSON line (with its newline) per log call; should write synchronously. */
+    write(line: string): unknown;
+  };
 }
 
 const LEVELS: readonly LogLevel[] = ["trace", "debug", "info", "warn", "error"];
