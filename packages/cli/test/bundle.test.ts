@@ -66,21 +66,18 @@ const readmeDriver = (() => {
 beforeAll(() => {
   work = mkdtempSync(join(root, "packages/cli/test/.bundle-"));
   away = mkdtempSync(join(tmpdir(), "nk-bundle-"));
-  // CommonJS bundle with a code cache; the README's own ends in `await serveDriver(driver)`.
-  expect(readmeDriver).toContain("\nawait serveDriver(driver);");
+  // CommonJS bundle with a code cache, as the README's own ends: `void serveDriver(driver)`.
+  expect(readmeDriver).toContain("\nvoid serveDriver(driver);");
+  writeFileSync(join(work, "hello.mjs"), readmeDriver);
   writeFileSync(
-    join(work, "hello.mjs"),
-    readmeDriver.replace(
-      "\nawait serveDriver(driver);",
-      "\nvoid serveDriver(driver);",
-    ),
+    join(work, "hello-tla.mjs"),
+    readmeDriver.replace("\nvoid serveDriver(driver);", "\nawait serveDriver(driver);"),
   );
-  writeFileSync(join(work, "hello-tla.mjs"), readmeDriver);
   // Says when its own code runs, once serving: on stdout, which the plugin's GRPCStdio stream carries.
   writeFileSync(
     join(work, "hello-stdio.mjs"),
     readmeDriver.replace(
-      "\nawait serveDriver(driver);",
+      "\nvoid serveDriver(driver);",
       '\nvoid serveDriver(driver).then(() => console.log("the driver\'s own code is running"));',
     ),
   );
@@ -88,7 +85,7 @@ beforeAll(() => {
   writeFileSync(
     join(work, "hello-env.mjs"),
     readmeDriver.replace(
-      "\nawait serveDriver(driver);",
+      "\nvoid serveDriver(driver);",
       "\nvoid serveDriver(driver, { env: { ...process.env } });",
     ),
   );
