@@ -674,6 +674,8 @@ describe("executor: outliving the driver", () => {
     for (const bad of ["not json", "{}", '{"executor":{"pid":-1,"network":"unix","address":"x"}}', '{"executor":{"pid":1,"network":"udp","address":"x"}}']) {
       expect(() => decodeExecutorState(new TextEncoder().encode(bad))).toThrow(/driver_state/);
     }
+    // Garbage is quoted, never printed raw (terminal escapes, NULs).
+    expect(() => decodeExecutorState(new TextEncoder().encode("\x1b[2J\x00junk"))).toThrow('driver_state: not JSON (9 bytes: "\\u001b[2J\\u0000junk")');
   });
 
   it("calls fail with PluginShutdownError once the executor is gone", async () => {

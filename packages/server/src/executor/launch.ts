@@ -145,10 +145,13 @@ export function decodeExecutorState<D = unknown>(
   driver: D | undefined;
 } {
   let parsed: { executor?: Partial<ExecutorReattach>; driver?: D };
+  const text = new TextDecoder().decode(bytes);
   try {
-    parsed = JSON.parse(new TextDecoder().decode(bytes)) as typeof parsed;
-  } catch (err) {
-    throw new ConnectError(`driver_state: not JSON: ${(err as Error).message}`, Code.InvalidArgument);
+    parsed = JSON.parse(text) as typeof parsed;
+  } catch {
+    // Quoted, so that garbage (control characters, a terminal's escapes) is shown, not obeyed.
+    const start = text.length > 40 ? `${text.slice(0, 40)}…` : text;
+    throw new ConnectError(`driver_state: not JSON (${bytes.byteLength} bytes: ${JSON.stringify(start)})`, Code.InvalidArgument);
   }
   const e = parsed?.executor;
   if (!e || typeof e !== "object") throw new ConnectError("driver_state: missing executor", Code.InvalidArgument);
