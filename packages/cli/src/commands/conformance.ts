@@ -44,7 +44,13 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (flags.taskConfig !== undefined) options.taskConfig = readJsonOption("--task-config", flags.taskConfig).value;
   if (flags.user) options.user = flags.user;
   if (flags.name) options.name = flags.name;
-  if (flags.checks) options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
+  if (flags.checks) {
+    options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
+    // Before the report's header is printed: the run would refuse it only after.
+    const known = new Set(listChecks().map((c) => c.name));
+    const unknown = options.checks.find((c) => !known.has(c));
+    if (unknown !== undefined) throw new CliError(`--checks: unknown check ${JSON.stringify(unknown)} (see --list)`);
+  }
   const start = positiveMs("--start-timeout", g.startTimeout);
   if (start !== undefined) options.startTimeoutMs = start;
   const call = positiveMs("--call-timeout", flags.callTimeout ?? g.callTimeout);
