@@ -49,6 +49,12 @@ describe("removePluginSocketDir", () => {
     expect(removePluginSocketDir(join(empty, "plugin.sock"), since)).toBe(true);
     expect(existsSync(empty)).toBe(false);
 
+    // A Go plugin's socket (plugin<digits>) sits straight in its $TMPDIR: that directory is not
+    // the plugin's to lose, even when the plugin left it empty or holding only its socket.
+    const goTmp = mkdtempSync(join(root, "go-tmpdir-"));
+    expect(removePluginSocketDir(join(goTmp, "plugin1517633340"), since)).toBe(false);
+    expect(existsSync(goTmp)).toBe(true);
+
     // Never the configured base directory or the temp dir itself.
     expect(removePluginSocketDir(join(tmpdir(), "plugin.sock"), since)).toBe(false);
     expect(existsSync(tmpdir())).toBe(true);
