@@ -124,12 +124,17 @@ export function createProgram(info: { version?: string } = {}): Command {
       [] as string[],
     )
     .option(
+      "--kill-signal <signal>",
+      'the task\'s kill_signal, sent with StopTask on Ctrl-C; default "" (none, as in a job without kill_signal: the driver picks, SIGINT for Nomad\'s executor)',
+      "",
+    )
+    .option(
       "--state <file>",
       "write a state file (.json; an existing file must be an old state file) while the task runs, so `nomadkit exec <file> <task-id>` and `nomadkit stats <file> <task-id>` can reach it",
     )
     .addHelpText(
       "after",
-      "\nCtrl-C stops the task (StopTask with SIGINT, 5 s timeout); a second Ctrl-C destroys it. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone.",
+      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone.",
     )
     .action(async (plugin: string, opts, cmd: Command) => {
       const { runCommand } = await import("./commands/run.js");

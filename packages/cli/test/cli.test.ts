@@ -21,6 +21,13 @@ const driver = fileURLToPath(
     import.meta.url,
   ),
 );
+/** A driver whose tasks are its own children; DIRECT_DRIVER_STOP_LOG records what StopTask asked for. */
+const direct = fileURLToPath(
+  new URL(
+    "../../conformance/test/fixtures/direct-driver.mjs",
+    import.meta.url,
+  ),
+);
 /** The reference driver: it runs tasks in <alloc_dir>/<task>, which Nomad creates. */
 const rawexec = fileURLToPath(
   new URL(
@@ -36,10 +43,11 @@ interface Result {
 }
 
 /** A running nomadkit process whose output can be awaited. */
-function start(args: string[], input?: string) {
+function start(args: string[], input?: string, env?: NodeJS.ProcessEnv) {
   const child = spawn(process.execPath, [bin, ...args], {
     cwd: dir,
     stdio: ["pipe", "pipe", "pipe"],
+    env: env && { ...process.env, ...env },
   });
   let stdout = "";
   let stderr = "";
@@ -302,6 +310,21 @@ describe("nomadkit", () => {
     expect(r.code).toBe(143);
     expect(existsSync(state)).toBe(false);
   });
+
+  it("Ctrl-C stops the task with its --kill-signal, by default none (as Nomad for a job without kill_signal)", async () => {
+    const stops = async (...flags: string[]) => {
+      const log = join(dir, `stops-${flags.length}.jsonl`);
+      const run = start(["run", direct, "--task-config", join(dir, "long.json"), ...flags], undefined, { DIRECT_DRIVER_STOP_LOG: log });
+      await run.stderrMatch(/started task /);
+      run.child.kill("SIGINT");
+      const r = await run.done;
+      expect(r.stderr).toContain("stopping task");
+      return readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l) as unknown);
+    };
+    // @nomadkit/server tells the driver the signal was defaulted (and makes it SIGINT, as Nomad's executor does).
+    expect(await stops()).toEqual([{ signal: "SIGINT", signalDefaulted: true }]);
+    expect(await stops("--kill-signal", "SIGTERM")).toEqual([{ signal: "SIGTERM", signalDefaulted: false }]);
+  }, 60_000);
 
   it("exec -it forwards the terminal size and resizes, and propagates the exit code", async () => {
     const pty = await import("node-pty");

@@ -55,6 +55,9 @@ function stdin(data: string): ExecRequest {
   return { stdin: { data: te.encode(data) } };
 }
 
+/** StopTask's signal: the task's kill_signal, which Nomad sends as is, "" when the job sets none. */
+const STOP_SIGNAL = "";
+
 function describeExit(r: WaitTaskResponse | undefined): string {
   if (!r?.result) return "no result";
   const parts = [`exit_code ${r.result.exitCode}`];
@@ -466,7 +469,7 @@ export const CHECKS: readonly Check[] = [
       const old = running(s);
       let pid: number | undefined;
       if (s.defaultTask) pid = await s.taskPid(task);
-      const before = s.size(task.stdoutPath);
+      const before = s.size(task.logs.stdoutFile);
       s.rememberProcesses(old);
       s.expectExit(old);
       process.kill(old.pid, "SIGKILL");
@@ -491,7 +494,7 @@ export const CHECKS: readonly Check[] = [
       }
       const notes = [`plugin ${old.pid} -> ${s.run.pid}`];
       if (pid !== undefined) {
-        await waitUntil(() => s.size(task.stdoutPath) > before, "the task's output to keep growing after the restart", s.opts.callTimeoutMs, s.signal);
+        await waitUntil(() => s.size(task.logs.stdoutFile) > before, "the task's output to keep growing after the restart", s.opts.callTimeoutMs, s.signal);
         expect(s.startPids(task).length === 1, `the task started ${s.startPids(task).length} times; it must never restart`);
         notes.push(`task pid ${pid} never stopped`);
       }
@@ -520,20 +523,19 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "stop-task",
-    title: "StopTask(SIGTERM, timeout) ends the task; WaitTask returns its exit",
+    title: "StopTask as Nomad sends it without kill_signal (signal \"\", timeout) ends the task; WaitTask returns its exit",
     needs: ["start-task"],
     async run(s) {
       const task = s.main!;
       let pid: number | undefined;
       if (s.defaultTask) pid = await s.taskPid(task);
-      await running(s).driver.stopTask({ taskId: task.id, signal: "SIGTERM", timeout: { seconds: 10n } }, s.co());
+      // The task's kill_signal, which most jobs leave unset: the driver picks its default (Nomad's
+      // executor SIGINT, docker the image's STOPSIGNAL), so any way the task ended is accepted.
+      await running(s).driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 10n } }, s.co());
       const r = await settled(s, task);
       expect(r.result, "WaitTask returned no result");
       expect(r.err === "", `WaitTask err ${JSON.stringify(r.err)}`);
-      if (s.defaultTask) {
-        expect(r.result.signal === 15 || r.result.exitCode === 143, `${describeExit(r)}; want signal 15 or exit code 143`);
-        await s.pidGone(pid!, `task pid ${pid} to be gone`);
-      }
+      if (s.defaultTask) await s.pidGone(pid!, `task pid ${pid} to be gone`);
       return describeExit(r);
     },
   },
@@ -630,7 +632,7 @@ export const CHECKS: readonly Check[] = [
         expect(got !== readlinkSync("/proc/self/ns/net"), "the task runs in the host's network namespace");
         inside = `task runs in ${got}`;
       }
-      await p.driver.stopTask({ taskId: task.id, signal: "SIGTERM", timeout: { seconds: 10n } }, s.co());
+      await p.driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 10n } }, s.co());
       await settled(s, task);
       await p.driver.destroyTask({ taskId: task.id, force: true }, s.co());
       task.destroyed = true;

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -7,9 +7,11 @@ import {
   createTaskDirs,
   launchPlugin,
   nomadTaskConfig,
+  openTaskLogs,
   type CallOptions,
   type PluginClient,
   type PluginExit,
+  type TaskLogs,
 } from "@nomadkit/client";
 import type { PluginInfoResponse } from "@nomadkit/protocol/base";
 import {
@@ -70,8 +72,11 @@ export interface SuiteTask {
   name: string;
   allocId: string;
   allocDir: string;
+  /** The output FIFOs the driver was given (TaskConfig.stdout_path, stderr_path). */
   stdoutPath: string;
   stderrPath: string;
+  /** What was read from them, as Nomad's logmon reads them. */
+  logs: TaskLogs;
   config: MessageInitShape<typeof TaskConfigSchema>;
   handle?: TaskHandle;
   startedAt?: Date | undefined;
@@ -324,19 +329,22 @@ export class Suite {
 
   /** Creates an allocation directory and the TaskConfig Nomad would send for a new task. */
   newTask(name: string, opts: { allocId?: string; network?: NetworkIsolationSpec | undefined } = {}): SuiteTask {
+    // Cleanup closes the readers of the tasks it knows: none may be opened after it.
+    this.refuseWhenClosing("start a task");
     const allocId = opts.allocId ?? randomUUID();
     const dirs = createTaskDirs(join(this.root, allocId), name);
     const allocDir = dirs.allocDir;
-    const stdoutPath = join(dirs.logsDir, `${name}.stdout.0`);
-    const stderrPath = join(dirs.logsDir, `${name}.stderr.0`);
-    writeFileSync(stdoutPath, "");
-    writeFileSync(stderrPath, "");
     const taskConfig = this.opts.taskConfig ?? defaultTaskConfig(this.opts.execShell, this.opts.signal);
+    const msgpackDriverConfig = encodeCheckedConfig(this.taskSpec, taskConfig, "the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema");
+    // Logmon's FIFOs, read from before StartTask until EOF: a driver must open them for writing
+    // (a regular file would let it reopen, truncate or seek, which a FIFO without a reader refuses).
+    const logs = openTaskLogs(dirs, name);
+    const { stdoutPath, stderrPath } = logs;
     const config = nomadTaskConfig({
       name,
       dirs,
       allocId,
-      msgpackDriverConfig: encodeCheckedConfig(this.taskSpec, taskConfig, "the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema"),
+      msgpackDriverConfig,
       stdoutPath,
       stderrPath,
       jobName: "conformance",
@@ -346,7 +354,7 @@ export class Suite {
       networkIsolation: opts.network,
     });
     const id = config.id;
-    const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, config, destroyed: false };
+    const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, logs, config, destroyed: false };
     this.tasks.push(task);
     return task;
   }
@@ -383,13 +391,9 @@ export class Suite {
       .catch((err: unknown) => (err instanceof Error ? err : new Error(String(err))));
   }
 
-  /** The task's stdout so far. */
+  /** The task's stdout read so far. */
   stdout(task: SuiteTask): string {
-    try {
-      return readFileSync(task.stdoutPath, "utf8");
-    } catch {
-      return "";
-    }
+    return task.logs.stdout();
   }
 
   /** Pids printed by the default task's start marker. */
@@ -400,7 +404,7 @@ export class Suite {
 
   /** Waits for the default task's start marker and returns its pid. */
   async taskPid(task: SuiteTask): Promise<number> {
-    await waitUntil(() => this.startPids(task).length > 0, `the task's start line in ${task.stdoutPath}`, this.opts.callTimeoutMs, this.signal);
+    await waitUntil(() => this.startPids(task).length > 0, `the task's start line in ${task.logs.stdoutFile}`, this.opts.callTimeoutMs, this.signal);
     return this.startPids(task)[0]!;
   }
 
@@ -462,6 +466,8 @@ export class Suite {
     await Promise.all(this.plugins.filter((pl) => !pl.exitSignal.aborted).map((pl) => pl.kill().catch(() => undefined)));
     // (@nomadkit/client removes the socket directory of each plugin it saw die.)
     this.killOrphans();
+    // The tasks are gone: what they wrote has been read.
+    await Promise.all(this.tasks.map((t) => t.logs.close(0)));
     if (existsSync(this.root)) rmSync(this.root, { recursive: true, force: true });
   }
 

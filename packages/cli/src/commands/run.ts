@@ -1,20 +1,16 @@
 // nomadkit run: SetConfig, StartTask, WaitTask, like Nomad running one task.
-import { execFileSync } from "node:child_process";
 import {
   accessSync,
-  closeSync,
   constants,
   mkdtempSync,
-  openSync,
   readFileSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { Socket, type SocketConstructorOpts } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
-import { createTaskDirs, nomadTaskConfig } from "@nomadkit/client";
+import { createTaskDirs, nomadTaskConfig, openTaskLogs, type TaskLogs } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import {
   encodeOperatorConfig,
@@ -36,64 +32,8 @@ export interface RunOptions {
   name: string;
   env: string[];
   state?: string;
-}
-
-/**
- * Forwards one of the task's output FIFOs (or plain files where mkfifo is unavailable). The FIFO is
- * opened without blocking, for reading and with a writer of our own that keeps it from reporting
- * EOF before the driver opens it; `finish` closes that writer, so EOF comes once the driver's
- * writers are gone. (A blocking open would wait in Node's thread pool for a writer, forever when
- * the driver never opens the FIFO, keeping the process from exiting.)
- */
-class TaskOutput {
-  private readonly fifo: boolean;
-  private readonly done: Promise<void>;
-  private keeper: number | undefined;
-  private reader: Socket | undefined;
-
-  constructor(
-    private readonly path: string,
-    private readonly out: NodeJS.WritableStream,
-  ) {
-    try {
-      execFileSync("mkfifo", ["-m", "600", path], { stdio: "ignore" });
-      this.fifo = true;
-    } catch {
-      writeFileSync(path, "", { mode: 0o600 });
-      this.fifo = false;
-    }
-    if (this.fifo) {
-      const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
-      this.keeper = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK);
-      // `fd` is honoured by the constructor (Node's types list it for pipes and sockets alike).
-      const rs = (this.reader = new Socket({ fd, readable: true, writable: false } as SocketConstructorOpts));
-      rs.on("data", (d) => out.write(d));
-      this.done = new Promise((r) => {
-        rs.once("close", () => r());
-        rs.once("error", () => r());
-      });
-    } else {
-      this.done = Promise.resolve();
-    }
-  }
-
-  /** After the task exited: drain what is left and stop. */
-  async finish(): Promise<void> {
-    if (!this.fifo) {
-      this.out.write(readFileSync(this.path));
-      return;
-    }
-    if (this.keeper !== undefined) closeSync(this.keeper);
-    this.keeper = undefined;
-    // EOF once no writer is left; a process the task left behind holding the FIFO gets 2 s.
-    let t: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.done,
-      new Promise((r) => (t = setTimeout(r, 2000))),
-    ]);
-    clearTimeout(t);
-    this.reader?.destroy();
-  }
+  /** The task's kill_signal, sent with StopTask on Ctrl-C; "" (Nomad's when the job sets none) lets the driver pick. */
+  killSignal: string;
 }
 
 function exitStatus(
@@ -125,9 +65,8 @@ export async function runCommand(
   // The directories Nomad makes before StartTask; drivers may rely on them.
   const allocDir = mkdtempSync(join(tmpdir(), "nomadkit-run-"));
   const dirs = createTaskDirs(allocDir, opts.name);
-  // Nomad's names for the task's output FIFOs.
-  const stdoutPath = join(dirs.logsDir, `.${opts.name}.stdout.fifo`);
-  const stderrPath = join(dirs.logsDir, `.${opts.name}.stderr.fifo`);
+  /** The task's output FIFOs, read as Nomad's logmon reads them; opened just before StartTask. */
+  let logs: TaskLogs | undefined;
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
   /** StartTask in flight: an interruption meanwhile (output closed as the task's first lines arrive) waits for it. */
@@ -152,7 +91,7 @@ export async function runCommand(
         .stopTask({
           taskId,
           timeout: { seconds: 5n, nanos: 0 },
-          signal: "SIGINT",
+          signal: opts.killSignal,
         })
         .catch(() => {});
     } else {
@@ -176,6 +115,7 @@ export async function runCommand(
   // Registered after the plugin's release, so it runs first: the task goes before its plugin.
   const noCleanup = onInterrupt(async () => {
     await undo();
+    await logs?.close(0);
     rmSync(allocDir, { recursive: true, force: true });
   });
   try {
@@ -190,18 +130,22 @@ export async function runCommand(
       taskSpec,
       taskConfig?.value ?? {},
     );
+    // Read before StartTask, as logmon does; nothing else holds a write end, so EOF comes when the
+    // task's writers are gone.
+    const out = (logs = openTaskLogs(dirs, opts.name, {
+      onStdout: (d) => process.stdout.write(d),
+      onStderr: (d) => process.stderr.write(d),
+    }));
     const task = nomadTaskConfig({
       name: opts.name,
       dirs,
       msgpackDriverConfig,
-      stdoutPath,
-      stderrPath,
+      stdoutPath: out.stdoutPath,
+      stderrPath: out.stderrPath,
       jobName: "nomadkit-run",
       env,
     });
     taskId = task.id;
-    const stdout = new TaskOutput(stdoutPath, process.stdout);
-    const stderr = new TaskOutput(stderrPath, process.stderr);
     try {
       await (starting = c.plugin.driver.startTask({ task }).then(() => {
         started = true;
@@ -209,7 +153,7 @@ export async function runCommand(
     } catch (e) {
       const err = rpcError(c.name, "Driver.StartTask", e);
       if (taskConfig) err.message += ` (task config from ${taskConfig.source})`;
-      await Promise.all([stdout.finish(), stderr.finish()]);
+      await out.close();
       throw err;
     }
     process.stderr.write(`nomadkit: started task ${taskId}\n`);
@@ -240,7 +184,8 @@ export async function runCommand(
     } catch (e) {
       throw rpcError(c.name, "Driver.WaitTask", e);
     } finally {
-      await Promise.all([stdout.finish(), stderr.finish()]);
+      // A process the task left behind holding the FIFOs gets logmon's 2 s.
+      await out.close();
     }
     destroyed = true;
     await c.plugin.driver
@@ -259,6 +204,7 @@ export async function runCommand(
     process.exitCode = status;
   } finally {
     process.off("SIGINT", onSigint);
+    await logs?.close(0);
     // Also after a failure once the task started (say, writing the state file).
     await undo();
     noCleanup();
