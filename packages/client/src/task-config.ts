@@ -38,6 +38,12 @@ export interface NomadTaskConfigOptions {
   groupName?: string;
   /** The job's namespace; default `"default"`. */
   namespace?: string;
+  /** The allocation's index in its group (NOMAD_ALLOC_INDEX, and NOMAD_ALLOC_NAME `<job>.<group>[<index>]`); default 0. */
+  allocIndex?: number;
+  /** The client's region (NOMAD_REGION); default `"global"`, Nomad's. */
+  region?: string;
+  /** The node's datacenter (NOMAD_DC); default `"dc1"`, Nomad's. */
+  datacenter?: string;
   /** The task's `user`; default none. */
   user?: string;
   /** CPU in MHz (cpu_shares); default 100, Nomad's default task resources. */
@@ -52,8 +58,8 @@ export interface NomadTaskConfigOptions {
 
 /**
  * A StartTask `task` the way Nomad builds it: `<alloc>/<task>/<invocation>` id, job, group,
- * namespace and node names, the NOMAD_* variables (alloc id, task, job and group names, the
- * directories), PATH, allocated and Linux resources, and the given config and output paths.
+ * namespace and node names, the NOMAD_* variables Nomad always sets (alloc id, short id, name and
+ * index, task, job and group names, namespace, region, datacenter, limits, the directories), PATH, allocated and Linux resources, and the given config and output paths.
  *
  * @example
  * ```ts
@@ -67,6 +73,8 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
   const jobName = o.jobName ?? "nomadkit";
   const groupName = o.groupName ?? o.name;
   const namespace = o.namespace ?? "default";
+  const allocIndex = o.allocIndex ?? 0;
+  if (!Number.isSafeInteger(allocIndex) || allocIndex < 0) throw new Error(`allocIndex ${allocIndex}: must be a non-negative integer`);
   const cpuShares = BigInt(o.cpuMhz ?? 100);
   const memoryMb = BigInt(o.memoryMb ?? 300);
   return {
@@ -82,11 +90,17 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
     env: {
       PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       NOMAD_ALLOC_ID: allocId,
+      NOMAD_SHORT_ALLOC_ID: allocId.slice(0, 8),
+      // structs.AllocName: the job's id, the group, the index.
+      NOMAD_ALLOC_NAME: `${jobName}.${groupName}[${allocIndex}]`,
+      NOMAD_ALLOC_INDEX: String(allocIndex),
       NOMAD_TASK_NAME: o.name,
       NOMAD_JOB_NAME: jobName,
       NOMAD_JOB_ID: jobName,
       NOMAD_GROUP_NAME: groupName,
       NOMAD_NAMESPACE: namespace,
+      NOMAD_REGION: o.region ?? "global",
+      NOMAD_DC: o.datacenter ?? "dc1",
       NOMAD_CPU_LIMIT: String(cpuShares),
       NOMAD_MEMORY_LIMIT: String(memoryMb),
       ...o.dirs.env,

@@ -3,7 +3,7 @@
  * tests that start tasks themselves: a driver may rely on them (the reference driver runs its
  * tasks in `<alloc_dir>/<task>`).
  */
-import { chmodSync, mkdirSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 /** The NOMAD_*_DIR variables of a task. */
@@ -32,9 +32,9 @@ export interface TaskDirs {
 
 /**
  * Creates, below `allocDir` (made if missing), the directory layout Nomad gives a task named
- * `taskName` before StartTask, with Nomad's modes (the allocation directory 0755; `data`, `logs`,
- * the task directory, `local` and `secrets` 0777; both `tmp` 1777), so a task running as another
- * user can use them. Existing directories and their contents are kept. Throws when `taskName` could leave
+ * `taskName` before StartTask, as Nomad's client/allocdir makes it: the allocation directory 0755;
+ * every directory below it 0777 (the task's `tmp` 1777) and, when this process is root, owned by
+ * `nobody`, so a task running as another user can use them. Existing directories and their contents are kept. Throws when `taskName` could leave
  * the allocation directory or a directory cannot be made.
  *
  * @example
@@ -53,19 +53,24 @@ export function createTaskDirs(allocDir: string, taskName: string): TaskDirs {
   const taskDir = join(allocDir, taskName);
   for (const d of ["data", "logs", "tmp"]) mkdirSync(join(sharedDir, d), { recursive: true });
   for (const d of ["local", "secrets", "tmp", "private"]) mkdirSync(join(taskDir, d), { recursive: true });
-  // Nomad's modes, whatever the umask: a task may run as another user (the job's `user`).
+  // Nomad's modes, whatever the umask: a task may run as another user (the job's `user`). Nomad's
+  // dropDirPermissions makes each one below the allocation directory 0777 (plus the sticky bit of
+  // the task's tmp) and gives it to nobody when it can (as root).
+  chmodSync(allocDir, 0o755);
+  const nobody = process.getuid?.() === 0 ? nobodyIds() : undefined;
   for (const [dir, mode] of [
-    [allocDir, 0o755],
-    [sharedDir, 0o755],
+    [sharedDir, 0o777],
     [join(sharedDir, "data"), 0o777],
     [join(sharedDir, "logs"), 0o777],
-    [join(sharedDir, "tmp"), 0o1777],
+    [join(sharedDir, "tmp"), 0o777],
     [taskDir, 0o777],
     [join(taskDir, "local"), 0o777],
     [join(taskDir, "secrets"), 0o777],
+    [join(taskDir, "private"), 0o777],
     [join(taskDir, "tmp"), 0o1777],
   ] as const) {
     chmodSync(dir, mode);
+    if (nobody) chownSync(dir, nobody.uid, nobody.gid);
   }
   return {
     allocDir,
@@ -74,4 +79,16 @@ export function createTaskDirs(allocDir: string, taskName: string): TaskDirs {
     taskDir,
     env: { NOMAD_ALLOC_DIR: sharedDir, NOMAD_TASK_DIR: join(taskDir, "local"), NOMAD_SECRETS_DIR: join(taskDir, "secrets") },
   };
+}
+
+/** nobody's uid and gid from /etc/passwd (65534, the usual ids, where it is not listed). */
+function nobodyIds(): { uid: number; gid: number } {
+  try {
+    const line = readFileSync("/etc/passwd", "utf8").split("\n").find((l) => l.startsWith("nobody:"));
+    const [, , uid, gid] = line?.split(":") ?? [];
+    if (uid && gid && /^\d+$/.test(uid) && /^\d+$/.test(gid)) return { uid: Number(uid), gid: Number(gid) };
+  } catch {
+    // no /etc/passwd
+  }
+  return { uid: 65534, gid: 65534 };
 }

@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync, statSync, writeFileSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -10,6 +11,8 @@ afterEach(() => {
 });
 function root(): string {
   const d = mkdtempSync(join(tmpdir(), "nk-taskdirs-"));
+  // Reachable by nobody (mkdtemp makes it 0700).
+  chmodSync(d, 0o755);
   made.push(d);
   return d;
 }
@@ -37,17 +40,19 @@ describe("createTaskDirs", () => {
     } finally {
       process.umask(old);
     }
-    expect(["", "alloc", "alloc/data", "alloc/logs", "alloc/tmp", "web", "web/local", "web/secrets", "web/tmp"].map(mode)).toEqual([
-      "755",
-      "755",
-      "777",
-      "777",
-      "1777",
-      "777",
-      "777",
-      "777",
-      "1777",
-    ]);
+    // client/allocdir: every directory below the allocation's is 0777 (the task's tmp sticky), alloc/ included.
+    const below = ["alloc", "alloc/data", "alloc/logs", "alloc/tmp", "web", "web/local", "web/secrets", "web/private", "web/tmp"];
+    expect(["", ...below].map(mode)).toEqual(["755", "777", "777", "777", "777", "777", "777", "777", "777", "1777"]);
+    // As root, Nomad gives them to nobody, so a task running as nobody can write where it can under Nomad.
+    if (process.getuid?.() === 0) {
+      const id = (flag: string) => execFileSync("id", [flag, "nobody"], { encoding: "utf8" }).trim();
+      const nobody = Number(id("-u"));
+      expect(below.map((d) => statSync(join(fresh, d)).uid)).toEqual(below.map(() => nobody));
+      expect(statSync(fresh).uid).toBe(0);
+      for (const d of ["alloc/ready", "web/local/x", "web/private/x"]) {
+        execFileSync("setpriv", [`--reuid=${nobody}`, `--regid=${id("-g")}`, "--clear-groups", "touch", join(fresh, d)]);
+      }
+    }
   });
 
   it("keeps what a second task of the same allocation finds there", () => {
@@ -94,6 +99,11 @@ describe("nomadTaskConfig", () => {
     expect(t.env).toMatchObject({
       ...dirs.env,
       NOMAD_ALLOC_ID: "a1",
+      NOMAD_SHORT_ALLOC_ID: "a1",
+      NOMAD_ALLOC_NAME: "nomadkit.web[0]",
+      NOMAD_ALLOC_INDEX: "0",
+      NOMAD_REGION: "global",
+      NOMAD_DC: "dc1",
       NOMAD_TASK_NAME: "web",
       NOMAD_JOB_NAME: "nomadkit",
       NOMAD_GROUP_NAME: "web",
@@ -108,10 +118,12 @@ describe("nomadTaskConfig", () => {
   it("takes job, group, user, resources and extra variables, and makes a new id per call", () => {
     const dirs = createTaskDirs(root(), "db");
     const o = { name: "db", dirs, msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e" };
-    const t = nomadTaskConfig({ ...o, jobName: "j", groupName: "g", namespace: "ns", user: "nobody", cpuMhz: 500, memoryMb: 64, env: { NOMAD_JOB_NAME: "override", X: "1" }, networkIsolation: { path: "/var/run/netns/x" } });
+    const t = nomadTaskConfig({ ...o, allocId: "0123456789abcdef", allocIndex: 3, region: "eu", datacenter: "fra1", jobName: "j", groupName: "g", namespace: "ns", user: "nobody", cpuMhz: 500, memoryMb: 64, env: { NOMAD_JOB_NAME: "override", X: "1" }, networkIsolation: { path: "/var/run/netns/x" } });
     expect(t).toMatchObject({ jobName: "j", taskGroupName: "g", namespace: "ns", user: "nobody", networkIsolationSpec: { path: "/var/run/netns/x" } });
     expect(t.resources?.linuxResources).toMatchObject({ cpuShares: 500n, memoryLimitBytes: 64n * 1024n * 1024n });
     expect(t.env).toMatchObject({ NOMAD_JOB_NAME: "override", X: "1", NOMAD_GROUP_NAME: "g", NOMAD_MEMORY_LIMIT: "64" });
+    expect(t.env).toMatchObject({ NOMAD_SHORT_ALLOC_ID: "01234567", NOMAD_ALLOC_NAME: "j.g[3]", NOMAD_ALLOC_INDEX: "3", NOMAD_REGION: "eu", NOMAD_DC: "fra1" });
+    expect(() => nomadTaskConfig({ ...o, allocIndex: -1 })).toThrow(/allocIndex -1: must be a non-negative integer/);
     expect(nomadTaskConfig(o).allocId).not.toBe(nomadTaskConfig(o).allocId);
     expect(nomadTaskConfig({ ...o, allocId: "same" }).id).not.toBe(nomadTaskConfig({ ...o, allocId: "same" }).id);
   });
