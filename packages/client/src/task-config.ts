@@ -50,16 +50,47 @@ export interface NomadTaskConfigOptions {
   cpuMhz?: number;
   /** Memory in MB; default 300, Nomad's default task resources. */
   memoryMb?: number;
-  /** Variables over the ones Nomad sets (PATH from this process, NOMAD_*). */
+  /**
+   * The driver's filesystem isolation (its Capabilities' `fs_isolation`); default `"none"`. With
+   * `"chroot"` or `"image"` the NOMAD_*_DIR variables are the paths inside the task (`/alloc`,
+   * `/local`, `/secrets`); with `"image"` the task gets none of the host's environment.
+   */
+  fsIsolation?: "none" | "chroot" | "image" | "unveil";
+  /** The host's environment, passed on (minus {@link NOMAD_ENV_DENYLIST}) unless `fsIsolation` is `"image"`; default this process's. */
+  hostEnv?: Readonly<Record<string, string | undefined>>;
+  /** Variables over the ones Nomad sets (the host's, NOMAD_*). */
   env?: Record<string, string>;
   /** The allocation's network namespace, when the driver created one. */
   networkIsolation?: MessageInitShape<typeof NetworkIsolationSpecSchema>;
 }
 
+/** Host variables Nomad never passes to a task (its client's default `env.denylist`). */
+export const NOMAD_ENV_DENYLIST: readonly string[] = Object.freeze([
+  "CONSUL_TOKEN",
+  "CONSUL_HTTP_TOKEN",
+  "VAULT_TOKEN",
+  "NOMAD_LICENSE",
+  "AWS_ACCESS_KEY_ID",
+  "AWS_SECRET_ACCESS_KEY",
+  "AWS_SESSION_TOKEN",
+  "GOOGLE_APPLICATION_CREDENTIALS",
+]);
+
+/** The environment Nomad's task dir hook starts a task's from: the host's, unless its driver runs images. */
+function hostVariables(o: NomadTaskConfigOptions): Record<string, string> {
+  if (o.fsIsolation === "image") return {};
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(o.hostEnv ?? process.env)) if (v !== undefined && !NOMAD_ENV_DENYLIST.includes(k)) out[k] = v;
+  out.PATH ??= "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  return out;
+}
+
 /**
  * A StartTask `task` the way Nomad builds it: `<alloc>/<task>/<invocation>` id, job, group,
- * namespace and node names, the NOMAD_* variables Nomad always sets (alloc id, short id, name and
- * index, task, job and group names, namespace, region, datacenter, limits, the directories), PATH, allocated and Linux resources, and the given config and output paths.
+ * namespace and node names, the host's environment (for drivers that do not run images, minus
+ * Nomad's denylist), the NOMAD_* variables Nomad always sets (alloc id, short id, name and index,
+ * task, job and group names, namespace, region, datacenter, limits, the directories as the task
+ * sees them), allocated and Linux resources, and the given config and output paths.
  *
  * @example
  * ```ts
@@ -88,7 +119,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
     nodeName: hostname(),
     nodeId: "00000000-0000-4000-8000-000000000000",
     env: {
-      PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      ...hostVariables(o),
       NOMAD_ALLOC_ID: allocId,
       NOMAD_SHORT_ALLOC_ID: allocId.slice(0, 8),
       // structs.AllocName: the job's id, the group, the index.
@@ -103,7 +134,10 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
       NOMAD_DC: o.datacenter ?? "dc1",
       NOMAD_CPU_LIMIT: String(cpuShares),
       NOMAD_MEMORY_LIMIT: String(memoryMb),
-      ...o.dirs.env,
+      // Isolated tasks see the directories where the driver mounts them (Nomad's task dir hook).
+      ...(o.fsIsolation === "chroot" || o.fsIsolation === "image"
+        ? { NOMAD_ALLOC_DIR: "/alloc", NOMAD_TASK_DIR: "/local", NOMAD_SECRETS_DIR: "/secrets" }
+        : o.dirs.env),
       ...o.env,
     },
     resources: {

@@ -127,4 +127,19 @@ describe("nomadTaskConfig", () => {
     expect(nomadTaskConfig(o).allocId).not.toBe(nomadTaskConfig(o).allocId);
     expect(nomadTaskConfig({ ...o, allocId: "same" }).id).not.toBe(nomadTaskConfig({ ...o, allocId: "same" }).id);
   });
+
+  it("passes the host's environment minus Nomad's denylist, and shows isolated tasks their directories inside", () => {
+    const dirs = createTaskDirs(root(), "iso");
+    const hostEnv = { PATH: "/host/bin", HOME: "/root", VAULT_TOKEN: "s3cret", AWS_SECRET_ACCESS_KEY: "k", NOMAD_TASK_NAME: "host's" };
+    const o = { name: "iso", dirs, msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e", hostEnv };
+    const none = nomadTaskConfig(o).env!;
+    expect(none).toMatchObject({ PATH: "/host/bin", HOME: "/root", NOMAD_TASK_NAME: "iso", ...dirs.env });
+    expect(none.VAULT_TOKEN).toBeUndefined();
+    expect(none.AWS_SECRET_ACCESS_KEY).toBeUndefined();
+    const inside = { NOMAD_ALLOC_DIR: "/alloc", NOMAD_TASK_DIR: "/local", NOMAD_SECRETS_DIR: "/secrets" };
+    expect(nomadTaskConfig({ ...o, fsIsolation: "chroot" }).env).toMatchObject({ PATH: "/host/bin", HOME: "/root", ...inside });
+    const image = nomadTaskConfig({ ...o, fsIsolation: "image" }).env!;
+    expect(image).toMatchObject({ ...inside, NOMAD_TASK_NAME: "iso" });
+    expect([image.PATH, image.HOME]).toEqual([undefined, undefined]);
+  });
 });

@@ -15,6 +15,7 @@ import {
 } from "@nomadkit/client";
 import type { PluginInfoResponse } from "@nomadkit/protocol/base";
 import {
+  DriverCapabilities_FSIsolation,
   TaskState,
   type DriverCapabilities,
   type InspectTaskResponse,
@@ -91,6 +92,13 @@ export interface KillRecord {
   exit: PluginExit;
   ms: number;
 }
+
+const FS_ISOLATION: Partial<Record<DriverCapabilities_FSIsolation, "none" | "chroot" | "image" | "unveil">> = {
+  [DriverCapabilities_FSIsolation.NONE]: "none",
+  [DriverCapabilities_FSIsolation.CHROOT]: "chroot",
+  [DriverCapabilities_FSIsolation.IMAGE]: "image",
+  [DriverCapabilities_FSIsolation.UNVEIL]: "unveil",
+};
 
 /** State shared by the checks of one run. */
 export class Suite {
@@ -352,6 +360,8 @@ export class Suite {
       user: this.opts.user ?? "",
       memoryMb: 128,
       networkIsolation: opts.network,
+      // As Nomad's task dir hook: the directories as the driver shows them to its task.
+      fsIsolation: FS_ISOLATION[this.caps?.fsIsolation ?? DriverCapabilities_FSIsolation.NONE] ?? "none",
     });
     const id = config.id;
     const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, logs, config, destroyed: false };

@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { runConformance } from "../src/index.js";
 import { Suite } from "../src/suite.js";
+import { DriverCapabilities_FSIsolation, type DriverCapabilities } from "@nomadkit/protocol/driver";
 
 const direct = fileURLToPath(new URL("./fixtures/direct-driver.mjs", import.meta.url));
 const generous = { shutdownTimeoutMs: 15_000, fingerprintTimeoutMs: 30_000, callTimeoutMs: 30_000 };
@@ -37,6 +38,30 @@ describe("what the suite prepares for a task, as the Nomad client does", () => {
         // ENXIO unless a reader has it open: the driver's open does not wait, as under Nomad.
         closeSync(openSync(p, constants.O_WRONLY | constants.O_NONBLOCK));
       }
+    } finally {
+      await s.cleanup();
+    }
+  });
+
+  it("a task's directories are named as the driver's filesystem isolation shows them to the task", async () => {
+    const s = new Suite({
+      plugin: "/bin/true",
+      args: [],
+      pluginConfig: {},
+      execShell: "/bin/sh",
+      signal: "SIGHUP",
+      callTimeoutMs: 1000,
+      checkTimeoutMs: 1000,
+      fingerprintTimeoutMs: 1000,
+      shutdownTimeoutMs: 1000,
+      workDir: root,
+    });
+    try {
+      const host = s.newTask("host");
+      expect(host.config.env!.NOMAD_TASK_DIR).toBe(join(host.allocDir, "host/local"));
+      s.caps = { fsIsolation: DriverCapabilities_FSIsolation.IMAGE } as DriverCapabilities;
+      const image = s.newTask("image").config.env!;
+      expect([image.NOMAD_TASK_DIR, image.NOMAD_ALLOC_DIR, image.PATH]).toEqual(["/local", "/alloc", undefined]);
     } finally {
       await s.cleanup();
     }
