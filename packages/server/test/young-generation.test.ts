@@ -99,7 +99,8 @@ describe("holdYoungGenerationSize", () => {
       churn();
       const stillHeld = newSpace();
       b();
-      churn();
+      // Growth follows V8's own heuristics: on a busy machine one round may not trigger it.
+      for (let i = 0; i < 3 && newSpace() <= stillHeld; i++) churn();
       console.log(JSON.stringify({ before, held, stillHeld, released: newSpace() }));
     `);
     expect(r.held).toBeLessThanOrEqual(Math.max(2, r.before * 2));
