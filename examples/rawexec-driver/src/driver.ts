@@ -2,7 +2,7 @@
 // Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
 // re-attaches from the reattach info kept in TaskHandle.driver_state.
 import { join } from "node:path";
-import { defineDriver, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type SpecValue } from "@nomadkit/server";
+import { defineDriver, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
 import {
   decodeExecutorState,
   forwardExecStream,
@@ -217,8 +217,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       return forwardExecStream(stream, get(stream.taskId).exe);
     },
 
-    async taskStats(taskId, ctx: Ctx) {
-      return get(taskId).stats.next(ctx.signal);
+    async taskStats(taskId, ctx: TaskStatsContext<PluginConfig, TaskConfig>) {
+      // The executor samples at the stream's interval, so CPU percent covers all of it.
+      return get(taskId).stats.next(ctx.intervalMs, ctx.signal);
     },
 
     async createNetwork(allocId, hostname) {

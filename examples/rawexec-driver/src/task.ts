@@ -49,13 +49,11 @@ export function killOrphanedTask(pid: number, allocId: string): boolean {
   return true;
 }
 
-/** How often the executor samples the task's process tree for TaskStats. */
-const STATS_INTERVAL_MS = 1000;
-
 /**
- * Keeps one Stats stream open to the executor while someone asks for stats, and hands each sample
- * to every TaskStats stream once: a stream (told apart by its call's signal) gets the newest sample
- * it has not seen, or waits for the next.
+ * One executor Stats stream, opened with one `collection_interval` (the executor averages CPU over
+ * it, as Nomad's raw_exec passes its interval to executor.Stats), shared by the TaskStats streams
+ * with that interval: a stream (told apart by its call's signal) gets the newest sample it has not
+ * seen, or waits for the next.
  */
 class StatsFeed {
   private latest: ExecutorStats | undefined;
@@ -63,12 +61,17 @@ class StatsFeed {
   private seq = 0;
   /** The number of the last sample each stream got. */
   private readonly seen = new WeakMap<AbortSignal, number>();
+  /** The streams reading this feed; it closes when the last one ends. */
+  readonly readers = new Set<AbortSignal>();
   private error: unknown;
   private running = false;
   private wakeups: (() => void)[] = [];
   private stop = new AbortController();
 
-  constructor(private readonly exe: ExecutorHandle) {}
+  constructor(
+    private readonly exe: ExecutorHandle,
+    readonly intervalMs: number,
+  ) {}
 
   private wake(): void {
     const w = this.wakeups;
@@ -82,7 +85,7 @@ class StatsFeed {
     this.error = undefined;
     void (async () => {
       try {
-        const req = { interval: BigInt(STATS_INTERVAL_MS) * 1_000_000n };
+        const req = { interval: BigInt(Math.round(this.intervalMs * 1e6)) };
         for await (const r of this.exe.client.stats(req, { signal: this.stop.signal })) {
           if (!r.stats) continue;
           this.latest = r.stats;
@@ -133,13 +136,53 @@ class StatsFeed {
   }
 }
 
+/**
+ * The task's stats feeds, one per `collection_interval` in use. A feed's executor stream is closed
+ * when the last TaskStats stream reading it ends, so an interval nobody asks for any more is not
+ * sampled on.
+ */
+class TaskStatsFeeds {
+  private readonly feeds = new Map<number, StatsFeed>();
+  private closed = false;
+
+  constructor(private readonly exe: ExecutorHandle) {}
+
+  /** The next sample for the TaskStats stream of `signal`, from the executor stream with `intervalMs`. */
+  next(intervalMs: number, signal: AbortSignal): Promise<ExecutorStats> {
+    if (this.closed) return Promise.reject(new Error("task stats: the task is not running"));
+    let feed = this.feeds.get(intervalMs);
+    if (feed === undefined) this.feeds.set(intervalMs, (feed = new StatsFeed(this.exe, intervalMs)));
+    if (!feed.readers.has(signal) && !signal.aborted) {
+      const f = feed;
+      f.readers.add(signal);
+      signal.addEventListener(
+        "abort",
+        () => {
+          f.readers.delete(signal);
+          if (f.readers.size > 0 || this.feeds.get(intervalMs) !== f) return;
+          this.feeds.delete(intervalMs);
+          f.close();
+        },
+        { once: true },
+      );
+    }
+    return feed.next(signal);
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const f of this.feeds.values()) f.close();
+    this.feeds.clear();
+  }
+}
+
 /** A task supervised by an executor process. */
 export class RawExecTask {
   /** Set once the executor reported the exit. */
   exit: (TaskExit & { at: Date }) | undefined;
   /** Resolves with the exit (never rejects). */
   readonly exited: Promise<TaskExit>;
-  readonly stats: StatsFeed;
+  readonly stats: TaskStatsFeeds;
   /** When the task started (from its state, so also after a recover); parsed once, InspectTask reads it. */
   readonly startedAt: Date;
 
@@ -150,7 +193,7 @@ export class RawExecTask {
     /** The task's allocation: how its process is told from a reused pid (see killOrphanedTask). */
     readonly allocId: string,
   ) {
-    this.stats = new StatsFeed(exe);
+    this.stats = new TaskStatsFeeds(exe);
     this.startedAt = new Date(state.startedAt);
     // One long Wait per task: the executor answers it when the process ends, so the result is
     // captured while the executor is still there to tell it.

@@ -316,6 +316,28 @@ describe("stats", () => {
   });
 });
 
+describe("stats at the collection_interval", () => {
+  it("has the executor sample at the stream's interval, not every second (Nomad: executor.Stats(ctx, interval))", async () => {
+    const t = await run(sh("exec sleep 600"));
+    const ac = new AbortController();
+    const at: number[] = [];
+    try {
+      for await (const r of p.driver.taskStats({ taskId: t.id, collectionInterval: { nanos: 100_000_000 } }, { signal: ac.signal })) {
+        const ts = r.stats!.timestamp!;
+        at.push(Number(ts.seconds) * 1000 + ts.nanos / 1e6);
+        if (at.length === 8) break;
+      }
+    } finally {
+      ac.abort();
+    }
+    // The executor's own timestamps: a 1 s executor stream cannot take two samples under 1 s apart.
+    const gaps = at.slice(1).map((x, i) => x - at[i]!);
+    expect(gaps.every((g) => g > 0), `${gaps}`).toBe(true);
+    expect(gaps.some((g) => g < 1000), `${gaps}`).toBe(true);
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+});
+
 describe("stats on the agent's topology", () => {
   it("computes total_ticks in the executor from the compute Nomad's SetConfig gave, not from this host", async () => {
     const q = await startPlugin();

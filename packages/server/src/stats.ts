@@ -14,7 +14,7 @@ export { clockTicksPerSecond, hostCompute, totalTicks } from "./stats/host.js";
 export type { HostCompute, HostComputeOptions } from "./stats/host.js";
 export { parseProcStat, processTree, readAllProcStats, readProcMemory, readProcStat, readUptimeSeconds } from "./stats/proc.js";
 export type { ProcMemory, ProcStat } from "./stats/proc.js";
-export { CGROUP_V2_ROOT, cgroupV2PathOf, readCgroupV1, readCgroupV2 } from "./stats/cgroup.js";
+export { CGROUP_V2_ROOT, cgroupProcs, cgroupV2PathOf, readCgroupV1, readCgroupV2 } from "./stats/cgroup.js";
 export type { CgroupV1Dirs, CgroupV2Reading } from "./stats/cgroup.js";
 export { ProcessTreeSampler, pollTaskStats, toTaskStats } from "./stats/sampler.js";
 export type { ProcessTreeSamplerOptions, ResourceSample } from "./stats/sampler.js";

@@ -1,7 +1,7 @@
 // The executor's task cgroups, on this host's real cgroup v1 controllers and on a cgroup v2
 // hierarchy mounted for the test: the task starts inside them, Shutdown kills what escaped its
 // process group and tree, OOM kills are reported, and bad cgroups are refused by field.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -238,6 +238,26 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect(Number(agg.memory!.usage)).toBeLessThanOrEqual(usage * 2);
     expect(agg.memory!.measuredFields).toEqual(expect.arrayContaining([MemoryUsage_Fields.USAGE, MemoryUsage_Fields.MAX_USAGE, MemoryUsage_Fields.RSS, MemoryUsage_Fields.CACHE]));
     expect(agg.cpu!.percent).toBeGreaterThan(0);
+  });
+
+  it("Stats lists the processes of the task's own cgroup, a daemon that left the tree included (Nomad: procstats.List)", async () => {
+    const freezer = cgroup(`${V1}/freezer/${tag}/ps`);
+    // A memory cgroup shared with a process that is not the task's: not where the pids come from.
+    const memory = cgroup(`${V1}/memory/${tag}/ps`);
+    const other = spawn("sleep", ["1000"], { stdio: "ignore" });
+    cleanups.push(() => other.kill("SIGKILL"));
+    writeFileSync(join(memory, "cgroup.procs"), String(other.pid));
+    const exe = await executor();
+    const { task, escaped } = await launchEscaper(exe, { cgroupV1Override: { freezer: `${tag}/ps`, memory } });
+    const ac = new AbortController();
+    let pids: number[] = [];
+    for await (const m of exe.client.stats({ interval: 50_000_000n }, { signal: ac.signal })) {
+      pids = Object.keys(m.stats!.resourceUsageByPid).map(Number);
+      break;
+    }
+    ac.abort();
+    expect(pids.sort()).toEqual([task, escaped].sort());
+    expect(procs(freezer).sort()).toEqual([task, escaped].sort());
   });
 
   it("Shutdown kills through the task's freezer only: a memory cgroup shared with another task is left alone", async () => {

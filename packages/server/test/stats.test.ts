@@ -1,5 +1,6 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -11,10 +12,12 @@ import { encodeBinary } from "../src/runtime/binary-encoder.js";
 import type { TaskStatsInput } from "../src/driver/types.js";
 import {
   ProcessTreeSampler,
+  cgroupProcs,
   hostCompute,
   parseProcStat,
   pollTaskStats,
   processTree,
+  readProcMemory,
   readCgroupV1,
   readCgroupV2,
   totalTicks,
@@ -164,7 +167,15 @@ describe("ProcessTreeSampler", () => {
     });
     const host = { numCores: 2, totalComputeMhz: 4000 };
     const sampler = new ProcessTreeSampler(root.pid!, { host });
-    const stats = await sampler.taskStats("t1");
+    // No previous reading: 0 %, as Nomad's cpustats.Tracker, not the processes' lifetime average.
+    const first = await sampler.taskStats("t1");
+    expect(first.aggResourceUsage!.cpu!.percent).toBe(0);
+    expect(Object.values(first.resourceUsageByPid).map((u) => u.cpu!.percent)).toEqual(Object.keys(first.resourceUsageByPid).map(() => 0));
+    // Later samples measure the interval since the one before; the loops burn CPU, so one shows it.
+    const stats = await until(async () => {
+      const s = await sampler.taskStats("t1");
+      return s.aggResourceUsage!.cpu!.percent > 0 ? s : undefined;
+    });
     expect(stats.id).toBe("t1");
     expect(stats.timestamp).toBeDefined();
     const cpu = stats.aggResourceUsage!.cpu!;
@@ -180,10 +191,93 @@ describe("ProcessTreeSampler", () => {
     expect(Object.keys(stats.resourceUsageByPid).length).toBeGreaterThanOrEqual(3);
     expect(stats.resourceUsageByPid[String(root.pid)]).toBeDefined();
 
-    // A second sample measures the interval since the first.
     const again = await sampler.sample();
     expect(again.agg.cpu!.percent).toBeGreaterThanOrEqual(0);
     expect(again.agg.memory!.rss).toBeGreaterThan(0n);
+  });
+
+  it("counts a zombie's swap as 0, keeping Swap measured (Nomad's Aggregate always lists RSS and Swap)", async () => {
+    // The child exits at once; its parent (now sleep, same pid) never reaps it.
+    const c = spawn("sh", ["-c", "sh -c 'exit 0' & exec sleep 30"], { detached: true, stdio: "ignore" });
+    children.push(c);
+    const zombie = await until(async () => (await processTree(c.pid!)).find((p) => p.pid !== c.pid && p.state === "Z"));
+    expect(await readProcMemory(zombie.pid)).toEqual({ rss: 0n, swap: 0n });
+    const s = await new ProcessTreeSampler(c.pid!).sample();
+    expect(s.byPid[String(zombie.pid)]!.memory!.measuredFields).toEqual([MemoryUsage_Fields.RSS, MemoryUsage_Fields.SWAP]);
+    expect(s.agg.memory!.measuredFields).toEqual([MemoryUsage_Fields.RSS, MemoryUsage_Fields.SWAP]);
+    expect(s.agg.memory!.rss).toBeGreaterThan(0n);
+  });
+
+  it("times each CPU counter when it is read, not before the scan (Nomad's Tracker takes Now() at each read)", async () => {
+    // A fake procfs and cpuacct cgroup whose counters are FIFOs: a read ends only when the test
+    // writes, so the second readings are known to be at least 500 ms after the first sample ended.
+    const root = mkdtempSync(join(tmpdir(), "nk-timed-"));
+    try {
+      const proc = join(root, "proc");
+      const cpuacct = join(root, "cpuacct");
+      mkdirSync(join(proc, "4242"), { recursive: true });
+      mkdirSync(cpuacct);
+      writeFileSync(join(proc, "uptime"), "1000.00 1000.00\n");
+      writeFileSync(join(proc, "4242", "status"), "Name:\tbusy\nVmRSS:\t1024 kB\nVmSwap:\t0 kB\n");
+      const stat = join(proc, "4242", "stat");
+      const usage = join(cpuacct, "cpuacct.usage");
+      for (const f of [stat, usage]) expect(spawnSync("mkfifo", [f]).status).toBe(0);
+      const statLine = (utime: number) => `4242 (busy) R 1 4242 4242 0 -1 4194560 1 0 0 0 ${utime} 0 0 0 20 0 1 0 5000 0 0\n`;
+      const sampler = new ProcessTreeSampler(4242, { procRoot: proc, cgroupV1: { cpuacct }, clockTicks: 100 });
+
+      const writes1 = Promise.all([writeFile(stat, statLine(0)), writeFile(usage, "0\n")]);
+      await sampler.sample();
+      await writes1;
+      const second = sampler.sample(); // blocks on the FIFOs
+      await new Promise((r) => setTimeout(r, 500));
+      // 0.5 s of CPU, in ticks and in nanoseconds: at most 100 % of a core over >= 500 ms.
+      const writes2 = Promise.all([writeFile(stat, statLine(50)), writeFile(usage, "500000000\n")]);
+      const s = await second;
+      await writes2;
+      const pidPercent = s.byPid["4242"]!.cpu!.percent;
+      expect(pidPercent).toBeGreaterThan(0);
+      expect(pidPercent).toBeLessThanOrEqual(100);
+      expect(s.agg.cpu!.percent).toBeGreaterThan(0);
+      expect(s.agg.cpu!.percent).toBeLessThanOrEqual(100);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it("lists the processes of the task's cgroup and its sub-cgroups, daemons outside the tree included", async () => {
+    const root = busyTree();
+    const daemon = spawn("sleep", ["30"], { detached: true, stdio: "ignore" }); // not under root
+    children.push(daemon);
+    const nested = spawn("sleep", ["30"], { detached: true, stdio: "ignore" });
+    children.push(nested);
+    const tree = await until(async () => {
+      const t = await processTree(root.pid!);
+      return t.length >= 3 ? t : undefined;
+    });
+    const dir = mkdtempSync(join(tmpdir(), "nk-cgprocs-"));
+    try {
+      // A stand-in cgroup: cgroup.procs files (duplicates are allowed), a sub-cgroup, a non-cgroup dir.
+      writeFileSync(join(dir, "cgroup.procs"), [...tree.map((p) => p.pid), daemon.pid, root.pid].join("\n") + "\n");
+      mkdirSync(join(dir, "sub", "deeper"), { recursive: true });
+      writeFileSync(join(dir, "sub", "cgroup.procs"), "");
+      writeFileSync(join(dir, "sub", "deeper", "cgroup.procs"), `${nested.pid}\n`);
+      mkdirSync(join(dir, "not-a-cgroup"));
+      const want = [...tree.map((p) => p.pid), daemon.pid!, nested.pid!].sort((a, b) => a - b);
+      expect((await cgroupProcs(dir))!.sort((a, b) => a - b)).toEqual(want);
+      expect(await cgroupProcs(join(dir, "missing"))).toBeUndefined();
+
+      const pids = (s: Awaited<ReturnType<ProcessTreeSampler["sample"]>>) => Object.keys(s.byPid).map(Number).sort((a, b) => a - b);
+      expect(pids(await new ProcessTreeSampler(root.pid!, { cgroupPath: dir }).sample())).toEqual(want);
+      expect(pids(await new ProcessTreeSampler(root.pid!, { cgroupV1: { memory: dir } }).sample())).toEqual(want);
+      // listPids wins; undefined from it falls back to the cgroup; no readable cgroup: the tree.
+      expect(pids(await new ProcessTreeSampler(root.pid!, { cgroupPath: dir, listPids: () => [daemon.pid!] }).sample())).toEqual([daemon.pid]);
+      expect(pids(await new ProcessTreeSampler(root.pid!, { cgroupPath: dir, listPids: () => undefined }).sample())).toEqual(want);
+      const fallback = pids(await new ProcessTreeSampler(root.pid!, { cgroupPath: join(dir, "missing") }).sample());
+      expect(fallback).toContain(root.pid);
+      expect(fallback).not.toContain(daemon.pid);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("answers zeros, with cpu, memory and timestamp, once the process is gone", async () => {
@@ -248,6 +342,8 @@ describe("cgroup v1", () => {
       writeFileSync(join(memory, "memory.max_usage_in_bytes"), "9000000\n");
       // The hierarchical total_ counts win over the cgroup's own.
       writeFileSync(join(memory, "memory.stat"), "cache 1\nrss 2\nswap 3\ntotal_cache 2048000\ntotal_rss 4096000\ntotal_swap 512\n");
+      writeFileSync(join(memory, "memory.kmem.usage_in_bytes"), "65536\n");
+      writeFileSync(join(memory, "memory.kmem.max_usage_in_bytes"), "131072\n");
       writeFileSync(join(cpuacct, "cpuacct.usage"), "1500000000\n");
       writeFileSync(join(cpuacct, "cpuacct.stat"), "user 90\nsystem 60\n");
       writeFileSync(join(cpu, "cpu.stat"), "nr_periods 10\nnr_throttled 3\nthrottled_time 2500000\n");
@@ -263,13 +359,24 @@ describe("cgroup v1", () => {
         anon: 4096000n,
         file: 2048000n,
         swapCurrent: 512n,
+        kernel: 65536n,
+        kernelMax: 131072n,
       });
       expect(await readCgroupV1({ memory: join(root, "missing") })).toEqual({});
 
       const stats = await new ProcessTreeSampler(process.pid, { cgroupV1: { memory, cpuacct, cpu } }).taskStats("cg1");
       const mem = stats.aggResourceUsage!.memory!;
-      expect(mem).toMatchObject({ usage: 8192000n, rss: 4096000n, cache: 2048000n, maxUsage: 9000000n, swap: 512n });
-      const fields = [MemoryUsage_Fields.RSS, MemoryUsage_Fields.CACHE, MemoryUsage_Fields.SWAP, MemoryUsage_Fields.USAGE, MemoryUsage_Fields.MAX_USAGE];
+      expect(mem).toMatchObject({ usage: 8192000n, rss: 4096000n, cache: 2048000n, maxUsage: 9000000n, swap: 512n, kernelUsage: 65536n, kernelMaxUsage: 131072n });
+      // Nomad's v1 executor: RSS, Cache, Swap, Usage, Max Usage, Kernel Usage, Kernel Max Usage.
+      const fields = [
+        MemoryUsage_Fields.RSS,
+        MemoryUsage_Fields.CACHE,
+        MemoryUsage_Fields.SWAP,
+        MemoryUsage_Fields.USAGE,
+        MemoryUsage_Fields.MAX_USAGE,
+        MemoryUsage_Fields.KERNEL_USAGE,
+        MemoryUsage_Fields.KERNEL_MAX_USAGE,
+      ];
       expect(mem.measuredFields).toEqual(fields.sort((x, y) => x - y));
       expect(stats.aggResourceUsage!.cpu).toMatchObject({ throttledPeriods: 3n, throttledTime: 2_500_000n });
     } finally {

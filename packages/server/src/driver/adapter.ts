@@ -45,6 +45,7 @@ import type {
   TaskInfo,
   TaskInspection,
   TaskStateName,
+  TaskStatsContext,
 } from "./types.js";
 import { anySignal, StreamWaits } from "./util.js";
 import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
@@ -465,10 +466,19 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
 
   if (driver.taskStats !== undefined) {
     const taskStats = driver.taskStats.bind(driver);
+    // A subclass, not Object.create(call(hc)): the signal getter reads a private field of its receiver.
+    class DriverStatsContext extends DriverCallContext {
+      constructor(
+        hc: HandlerContext,
+        readonly intervalMs: number,
+      ) {
+        super(hc);
+      }
+    }
     handlers.taskStats = async function* (req, hc) {
       requireTask(req.taskId);
       const intervalMs = statsIntervalMs(req.collectionInterval);
-      const ctx = call(hc);
+      const ctx = new DriverStatsContext(hc, intervalMs) as unknown as TaskStatsContext<PC, TC>;
       const waits = new StreamWaits(hc.signal, lifetime.signal);
       try {
         for (;;) {

@@ -23,6 +23,7 @@ export {
   type TaskInfo,
   type DriverContext,
   type CallContext,
+  type TaskStatsContext,
   type StopTaskOptions,
   type DestroyTaskOptions,
   type ExecTaskOptions,

@@ -245,6 +245,24 @@ export interface CallContext<PC = unknown, TC = unknown> extends DriverContext<P
   readonly signal: AbortSignal;
 }
 
+/**
+ * The context of a `taskStats` call: the call context plus the stream's `collection_interval`. A
+ * sample should cover the whole interval (Nomad's drivers open their executor's Stats stream with
+ * it, so CPU percent averages the interval, not the last second of it).
+ *
+ * @example
+ * ```ts
+ * taskStats(taskId, ctx) {
+ *   // One executor Stats stream per interval, shared by the TaskStats streams that use it.
+ *   return feeds.get(taskId).next(ctx.intervalMs, ctx.signal);
+ * },
+ * ```
+ */
+export interface TaskStatsContext<PC = unknown, TC = unknown> extends CallContext<PC, TC> {
+  /** The stream's `collection_interval` in milliseconds, as the SDK schedules the calls (default 1000 when Nomad sent none). */
+  readonly intervalMs: number;
+}
+
 /** Options of `stopTask`. */
 export interface StopTaskOptions {
   /** Signal to send first, canonical name ("SIGINT" when Nomad sent none, like Nomad's executors). */
@@ -375,8 +393,11 @@ export interface Driver<PC = unknown, TC = unknown> {
   execTaskStreaming?(session: ExecSession, ctx: CallContext<PC, TC>): Promise<ExecResult>;
   /** Interactive exec, raw form: preferred over `execTaskStreaming` when both exist. */
   execTaskStreamingRaw?(stream: ExecTaskStream, ctx: CallContext<PC, TC>): Promise<void>;
-  /** One resource usage sample; the SDK calls it every `collection_interval`. Throw `RecoverableError` as for start. */
-  taskStats?(taskId: string, ctx: CallContext<PC, TC>): Promise<TaskStatsInput> | TaskStatsInput;
+  /**
+   * One resource usage sample; the SDK calls it every `collection_interval` (`ctx.intervalMs`), with
+   * the same `ctx.signal` for every call of one stream. Throw `RecoverableError` as for start.
+   */
+  taskStats?(taskId: string, ctx: TaskStatsContext<PC, TC>): Promise<TaskStatsInput> | TaskStatsInput;
   /** Create (or find) the allocation's network namespace; must be idempotent (`created: false` when it existed). */
   createNetwork?(allocId: string, hostname: string, ctx: CallContext<PC, TC>): Promise<CreateNetworkResult>;
   /** Remove the allocation's network namespace; succeed when it is already gone. */

@@ -208,6 +208,15 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     const cgroupV1 = task.context.cgroups?.v1Stats;
     if (cgroupPath) samplerOptions.cgroupPath = cgroupPath;
     else if (cgroupV1) samplerOptions.cgroupV1 = cgroupV1;
+    const cgroups = task.context.cgroups;
+    if (cgroups) {
+      // The processes of the cgroup that holds only the task (a v1 memory cgroup may be shared);
+      // none listed means it has no such cgroup, or it is empty: the sampler falls back.
+      samplerOptions.listPids = () => {
+        const pids = cgroups.pids();
+        return pids.length > 0 ? pids : undefined;
+      };
+    }
     const sampler = new ProcessTreeSampler(task.pid, samplerOptions);
     for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
   }

@@ -1,5 +1,6 @@
-import { readFile } from "node:fs/promises";
+import { readFile, readdir } from "node:fs/promises";
 import { existsSync } from "node:fs";
+import { join } from "node:path";
 
 /** One reading of a cgroup v2 directory. Absent fields were not readable (controller not enabled). */
 export interface CgroupV2Reading {
@@ -25,6 +26,8 @@ export interface CgroupV2Reading {
   file?: bigint;
   /** memory.stat kernel (or kernel_stack + slab on older kernels), bytes. */
   kernel?: bigint;
+  /** Peak kernel memory, bytes: cgroup v1's memory.kmem.max_usage_in_bytes (v2 has no such file). */
+  kernelMax?: bigint;
 }
 
 /** Default mount point of the cgroup v2 hierarchy. */
@@ -137,8 +140,8 @@ export interface CgroupV1Dirs {
 /**
  * Reads a task's cgroup v1 files into the same shape as {@link readCgroupV2}: cpuacct.usage and
  * cpuacct.stat (CPU time), cpu.stat (throttling), memory.usage_in_bytes, memory.max_usage_in_bytes,
- * memory.stat (rss, cache, swap: the hierarchical `total_` counts when present) and
- * memory.kmem.usage_in_bytes. Controllers or files that are missing leave their fields undefined.
+ * memory.stat (rss, cache, swap: the hierarchical `total_` counts when present),
+ * memory.kmem.usage_in_bytes and memory.kmem.max_usage_in_bytes. Controllers or files that are missing leave their fields undefined.
  *
  * @example
  * ```ts
@@ -149,7 +152,7 @@ export interface CgroupV1Dirs {
  */
 export async function readCgroupV1(dirs: CgroupV1Dirs, options: { clockTicks?: number } = {}): Promise<CgroupV2Reading> {
   const at = (dir: string | undefined, file: string) => (dir === undefined ? Promise.resolve(undefined) : readOpt(`${dir}/${file}`));
-  const [usage, acctStat, cpuStat, memUsage, memMax, memStat, kmem] = await Promise.all([
+  const [usage, acctStat, cpuStat, memUsage, memMax, memStat, kmem, kmemMax] = await Promise.all([
     at(dirs.cpuacct, "cpuacct.usage"),
     at(dirs.cpuacct, "cpuacct.stat"),
     at(dirs.cpu, "cpu.stat"),
@@ -157,6 +160,7 @@ export async function readCgroupV1(dirs: CgroupV1Dirs, options: { clockTicks?: n
     at(dirs.memory, "memory.max_usage_in_bytes"),
     at(dirs.memory, "memory.stat"),
     at(dirs.memory, "memory.kmem.usage_in_bytes"),
+    at(dirs.memory, "memory.kmem.max_usage_in_bytes"),
   ]);
   const r: CgroupV2Reading = {};
   const set = <K extends keyof CgroupV2Reading>(k: K, v: bigint | undefined) => {
@@ -182,5 +186,46 @@ export async function readCgroupV1(dirs: CgroupV1Dirs, options: { clockTicks?: n
   set("file", stat("cache"));
   set("swapCurrent", stat("swap"));
   set("kernel", single(kmem));
+  set("kernelMax", single(kmemMax));
   return r;
+}
+
+/**
+ * The processes of a cgroup and of all its sub-cgroups, from their cgroup.procs files (how Nomad
+ * lists a task's processes when it has a cgroup: daemons that left the process tree stay in it).
+ * Undefined when `dir` has no readable cgroup.procs; sub-cgroups removed meanwhile are skipped.
+ *
+ * @example
+ * ```ts
+ * import { cgroupProcs } from "@nomadkit/server/stats";
+ * const pids = await cgroupProcs("/sys/fs/cgroup/nomad.slice/share.slice/a.web.scope"); // [4242, 4250]
+ * ```
+ */
+export async function cgroupProcs(dir: string): Promise<number[] | undefined> {
+  const own = await readOpt(join(dir, "cgroup.procs"));
+  if (own === undefined) return undefined;
+  const out = new Set<number>();
+  const add = (text: string) => {
+    // Not guaranteed free of duplicates (cgroups(7)): a set.
+    for (const t of text.split("\n")) if (/^\d+$/.test(t)) out.add(Number(t));
+  };
+  add(own);
+  const walk = async (d: string): Promise<void> => {
+    let subs: string[];
+    try {
+      subs = (await readdir(d, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => join(d, e.name));
+    } catch {
+      return; // removed meanwhile
+    }
+    await Promise.all(
+      subs.map(async (sub) => {
+        const text = await readOpt(join(sub, "cgroup.procs"));
+        if (text === undefined) return;
+        add(text);
+        await walk(sub);
+      }),
+    );
+  };
+  await walk(dir);
+  return [...out];
 }

@@ -22,8 +22,20 @@ export interface ProcStat {
 export interface ProcMemory {
   /** Resident set size (VmRSS), bytes. */
   rss: bigint;
-  /** Undefined when the kernel does not report VmSwap (no swap support). */
+  /** Undefined when the kernel does not report VmSwap although it reports the process's memory. */
   swap: bigint | undefined;
+}
+
+/** A /proc/<pid>/stat reading and when it was read. */
+export interface TimedProcStat {
+  stat: ProcStat;
+  /** Monotonic seconds taken right after the read: the time the CPU counters are from. */
+  at: number;
+}
+
+/** Monotonic clock in seconds, the clock of {@link TimedProcStat.at}. */
+export function monotonicSeconds(): number {
+  return Number(process.hrtime.bigint()) / 1e9;
 }
 
 /**
@@ -65,16 +77,26 @@ export function parseProcStat(text: string): ProcStat | undefined {
  * ```
  */
 export async function readProcStat(pid: number, procRoot = "/proc"): Promise<ProcStat | undefined> {
+  return (await readProcStatTimed(pid, procRoot))?.stat;
+}
+
+/** {@link readProcStat}, timestamped right after the read (so a slow scan does not skew CPU rates). */
+export async function readProcStatTimed(pid: number, procRoot = "/proc"): Promise<TimedProcStat | undefined> {
+  let text: string;
   try {
-    return parseProcStat(await readFile(`${procRoot}/${pid}/stat`, "utf8"));
+    text = await readFile(`${procRoot}/${pid}/stat`, "utf8");
   } catch {
     return undefined;
   }
+  const at = monotonicSeconds();
+  const stat = parseProcStat(text);
+  return stat && { stat, at };
 }
 
 /**
  * Reads VmRSS and VmSwap from /proc/<pid>/status; undefined when the process is gone.
- * A zombie has neither line and reads as zero RSS.
+ * A process without memory of its own (a zombie, a kernel thread) has neither line and reads as
+ * zero RSS and zero swap.
  *
  * @example
  * ```ts
@@ -89,12 +111,14 @@ export async function readProcMemory(pid: number, procRoot = "/proc"): Promise<P
   } catch {
     return undefined;
   }
-  let rss = 0n;
+  let rss: bigint | undefined;
   let swap: bigint | undefined;
   for (const line of text.split("\n")) {
     if (line.startsWith("VmRSS:")) rss = kib(line);
     else if (line.startsWith("VmSwap:")) swap = kib(line);
   }
+  // No VmRSS either: no address space, so nothing swapped (not "swap unknown").
+  if (rss === undefined) return { rss: 0n, swap: swap ?? 0n };
   return { rss, swap };
 }
 
@@ -114,12 +138,16 @@ function kib(line: string): bigint {
  * ```
  */
 export async function readAllProcStats(procRoot = "/proc"): Promise<Map<number, ProcStat>> {
-  const names = await readdir(procRoot);
-  const stats = await Promise.all(
-    names.filter((n) => /^\d+$/.test(n)).map((n) => readProcStat(Number(n), procRoot)),
-  );
   const out = new Map<number, ProcStat>();
-  for (const s of stats) if (s) out.set(s.pid, s);
+  for (const [pid, t] of await readAllProcStatsTimed(procRoot)) out.set(pid, t.stat);
+  return out;
+}
+
+async function readAllProcStatsTimed(procRoot: string): Promise<Map<number, TimedProcStat>> {
+  const names = await readdir(procRoot);
+  const stats = await Promise.all(names.filter((n) => /^\d+$/.test(n)).map((n) => readProcStatTimed(Number(n), procRoot)));
+  const out = new Map<number, TimedProcStat>();
+  for (const s of stats) if (s) out.set(s.stat.pid, s);
   return out;
 }
 
@@ -135,19 +163,24 @@ export async function readAllProcStats(procRoot = "/proc"): Promise<Map<number, 
  * ```
  */
 export async function processTree(rootPid: number, procRoot = "/proc"): Promise<ProcStat[]> {
-  const all = await readAllProcStats(procRoot);
+  return (await processTreeTimed(rootPid, procRoot)).map((t) => t.stat);
+}
+
+/** {@link processTree}, each process with the time its stat was read. */
+export async function processTreeTimed(rootPid: number, procRoot = "/proc"): Promise<TimedProcStat[]> {
+  const all = await readAllProcStatsTimed(procRoot);
   const root = all.get(rootPid);
   if (!root) return [];
-  const children = new Map<number, ProcStat[]>();
-  for (const s of all.values()) {
-    if (s.pid === rootPid) continue;
-    let list = children.get(s.ppid);
-    if (!list) children.set(s.ppid, (list = []));
-    list.push(s);
+  const children = new Map<number, TimedProcStat[]>();
+  for (const t of all.values()) {
+    if (t.stat.pid === rootPid) continue;
+    let list = children.get(t.stat.ppid);
+    if (!list) children.set(t.stat.ppid, (list = []));
+    list.push(t);
   }
-  const out: ProcStat[] = [root];
+  const out: TimedProcStat[] = [root];
   for (let i = 0; i < out.length; i++) {
-    for (const c of children.get(out[i]!.pid) ?? []) out.push(c);
+    for (const c of children.get(out[i]!.stat.pid) ?? []) out.push(c);
   }
   return out;
 }

@@ -12,9 +12,9 @@ import {
 } from "@nomadkit/protocol/driver";
 import { setTimeout as delay } from "node:timers/promises";
 import { timerDelayMs } from "../runtime/timer-delay.js";
-import { readCgroupV1, readCgroupV2, type CgroupV1Dirs, type CgroupV2Reading } from "./cgroup.js";
+import { cgroupProcs, readCgroupV1, readCgroupV2, type CgroupV1Dirs, type CgroupV2Reading } from "./cgroup.js";
 import { clockTicksPerSecond, hostCompute, totalTicks, type HostCompute } from "./host.js";
-import { processTree, readProcMemory, readUptimeSeconds, type ProcStat } from "./proc.js";
+import { monotonicSeconds, processTreeTimed, readProcMemory, readProcStatTimed, type TimedProcStat } from "./proc.js";
 
 /** Options for {@link ProcessTreeSampler}. */
 export interface ProcessTreeSamplerOptions {
@@ -23,14 +23,21 @@ export interface ProcessTreeSamplerOptions {
   /**
    * A cgroup v2 directory that holds exactly the task (a dedicated cgroup). When set and readable,
    * the aggregate comes from the cgroup (cpu.stat, memory.current, memory.stat, ...) and lists the
-   * extra fields it measures; per-pid numbers always come from /proc.
+   * extra fields it measures, and the task's processes are those in it and its sub-cgroups
+   * (cgroup.procs, as Nomad lists them), daemons that left the process tree included; per-pid
+   * numbers always come from /proc.
    */
   cgroupPath?: string;
   /**
    * The task's dedicated cgroup v1 directories (memory, cpuacct, cpu), used like `cgroupPath` when
-   * that is not set: the aggregate comes from their files.
+   * that is not set: the aggregate comes from their files, the processes from the first of them.
    */
   cgroupV1?: CgroupV1Dirs;
+  /**
+   * Lists the task's processes (an executor's own containment cgroup, say), winning over the
+   * cgroup's processes and the tree walk; undefined falls back to them.
+   */
+  listPids?: () => readonly number[] | undefined | Promise<readonly number[] | undefined>;
   /** Alternative procfs mount (tests). */
   procRoot?: string;
   /** Clock ticks per second; default `getconf CLK_TCK`. */
@@ -56,12 +63,13 @@ interface CpuMark {
 const PROC_CPU_FIELDS = [CPUUsage_Fields.SYSTEM_MODE, CPUUsage_Fields.USER_MODE, CPUUsage_Fields.PERCENT];
 
 /**
- * Samples CPU and memory of a process and all its descendants from /proc (and optionally a cgroup
- * v2 directory). CPU percentages are relative to one core and computed between consecutive
- * samples; a process seen for the first time is averaged over its lifetime, so even the first
- * sample of a busy task shows CPU use. `total_ticks` is derived with {@link totalTicks}.
- * `measured_fields` lists only what was really read: system/user mode and percent, RSS, and swap
- * when the kernel reports it (plus usage, cache, peak, kernel, throttling from a cgroup).
+ * Samples CPU and memory of a process and all its descendants from /proc (or of the processes of
+ * the task's cgroup, when it has one), optionally with the cgroup's own counters. CPU percentages
+ * are relative to one core and computed between consecutive samples, each counter against the time
+ * it was read; a process (or cgroup) seen for the first time reports 0 %, as Nomad's CPU tracker
+ * does, so the first sample of a new stream shows no CPU use. `total_ticks` is derived with
+ * {@link totalTicks}. `measured_fields` lists only what was really read: system/user mode and
+ * percent, RSS and swap (plus usage, cache, peak, kernel, throttling from a cgroup).
  *
  * @example
  * ```ts
@@ -92,9 +100,8 @@ export class ProcessTreeSampler {
   async sample(): Promise<ResourceSample> {
     const procRoot = this.options.procRoot;
     const timestamp = new Date();
-    const at = monotonicSeconds();
-    const [tree, uptime] = await Promise.all([processTree(this.rootPid, procRoot), readUptimeSeconds(procRoot)]);
-    const mems = await Promise.all(tree.map((p) => readProcMemory(p.pid, procRoot)));
+    const procs = await this.taskProcesses();
+    const mems = await Promise.all(procs.map((p) => readProcMemory(p.stat.pid, procRoot)));
 
     const nextMarks = new Map<string, CpuMark>();
     const byPid: Record<string, TaskResourceUsage> = {};
@@ -102,24 +109,44 @@ export class ProcessTreeSampler {
     let aggSys = 0;
     let aggRss = 0n;
     let aggSwap = 0n;
-    let swapKnown = tree.length > 0;
-    tree.forEach((p, i) => {
-      const { user, sys } = this.cpuPercent(p, at, uptime, nextMarks);
-      const mem = mems[i];
+    let swapKnown = true;
+    procs.forEach((p, i) => {
+      const { user, sys } = this.cpuPercent(p, nextMarks);
+      // Gone since its stat was read: nothing resident, nothing swapped.
+      const mem = mems[i] ?? { rss: 0n, swap: 0n };
       aggUser += user;
       aggSys += sys;
-      aggRss += mem?.rss ?? 0n;
-      if (mem?.swap === undefined) swapKnown = false;
+      aggRss += mem.rss;
+      if (mem.swap === undefined) swapKnown = false;
       else aggSwap += mem.swap;
-      byPid[String(p.pid)] = this.usage(user, sys, mem?.rss ?? 0n, mem?.swap);
+      byPid[String(p.stat.pid)] = this.usage(user, sys, mem.rss, mem.swap);
     });
     this.marks = nextMarks;
 
     let agg = this.usage(aggUser, aggSys, aggRss, swapKnown ? aggSwap : undefined);
     const { cgroupPath, cgroupV1 } = this.options;
-    if (cgroupPath) agg = this.cgroupUsage(await readCgroupV2(cgroupPath), at, agg);
-    else if (cgroupV1) agg = this.cgroupUsage(await readCgroupV1(cgroupV1, { clockTicks: this.clk }), at, agg);
+    if (cgroupPath) {
+      const r = await readCgroupV2(cgroupPath);
+      agg = this.cgroupUsage(r, monotonicSeconds(), agg);
+    } else if (cgroupV1) {
+      const r = await readCgroupV1(cgroupV1, { clockTicks: this.clk });
+      agg = this.cgroupUsage(r, monotonicSeconds(), agg);
+    }
     return { timestamp, agg, byPid };
+  }
+
+  /**
+   * The task's processes, each with its stat and the time it was read: from `listPids`, else the
+   * cgroup's processes (sub-cgroups included), else the tree under `rootPid`.
+   */
+  private async taskProcesses(): Promise<TimedProcStat[]> {
+    const { procRoot, cgroupPath, cgroupV1, listPids } = this.options;
+    let pids = listPids ? await listPids() : undefined;
+    const dir = cgroupPath ?? cgroupV1?.memory ?? cgroupV1?.cpuacct ?? cgroupV1?.cpu;
+    if (pids === undefined && dir !== undefined) pids = await cgroupProcs(dir);
+    if (pids === undefined) return processTreeTimed(this.rootPid, procRoot);
+    const stats = await Promise.all(pids.map((pid) => readProcStatTimed(pid, procRoot)));
+    return stats.filter((t): t is TimedProcStat => t !== undefined);
   }
 
   /** Takes one sample and wraps it as a `TaskStats` message for task `id`. */
@@ -127,26 +154,16 @@ export class ProcessTreeSampler {
     return toTaskStats(id, await this.sample());
   }
 
-  private cpuPercent(p: ProcStat, at: number, uptime: number, next: Map<string, CpuMark>) {
+  private cpuPercent({ stat: p, at }: TimedProcStat, next: Map<string, CpuMark>) {
     const key = `${p.pid}:${p.starttime}`;
     const prev = this.marks.get(key);
     next.set(key, { utime: p.utime, stime: p.stime, at });
-    let dUser: number;
-    let dSys: number;
-    let seconds: number;
-    if (prev) {
-      dUser = p.utime - prev.utime;
-      dSys = p.stime - prev.stime;
-      seconds = at - prev.at;
-    } else {
-      // First sight: average over the process's life so far.
-      dUser = p.utime;
-      dSys = p.stime;
-      seconds = Math.max(uptime - p.starttime / this.clk, 1 / this.clk);
-    }
+    // First sight: no rate yet (Nomad's cpustats.Tracker answers 0 without a previous reading).
+    if (!prev) return { user: 0, sys: 0 };
+    const seconds = at - prev.at;
     if (!(seconds > 0)) return { user: 0, sys: 0 };
     const f = 100 / this.clk / seconds;
-    return { user: Math.max(0, dUser * f), sys: Math.max(0, dSys * f) };
+    return { user: Math.max(0, (p.utime - prev.utime) * f), sys: Math.max(0, (p.stime - prev.stime) * f) };
   }
 
   private usage(user: number, sys: number, rss: bigint, swap: bigint | undefined): TaskResourceUsage {
@@ -202,6 +219,10 @@ export class ProcessTreeSampler {
       memory.kernelUsage = r.kernel;
       fields.push(MemoryUsage_Fields.KERNEL_USAGE);
     }
+    if (r.kernelMax !== undefined) {
+      memory.kernelMaxUsage = r.kernelMax;
+      fields.push(MemoryUsage_Fields.KERNEL_MAX_USAGE);
+    }
     if (r.swapCurrent !== undefined) {
       memory.swap = r.swapCurrent;
       fields.push(MemoryUsage_Fields.SWAP);
@@ -209,10 +230,6 @@ export class ProcessTreeSampler {
     memory.measuredFields = fields.sort((a, b) => a - b);
     return create(TaskResourceUsageSchema, { cpu, memory });
   }
-}
-
-function monotonicSeconds(): number {
-  return Number(process.hrtime.bigint()) / 1e9;
 }
 
 /**
