@@ -14,20 +14,25 @@ const generous = { shutdownTimeoutMs: 15_000, fingerprintTimeoutMs: 30_000, call
 const root = mkdtempSync(join(tmpdir(), "nomadkit-conformance-client-test-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
+/** A suite that only prepares tasks (it never launches its plugin). */
+function offlineSuite(): Suite {
+  return new Suite({
+    plugin: "/bin/true",
+    args: [],
+    pluginConfig: {},
+    execShell: "/bin/sh",
+    signal: "SIGHUP",
+    callTimeoutMs: 1000,
+    checkTimeoutMs: 1000,
+    fingerprintTimeoutMs: 1000,
+    shutdownTimeoutMs: 1000,
+    workDir: root,
+  });
+}
+
 describe("what the suite prepares for a task, as the Nomad client does", () => {
   it("stdout_path and stderr_path are logmon's FIFOs, already being read", async () => {
-    const s = new Suite({
-      plugin: "/bin/true",
-      args: [],
-      pluginConfig: {},
-      execShell: "/bin/sh",
-      signal: "SIGHUP",
-      callTimeoutMs: 1000,
-      checkTimeoutMs: 1000,
-      fingerprintTimeoutMs: 1000,
-      shutdownTimeoutMs: 1000,
-      workDir: root,
-    });
+    const s = offlineSuite();
     try {
       const t = s.newTask("main");
       const logs = join(t.allocDir, "alloc/logs");
@@ -44,18 +49,7 @@ describe("what the suite prepares for a task, as the Nomad client does", () => {
   });
 
   it("a task's directories are named as the driver's filesystem isolation shows them to the task", async () => {
-    const s = new Suite({
-      plugin: "/bin/true",
-      args: [],
-      pluginConfig: {},
-      execShell: "/bin/sh",
-      signal: "SIGHUP",
-      callTimeoutMs: 1000,
-      checkTimeoutMs: 1000,
-      fingerprintTimeoutMs: 1000,
-      shutdownTimeoutMs: 1000,
-      workDir: root,
-    });
+    const s = offlineSuite();
     try {
       const host = s.newTask("host");
       expect(host.config.env!.NOMAD_TASK_DIR).toBe(join(host.allocDir, "host/local"));

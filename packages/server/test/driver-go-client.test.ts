@@ -4,8 +4,8 @@
 // the result).
 import type { DriverClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { defineDriver, type StopTaskOptions } from "../src/driver/index.js";
-import { serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
+import type { StopTaskOptions } from "../src/driver/index.js";
+import { fakeDriver, serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
 
 let served: ServedTestDriver | undefined;
 let driver: DriverClient;
@@ -14,14 +14,9 @@ const exits = new Map<string, () => void>();
 
 beforeAll(async () => {
   served = await serveTestDriver(
-    defineDriver({
-      name: "go-client",
-      version: "0.0.1",
-      fingerprint: () => ({ health: "healthy" }),
-      startTask: () => {},
+    fakeDriver("go-client", {
       waitTask: (id) => new Promise((resolve) => exits.set(id, () => resolve({ exitCode: 3 }))),
       stopTask: (_id, opts) => void stops.push(opts),
-      destroyTask: () => {},
     }),
   );
   driver = served.driver;

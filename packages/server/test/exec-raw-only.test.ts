@@ -4,8 +4,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { DriverClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { defineDriver } from "../src/driver/index.js";
-import { serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
+import { fakeDriver, serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
 
 let served: ServedTestDriver | undefined;
 let driver: DriverClient;
@@ -15,14 +14,7 @@ const sessions: { command: string[]; stdinClosed: boolean; aborted: boolean }[] 
 
 beforeAll(async () => {
   served = await serveTestDriver(
-    defineDriver({
-      name: "rawonly",
-      version: "0.0.1",
-      fingerprint: () => ({ health: "healthy" }),
-      startTask: () => {},
-      waitTask: async () => ({ exitCode: 0 }),
-      stopTask: () => {},
-      destroyTask: () => {},
+    fakeDriver("rawonly", {
       async execTaskStreamingRaw(stream) {
         const seen = { command: [...stream.command], stdinClosed: false, aborted: false };
         sessions.push(seen);

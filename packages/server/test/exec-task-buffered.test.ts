@@ -3,23 +3,15 @@
 // executor does (ExecScript), also when the command outlives its timeout or dies by a signal.
 import type { DriverClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { defineDriver } from "../src/driver/index.js";
 import { runExecCommand } from "../src/exec/index.js";
-import { serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
+import { fakeDriver, serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
 
 let served: ServedTestDriver | undefined;
 let driver: DriverClient;
 
 beforeAll(async () => {
   served = await serveTestDriver(
-    defineDriver({
-      name: "highlevel",
-      version: "0.0.1",
-      fingerprint: () => ({ health: "healthy" }),
-      startTask: () => {},
-      waitTask: async () => ({ exitCode: 0 }),
-      stopTask: () => {},
-      destroyTask: () => {},
+    fakeDriver("highlevel", {
       execTaskStreaming: (session) => runExecCommand({ command: session.command, tty: session.tty }, session),
     }),
   );

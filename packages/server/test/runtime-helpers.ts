@@ -11,7 +11,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
-import { createDriverHandlers, type Driver, type DriverHost } from "../src/driver/index.js";
+import { createDriverHandlers, defineDriver, type Driver, type DriverHost } from "../src/driver/index.js";
 import { registerBasePlugin } from "../src/gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { createPluginHandler, ServerRuntime, type Logger } from "../src/runtime.js";
@@ -56,6 +56,23 @@ export async function startServer(routes: (router: ConnectRouter) => void): Prom
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * A driver whose lifecycle does nothing (tasks "start", wait answers exit 0 unless overridden),
+ * with `parts` on top: what a test is about is all it has to write.
+ */
+export function fakeDriver(name: string, parts: Partial<Driver> = {}): Driver {
+  return defineDriver({
+    name,
+    version: "0.0.1",
+    fingerprint: () => ({ health: "healthy" }),
+    startTask: () => {},
+    waitTask: async () => ({ exitCode: 0 }),
+    stopTask: () => {},
+    destroyTask: () => {},
+    ...parts,
+  });
 }
 
 /** A driver served with createDriverHandlers on a test server, with a silent runtime. */

@@ -4,20 +4,15 @@ import { create } from "@bufbuild/protobuf";
 import { TaskStatsRequestSchema } from "@nomadkit/protocol/driver";
 import type { HandlerContext } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { createDriverHandlers, defineDriver, type TaskStatsContext } from "../src/driver/index.js";
+import { createDriverHandlers, type TaskStatsContext } from "../src/driver/index.js";
+import { fakeDriver } from "./runtime-helpers.js";
 
 describe("taskStats context", () => {
   it("carries the stream's collection_interval and the same signal on every call of a stream", async () => {
     const calls: { intervalMs: number; signal: AbortSignal; hasLogger: boolean }[] = [];
     const host = createDriverHandlers(
-      defineDriver({
-        name: "interval",
-        version: "0.0.1",
-        fingerprint: () => ({ health: "healthy" }),
-        startTask: () => {},
+      fakeDriver("interval", {
         waitTask: () => new Promise<never>(() => {}),
-        stopTask: () => {},
-        destroyTask: () => {},
         taskStats: (_taskId: string, ctx: TaskStatsContext) => {
           calls.push({ intervalMs: ctx.intervalMs, signal: ctx.signal, hasLogger: typeof ctx.logger.info === "function" });
           return { cpu: { percent: 1 }, memory: { rss: 1n } };
