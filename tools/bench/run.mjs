@@ -269,7 +269,7 @@ async function main() {
         rmSync(heapDir, { recursive: true, force: true });
       }
       M.statsRate = {
-        what: `TaskStats messages per second over ${o.statsStreams} streams asking collection_interval 1 ms (both servers clamp to 10 ms, so at most ${o.statsStreams * 100}/s); synthetic samples (the reference driver samples its executor once a second)`,
+        what: `TaskStats messages per second over ${o.statsStreams} streams asking collection_interval 1 ms (both servers clamp to 10 ms, so at most ${o.statsStreams * 100}/s); synthetic samples (the reference driver's come from its executor's /proc and cgroup sampler, a cost of its own)`,
       };
       for (const k of ["onehop", "grpcjs"]) {
         log(`TaskStats rate via ${targets[k].name}`);

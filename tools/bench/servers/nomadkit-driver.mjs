@@ -1,7 +1,7 @@
 // A minimal nomadkit driver for the measures the reference driver cannot isolate: exec served in the
 // plugin process itself (one gRPC hop, high-level form + runExecCommand, the same engine the executor
-// runs), and TaskStats with a synthetic sample (the reference driver samples its executor once a
-// second, whatever collection_interval asks). Public @nomadkit/server API only; launched with
+// runs), and TaskStats with a synthetic sample (the reference driver's come from its executor's
+// /proc and cgroup sampler, a cost of its own). Public @nomadkit/server API only; launched with
 // launchPlugin like any plugin.
 import { CPUUsage_Fields, MemoryUsage_Fields } from "@nomadkit/protocol/driver";
 import { defineDriver, runExecCommand, serveDriver } from "@nomadkit/server";
