@@ -359,17 +359,18 @@ describe.skipIf(skip !== undefined)(`a Go go-plugin plugin driven by @nomadkit/c
       taskConfigSchema: { object: { attributes: { command: { Attr: { name: "command", type: "string", required: true } } } } },
     });
 
-    // SetConfig with an empty agent config (msgpack 0x80) first, which the fingerprint reports back;
-    // the plugin's hclog lines on the CLI's stderr show that it configured AutoMTLS.
+    // SetConfig first, with no config block given: as Nomad's decoder shapes it, every declared
+    // attribute, null when unset ({greeting: nil}), which the fingerprint reports back; the
+    // plugin's hclog lines on the CLI's stderr show that it configured AutoMTLS.
     const fp = await runProcess(process.execPath, [cli, "--automtls", "--log-level", "info", "fingerprint", "--json", bin], { cwd: repo, env });
     expect(fp.code, fp.stderr).toBe(0);
     expect(JSON.parse(fp.stdout)).toMatchObject({
       health: "HEALTHY",
       healthDescription: "go-fake is ready",
-      attributes: { "driver.go-fake.config": { stringVal: "80" } },
+      attributes: { "driver.go-fake.config": { stringVal: "81a86772656574696e67c0" } },
     });
     expect(fp.stderr).toContain(`[${bin}] INFO go-fake: configuring server automatic mTLS\n`);
-    expect(fp.stderr).toContain(`[${bin}] INFO go-fake: set config api_version=v0.1.0 config_hex=80\n`);
+    expect(fp.stderr).toContain(`[${bin}] INFO go-fake: set config api_version=v0.1.0 config_hex=81a86772656574696e67c0\n`);
     // Each run's plugin stopped cleanly and removed its socket.
     expect(readdirSync(tmp)).toEqual([]);
   }, TEST_TIMEOUT_MS);

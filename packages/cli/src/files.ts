@@ -1,5 +1,4 @@
 import { existsSync, readFileSync } from "node:fs";
-import { encode } from "@msgpack/msgpack";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 import { CliError } from "./errors.js";
 
@@ -64,11 +63,6 @@ export function readJsonOption(flag: string, text: string): JsonOption {
   // It starts with `{` or `[`: an object or an array.
   if (Array.isArray(value)) throw new CliError(`${flag}: expected a JSON object, got an array`);
   return { value: value as Record<string, unknown>, source: flag };
-}
-
-/** msgpack bytes of a JSON config, as Nomad sends `msgpack_config` / `msgpack_driver_config`. */
-export function msgpackConfig(value: Record<string, unknown>): Uint8Array {
-  return encode(value);
 }
 
 /**

@@ -2,10 +2,12 @@ import { encode } from "@msgpack/msgpack";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 
 /**
- * Shapes a JSON config like Nomad's HCL decoder shapes an operator's block before encoding it: for
- * a top-level object spec every declared attribute is present, missing ones take their declared
- * default (a `Default` spec with a literal) or null. Keys the schema does not declare are kept, so
- * the plugin gets the chance to reject them.
+ * Shapes a JSON config like Nomad's HCL decoder (hcldec) shapes an operator's block before encoding
+ * it, through nested blocks too: every declared attribute is present; a missing one, or one set to
+ * null, takes its declared default (a `Default` spec with a literal) or null; a missing block list
+ * or map is empty; a primitive attribute's value is converted to its declared type where HCL
+ * converts (`"8080"` for a number, `5` for a string, `"true"` for a bool). Keys the schema does not
+ * declare are kept, so the plugin gets the chance to reject them.
  *
  * @example
  * ```ts
@@ -13,13 +15,54 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * ```
  */
 export function shapeConfig(spec: Spec | undefined, value: Record<string, unknown>): Record<string, unknown> {
-  if (spec?.block.case !== "object") return { ...value };
-  const out: Record<string, unknown> = {};
-  for (const [name, attr] of Object.entries(spec.block.value.attributes)) {
-    out[name] = name in value ? value[name] : defaultOf(attr);
+  const shaped = shape(spec, value);
+  return isPlainObject(shaped) ? shaped : { ...value };
+}
+
+function shape(spec: Spec | undefined, value: unknown): unknown {
+  if (value === undefined || value === null) return defaultOf(spec);
+  switch (spec?.block.case) {
+    case "object": {
+      if (!isPlainObject(value)) return value; // a type for the plugin to judge
+      const out: Record<string, unknown> = {};
+      for (const [name, attr] of Object.entries(spec.block.value.attributes)) out[name] = shape(attr, value[name]);
+      for (const [k, v] of Object.entries(value)) if (!(k in out)) out[k] = v;
+      return out;
+    }
+    case "default":
+      return shape(spec.block.value.primary, value);
+    case "Attr":
+      return convert(spec.block.value.type, value);
+    case "blockValue":
+      return shape(spec.block.value.nested, value);
+    case "blockList":
+    case "blockSet": {
+      const nested = spec.block.value.nested;
+      return Array.isArray(value) ? value.map((v) => shape(nested, v)) : value;
+    }
+    case "blockMap": {
+      const nested = spec.block.value.nested;
+      return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, shape(nested, v)])) : value;
+    }
+    default:
+      return value;
   }
-  for (const [k, v] of Object.entries(value)) if (!(k in out)) out[k] = v;
-  return out;
+}
+
+const NUMBER = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
+
+/** cty's conversions between primitive types, the ones an HCL attribute gets; anything else is left for the plugin to judge. */
+function convert(type: string, value: unknown): unknown {
+  switch (type) {
+    case "string":
+      return typeof value === "number" || typeof value === "boolean" ? String(value) : value;
+    case "number":
+      return typeof value === "string" && NUMBER.test(value.trim()) ? Number(value) : value;
+    case "bool":
+      return value === "true" ? true : value === "false" ? false : value;
+    default:
+      return value;
+  }
 }
 
 /** What Nomad's decoder yields for an absent attribute or block of this spec. */

@@ -26,6 +26,34 @@ describe("shapeConfig", () => {
   it("fills every declared attribute: value, default literal, [] for block lists, else null", () => {
     expect(shapeConfig(schema, { command: "/bin/sleep" })).toEqual({ command: "/bin/sleep", args: null, create_network: false, mount: [] });
   });
+  it("shapes nested blocks, replaces null with the default, converts primitive values as HCL does", () => {
+    const bool = (name: string, dflt: string) =>
+      create(SpecSchema, { block: { case: "default", value: { primary: attr(name, "bool"), default: { block: { case: "literal", value: { value: dflt } } } } } });
+    const mountBody = create(SpecSchema, { block: { case: "object", value: { attributes: { target: attr("target", "string", true), readonly: bool("readonly", "false") } } } });
+    const nested = create(SpecSchema, {
+      block: {
+        case: "object",
+        value: {
+          attributes: {
+            port: attr("port", "number"),
+            name: attr("name", "string"),
+            debug: bool("debug", "true"),
+            mount: create(SpecSchema, { block: { case: "blockList", value: { name: "mount", nested: mountBody } } }),
+            volume: create(SpecSchema, { block: { case: "blockMap", value: { name: "volume", labels: ["name"], nested: mountBody } } }),
+          },
+        },
+      },
+    });
+    expect(shapeConfig(nested, { port: "8080", name: 5, debug: null, mount: [{ target: "/data" }], volume: { v: { target: "/v", readonly: "true" } } })).toEqual({
+      port: 8080,
+      name: "5",
+      debug: true,
+      mount: [{ target: "/data", readonly: false }],
+      volume: { v: { target: "/v", readonly: true } },
+    });
+    // What HCL would not convert stays as given, for the plugin to refuse.
+    expect(shapeConfig(nested, { port: "eighty" })).toMatchObject({ port: "eighty", mount: [], volume: {} });
+  });
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });

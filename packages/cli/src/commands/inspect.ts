@@ -14,7 +14,6 @@ import {
 import { CliError } from "../errors.js";
 import {
   encodeOperatorConfig,
-  msgpackConfig,
   readJsonOption,
   type JsonOption,
 } from "../files.js";
@@ -78,18 +77,19 @@ export async function capabilitiesCommand(
   });
 }
 
-/** SetConfig (with `--config`, read by {@link readJsonOption}, or an empty map) then Init, as Nomad does before driver calls. */
+/**
+ * SetConfig (with `--config`, read by {@link readJsonOption}, or no config block) then Init, as
+ * Nomad does before driver calls. Either way the config is shaped by the plugin's ConfigSchema as
+ * Nomad's decoder shapes it (an absent block is an empty one, whose defaults apply).
+ */
 export async function configure(
   c: Connected,
   config: JsonOption | undefined,
 ): Promise<void> {
-  let msgpack = msgpackConfig({});
-  if (config) {
-    const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch((e: unknown) => {
-      throw rpcError(c.name, "BasePlugin.ConfigSchema", e);
-    });
-    msgpack = await encodeOperatorConfig(config.source, spec, config.value);
-  }
+  const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch((e: unknown) => {
+    throw rpcError(c.name, "BasePlugin.ConfigSchema", e);
+  });
+  const msgpack = await encodeOperatorConfig(config?.source ?? "the plugin config (no --config given)", spec, config?.value ?? {});
   try {
     await c.plugin.basePlugin.setConfig(
       { msgpackConfig: msgpack, pluginApiVersion: PLUGIN_API_VERSION },
