@@ -41,6 +41,7 @@ export {
 export { RequestQueue } from "./request-queue.js";
 export { createTaskDirs, type TaskDirs, type TaskDirsEnv } from "./task-dirs.js";
 export { openTaskLogs, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";
+export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } from "./agent-config.js";
 export { nomadTaskConfig, NOMAD_ENV_DENYLIST, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";
 export * from "./gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";

@@ -7,6 +7,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema } from "@nomadkit/protocol/driver";
+import { nodeTotalComputeMhz } from "./agent-config.js";
 import type { TaskDirs } from "./task-dirs.js";
 
 /** A StartTask `task` in init form, as {@link nomadTaskConfig} builds it: a plain object whose `id` is set. */
@@ -50,6 +51,8 @@ export interface NomadTaskConfigOptions {
   cpuMhz?: number;
   /** Memory in MB; default 300, Nomad's default task resources. */
   memoryMb?: number;
+  /** The node's total compute in MHz, PercentTicks' divisor; default this machine's ({@link nodeTotalComputeMhz}). */
+  totalComputeMhz?: number;
   /**
    * The driver's filesystem isolation (its Capabilities' `fs_isolation`); default `"none"`. With
    * `"chroot"` or `"image"` the NOMAD_*_DIR variables are the paths inside the task (`/alloc`,
@@ -142,7 +145,8 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
     },
     resources: {
       allocatedResources: { cpu: { cpuShares }, memory: { memoryMb } },
-      linuxResources: { cpuShares, memoryLimitBytes: memoryMb * 1024n * 1024n },
+      // PercentTicks: the task's share of the node's compute, as Nomad's task runner computes it.
+      linuxResources: { cpuShares, memoryLimitBytes: memoryMb * 1024n * 1024n, PercentTicks: Number(cpuShares) / (o.totalComputeMhz ?? nodeTotalComputeMhz()) },
     },
     user: o.user ?? "",
     allocDir: o.dirs.allocDir,

@@ -3,7 +3,8 @@ import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync, readFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { createTaskDirs, nomadTaskConfig } from "../src/index.js";
+import { cpus } from "node:os";
+import { createTaskDirs, nodeTotalComputeMhz, nomadAgentConfig, nomadTaskConfig } from "../src/index.js";
 
 const made: string[] = [];
 afterEach(() => {
@@ -126,6 +127,19 @@ describe("nomadTaskConfig", () => {
     expect(() => nomadTaskConfig({ ...o, allocIndex: -1 })).toThrow(/allocIndex -1: must be a non-negative integer/);
     expect(nomadTaskConfig(o).allocId).not.toBe(nomadTaskConfig(o).allocId);
     expect(nomadTaskConfig({ ...o, allocId: "same" }).id).not.toBe(nomadTaskConfig({ ...o, allocId: "same" }).id);
+  });
+
+  it("gives PercentTicks as the task's share of the node's compute, the compute SetConfig's topology describes", () => {
+    const dirs = createTaskDirs(root(), "ticks");
+    const o = { name: "ticks", dirs, msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e", cpuMhz: 500 };
+    expect(nomadTaskConfig({ ...o, totalComputeMhz: 4000 }).resources?.linuxResources?.PercentTicks).toBe(0.125);
+    const cores = nomadAgentConfig().driver!.Topology!.cores!;
+    expect(cores).toHaveLength(cpus().length);
+    const total = cores.reduce((sum, c) => sum + Number(c.baseSpeed || c.guessSpeed), 0);
+    expect(total).toBe(nodeTotalComputeMhz());
+    expect(nomadTaskConfig(o).resources?.linuxResources?.PercentTicks).toBe(500 / total);
+    expect(nomadAgentConfig({ minPort: 1, maxPort: 2, overrideTotalComputeMhz: 9000 }).driver).toMatchObject({ ClientMinPort: 1, ClientMaxPort: 2, Topology: { overrideTotalCompute: 9000n } });
+    expect(nodeTotalComputeMhz({ overrideTotalComputeMhz: 9000 })).toBe(9000);
   });
 
   it("passes the host's environment minus Nomad's denylist, and shows isolated tasks their directories inside", () => {

@@ -6,6 +6,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   createTaskDirs,
   launchPlugin,
+  nomadAgentConfig,
   nomadTaskConfig,
   openTaskLogs,
   type CallOptions,
@@ -292,7 +293,7 @@ export class Suite {
       {
         msgpackConfig: this.pluginConfigBytes(),
         pluginApiVersion: "v0.1.0",
-        nomadConfig: { driver: { ClientMinPort: 14000, ClientMaxPort: 14512 } },
+        nomadConfig: nomadAgentConfig(),
       },
       this.co(),
     );

@@ -1,6 +1,7 @@
 // info, fingerprint, capabilities: one-shot questions Nomad asks a plugin.
 import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { nomadAgentConfig } from "@nomadkit/client";
 import {
   ConfigSchemaResponseSchema,
   PluginInfoResponseSchema,
@@ -92,7 +93,7 @@ export async function configure(
   const msgpack = await encodeOperatorConfig(config?.source ?? "the plugin config (no --config given)", spec, config?.value ?? {});
   try {
     await c.plugin.basePlugin.setConfig(
-      { msgpackConfig: msgpack, pluginApiVersion: PLUGIN_API_VERSION },
+      { msgpackConfig: msgpack, pluginApiVersion: PLUGIN_API_VERSION, nomadConfig: nomadAgentConfig() },
       c.call,
     );
   } catch (e) {
