@@ -34,8 +34,9 @@ export interface TaskDirs {
  * Creates, below `allocDir` (made if missing), the directory layout Nomad gives a task named
  * `taskName` before StartTask, as Nomad's client/allocdir makes it: the allocation directory 0755;
  * every directory below it 0777 (the task's `tmp` 1777) and, when this process is root, owned by
- * `nobody`, so a task running as another user can use them. Existing directories and their contents are kept. Throws when `taskName` could leave
- * the allocation directory or a directory cannot be made.
+ * `nobody`, so a task running as another user can use them. Existing directories and their
+ * contents are kept. Throws when `taskName` could leave the allocation directory or a directory
+ * cannot be made.
  *
  * @example
  * ```ts
