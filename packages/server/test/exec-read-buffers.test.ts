@@ -15,7 +15,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { DriverClient, createUnixSocketTransport } from "@nomadkit/client";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { createDriverHandlers, defineDriver } from "../src/driver/index.js";
+import { createDriverHandlers } from "../src/driver/index.js";
+import { fakeDriver } from "./runtime-helpers.js";
 import { runExecCommand } from "../src/exec/index.js";
 import { PooledReader, RETAINS_CHUNKS, readBufferStats, releaseChunk, retainChunk } from "../src/exec/read-buffers.js";
 import { openOutputPipes, type OutputPipes } from "../src/exec/output-pipes.js";
@@ -350,16 +351,7 @@ describe("exec output from reused buffers, served on the direct path", () => {
 
   beforeAll(async () => {
     const host = createDriverHandlers(
-      defineDriver({
-        name: "pooled",
-        version: "0.0.1",
-        fingerprint: () => ({ health: "healthy" }),
-        startTask: () => {},
-        waitTask: async () => ({ exitCode: 0 }),
-        stopTask: () => {},
-        destroyTask: () => {},
-        execTaskStreaming: (s) => runExecCommand({ command: s.command }, s),
-      }),
+      fakeDriver("pooled", { execTaskStreaming: (s) => runExecCommand({ command: s.command }, s) }),
     );
     const runtime = new ServerRuntime();
     server = http2.createServer(createPluginHandler((router) => registerDriver(router, host.driver, runtime)));
