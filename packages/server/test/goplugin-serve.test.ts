@@ -273,10 +273,22 @@ describe("a plugin whose host left", () => {
     });
     let out = "";
     host.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    let reattached = false;
+    cleanups.push(() => {
+      // A failed run: neither the host nor the plugin it started may outlive the test.
+      if (host.exitCode === null && host.signalCode === null) host.kill("SIGKILL");
+      if (reattached) return;
+      try {
+        process.kill((JSON.parse(out) as ReattachConfig).pid, "SIGKILL");
+      } catch {
+        // no reattach config printed, or the plugin is gone
+      }
+    });
     // close() leaves nothing holding the host's event loop: it exits by itself.
     expect(await once(host, "exit")).toEqual([0, null]);
     const config = JSON.parse(out) as ReattachConfig;
     const plugin = await reattachPlugin(config);
+    reattached = true;
     cleanups.push(() => plugin.kill());
     // Nobody reads its stderr any more: console.error fails with EPIPE, which must not end it.
     await plugin.basePlugin.setConfig({});
