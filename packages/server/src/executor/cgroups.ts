@@ -5,12 +5,12 @@
  * made for the task or the ones a job names.
  */
 import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
-import { accessSync, closeSync, constants as fsConstants, existsSync, openSync, readFileSync, readSync, readdirSync, writeFileSync, type Dirent } from "node:fs";
+import { accessSync, closeSync, constants as fsConstants, existsSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { CGROUP_V2_ROOT, type CgroupV1Dirs } from "../stats/cgroup.js";
+import { CGROUP_V2_ROOT, cgroupProcs, type CgroupV1Dirs } from "../stats/cgroup.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
 export interface TaskCgroupsRequest {
@@ -224,7 +224,7 @@ export class TaskCgroups {
     const dir = this.containment?.path;
     if (dir === undefined) return [];
     const out = new Set<number>();
-    for (const pid of subtreePids(dir)) if (pid > 1 && pid !== process.pid && pid !== process.ppid) out.add(pid);
+    for (const pid of cgroupProcs(dir) ?? []) if (pid > 1 && pid !== process.pid && pid !== process.ppid) out.add(pid);
     return [...out];
   }
 
@@ -296,7 +296,7 @@ function checkTaskCgroup(d: CgroupDir): void {
   if (isRoot) fail("is the root of its cgroup hierarchy; a task needs a cgroup of its own");
   // Shutdown kills the cgroup's whole subtree: not if the executor (or the plugin above it) is in it.
   const own = new Set([process.pid, process.ppid].filter((p) => p > 1));
-  if (subtreePids(d.path).some((p) => own.has(p))) fail("holds the executor (or its plugin) in its subtree; a task needs a cgroup of its own");
+  if ((cgroupProcs(d.path) ?? []).some((p) => own.has(p))) fail("holds the executor (or its plugin) in its subtree; a task needs a cgroup of its own");
 }
 
 function expandStdio(stdio: StdioOptions | undefined): Exclude<StdioOptions, string> {
@@ -339,27 +339,6 @@ async function waitFor(file: string, done: RegExp): Promise<void> {
     }
     await delay(5);
   }
-}
-
-/** The pids in `dir`'s `cgroup.procs` and in those of every cgroup below it. */
-function subtreePids(dir: string): number[] {
-  const out: number[] = [];
-  const walk = (d: string) => {
-    try {
-      for (const line of readFileSync(join(d, "cgroup.procs"), "utf8").split("\n")) if (line !== "") out.push(Number(line));
-    } catch {
-      return; // removed meanwhile
-    }
-    let entries: Dirent[] = [];
-    try {
-      entries = readdirSync(d, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) if (e.isDirectory()) walk(join(d, e.name));
-  };
-  walk(dir);
-  return out;
 }
 
 /**

@@ -1,5 +1,5 @@
-import { readFile, readdir } from "node:fs/promises";
-import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { existsSync, readFileSync, readdirSync, type Dirent } from "node:fs";
 import { join } from "node:path";
 
 /** One reading of a cgroup v2 directory. Absent fields were not readable (controller not enabled). */
@@ -198,11 +198,19 @@ export async function readCgroupV1(dirs: CgroupV1Dirs, options: { clockTicks?: n
  * @example
  * ```ts
  * import { cgroupProcs } from "@nomadkit/server/stats";
- * const pids = await cgroupProcs("/sys/fs/cgroup/nomad.slice/share.slice/a.web.scope"); // [4242, 4250]
+ * const pids = cgroupProcs("/sys/fs/cgroup/nomad.slice/share.slice/a.web.scope"); // [4242, 4250]
  * ```
  */
-export async function cgroupProcs(dir: string): Promise<number[] | undefined> {
-  const own = await readOpt(join(dir, "cgroup.procs"));
+export function cgroupProcs(dir: string): number[] | undefined {
+  // Synchronous: a task's cgroup tree is a few small files, and Shutdown's kill loop reads it too.
+  const read = (d: string): string | undefined => {
+    try {
+      return readFileSync(join(d, "cgroup.procs"), "utf8");
+    } catch {
+      return undefined; // removed meanwhile
+    }
+  };
+  const own = read(dir);
   if (own === undefined) return undefined;
   const out = new Set<number>();
   const add = (text: string) => {
@@ -210,22 +218,22 @@ export async function cgroupProcs(dir: string): Promise<number[] | undefined> {
     for (const t of text.split("\n")) if (/^\d+$/.test(t)) out.add(Number(t));
   };
   add(own);
-  const walk = async (d: string): Promise<void> => {
-    let subs: string[];
+  const walk = (d: string): void => {
+    let subs: Dirent[];
     try {
-      subs = (await readdir(d, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => join(d, e.name));
+      subs = readdirSync(d, { withFileTypes: true });
     } catch {
-      return; // removed meanwhile
+      return;
     }
-    await Promise.all(
-      subs.map(async (sub) => {
-        const text = await readOpt(join(sub, "cgroup.procs"));
-        if (text === undefined) return;
-        add(text);
-        await walk(sub);
-      }),
-    );
+    for (const e of subs) {
+      if (!e.isDirectory()) continue;
+      const sub = join(d, e.name);
+      const text = read(sub);
+      if (text === undefined) continue;
+      add(text);
+      walk(sub);
+    }
   };
-  await walk(dir);
+  walk(dir);
   return [...out];
 }

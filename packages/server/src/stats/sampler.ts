@@ -143,7 +143,7 @@ export class ProcessTreeSampler {
     const { procRoot, cgroupPath, cgroupV1, listPids } = this.options;
     let pids = listPids ? await listPids() : undefined;
     const dir = cgroupPath ?? cgroupV1?.memory ?? cgroupV1?.cpuacct ?? cgroupV1?.cpu;
-    if (pids === undefined && dir !== undefined) pids = await cgroupProcs(dir);
+    if (pids === undefined && dir !== undefined) pids = cgroupProcs(dir);
     if (pids === undefined) return processTreeTimed(this.rootPid, procRoot);
     const stats = await Promise.all(pids.map((pid) => readProcStatTimed(pid, procRoot)));
     return stats.filter((t): t is TimedProcStat => t !== undefined);
