@@ -161,10 +161,9 @@ describe("nomadkit bundle", () => {
       type: "commonjs",
       bin: { hello: "./hello" },
     });
-    expect(pkg.dependencies).toEqual({
-      "@peculiar/x509": x509,
-      "node-pty": pty,
-    });
+    expect(pkg.dependencies).toEqual({ "@peculiar/x509": x509 });
+    // @nomadkit/server declares node-pty optional: a host that cannot build it still installs the rest.
+    expect(pkg.optionalDependencies).toEqual({ "node-pty": pty });
     // node-pty builds its addon in an install script, which npm 12 runs only when allowed.
     expect(pkg.allowScripts).toEqual({ "node-pty": true });
     // Run by hand, the load launch's fast path answers (it checks the cookie as the plugin does).
@@ -544,10 +543,8 @@ describe("nomadkit bundle", () => {
       readFileSync(join(work, "rawexec/package.json"), "utf8"),
     );
     // The executor's tty sessions need node-pty; AutoMTLS (executor reattach) needs @peculiar/x509.
-    expect(Object.keys(pkg.dependencies)).toEqual([
-      "@peculiar/x509",
-      "node-pty",
-    ]);
+    expect(Object.keys(pkg.dependencies)).toEqual(["@peculiar/x509"]);
+    expect(Object.keys(pkg.optionalDependencies)).toEqual(["node-pty"]);
     // The executor bundle is an executor: run by hand, it refuses like the plugin.
     const ex = spawnSync(
       process.execPath,
@@ -705,6 +702,36 @@ describe("nomadkit bundle", () => {
       readFileSync(join(work, "addon/package.json"), "utf8"),
     );
     expect(pkg.dependencies["fake-addon"]).toBe("2.3.4");
+    expect(pkg.optionalDependencies).toEqual({ "node-pty": expect.any(String) });
+  });
+
+  it("lists a package left outside as optional only when every package importing it declares it optional", () => {
+    // A driver package of its own whose package.json makes the addon optional, and that also
+    // imports node-pty itself (which @nomadkit/server's optional declaration must not cover).
+    const dir = join(work, "own-package");
+    mkdirSync(dir);
+    writeFileSync(
+      join(dir, "package.json"),
+      JSON.stringify({ name: "own-driver", private: true, optionalDependencies: { "fake-addon": "2.3.4" } }),
+    );
+    writeFileSync(join(dir, "addon.mjs"), readFileSync(join(work, "addon.mjs"), "utf8"));
+    writeFileSync(
+      join(dir, "pty.mjs"),
+      readmeDriver.replace("\nvoid serveDriver(driver);", '\nexport const pty = () => import("node-pty");\nvoid serveDriver(driver);'),
+    );
+    let r = bundle("own-package/addon.mjs", "--out", "own-addon", "--external", "fake-addon", "--no-code-cache");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    let pkg = JSON.parse(readFileSync(join(work, "own-addon/package.json"), "utf8"));
+    expect(pkg.optionalDependencies).toEqual({ "fake-addon": "2.3.4", "node-pty": expect.any(String) });
+    expect(pkg.dependencies).toEqual({ "@peculiar/x509": expect.any(String) });
+
+    r = bundle("own-package/pty.mjs", "--out", "own-pty", "--no-code-cache");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    pkg = JSON.parse(readFileSync(join(work, "own-pty/package.json"), "utf8"));
+    expect(Object.keys(pkg.dependencies)).toEqual(["@peculiar/x509", "node-pty"]);
+    expect(pkg.optionalDependencies).toBeUndefined();
   });
 
   it("fails when the bundled plugin cannot start as Nomad starts it, showing its stderr; --no-code-cache skips that run", () => {

@@ -322,7 +322,10 @@ export async function bundlePlugin(
     a.localeCompare(b),
   );
   const dependencies = Object.fromEntries(
-    outside.map(([pkg, { version }]) => [pkg, version]),
+    outside.filter(([, e]) => !e.optional).map(([pkg, { version }]) => [pkg, version]),
+  );
+  const optionalDependencies = Object.fromEntries(
+    outside.filter(([, e]) => e.optional).map(([pkg, { version }]) => [pkg, version]),
   );
   // `type`: the launcher has no extension, so this keeps it CommonJS whatever package the
   // directory sits in.
@@ -337,6 +340,8 @@ export async function bundlePlugin(
         bin: { [name]: `./${name}` },
         engines: { node: ">=20" },
         dependencies,
+        // npm installs the rest when one of these fails to build (a host without a compiler).
+        ...(Object.keys(optionalDependencies).length ? { optionalDependencies } : {}),
         // npm 12 runs a dependency's install script (node-pty builds its addon) only when allowed.
         allowScripts: Object.fromEntries(
           outside
@@ -442,7 +447,7 @@ export async function bundlePlugin(
   return {
     launcher: out(files.launcher),
     files: written,
-    externals: dependencies,
+    externals: Object.fromEntries(outside.map(([pkg, { version }]) => [pkg, version])),
     executor: executorSource !== undefined,
     pluginInfo,
     warnings,

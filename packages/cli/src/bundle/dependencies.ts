@@ -15,6 +15,12 @@ export interface ExternalPackage {
    * it, since npm 12 runs only the dependency install scripts a project allows.
    */
   installScripts: boolean;
+  /**
+   * Whether every package that imports it lists it under `optionalDependencies` (`@nomadkit/server`
+   * does node-pty: a native addon only terminals need). The bundle's package.json does the same,
+   * so installing the bundle where the addon cannot be built still succeeds.
+   */
+  optional: boolean;
 }
 
 /** Package `name` as Node would find it from `fromDir`. */
@@ -33,6 +39,7 @@ function installedPackage(name: string, fromDir: string): ExternalPackage {
           installScripts: ["preinstall", "install", "postinstall"].some(
             (k) => typeof scripts[k] === "string",
           ),
+          optional: false,
         };
       } catch {
         break;
@@ -40,7 +47,22 @@ function installedPackage(name: string, fromDir: string): ExternalPackage {
     }
     if (dirname(dir) === dir) break;
   }
-  return { version: "*", installScripts: false };
+  return { version: "*", installScripts: false, optional: false };
+}
+
+/** Whether the package that contains `file` (the nearest package.json with a name) lists `dep` as optional. */
+function optionalIn(file: string, dep: string): boolean {
+  for (let dir = dirname(file); dirname(dir) !== dir; dir = dirname(dir)) {
+    let pkg: { name?: unknown; optionalDependencies?: Record<string, unknown> };
+    try {
+      pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+    } catch {
+      continue;
+    }
+    // dist/cjs/package.json ({"type": "commonjs"}) is not the package.
+    if (typeof pkg.name === "string") return pkg.optionalDependencies?.[dep] !== undefined;
+  }
+  return false;
 }
 
 /** What npm accepts as a package name (lower case, URL-safe, optionally scoped). */
@@ -69,8 +91,11 @@ export function externalImports(
         continue;
       const name = packageName(imp.path);
       // esbuild's own placeholders (an ES module bundle imports "<runtime>") are not packages.
-      if (!NPM_NAME.test(name) || found[name] !== undefined) continue;
-      found[name] = installedPackage(name, dirname(resolve(cwd, input)));
+      if (!NPM_NAME.test(name)) continue;
+      const from = resolve(cwd, input);
+      found[name] ??= { ...installedPackage(name, dirname(from)), optional: true };
+      // Optional only if no importer needs it (a plugin that imports node-pty itself does).
+      found[name].optional &&= optionalIn(from, name);
     }
   }
   return Object.fromEntries(

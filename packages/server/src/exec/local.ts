@@ -232,9 +232,10 @@ interface Pty {
 }
 
 /**
- * node-pty, loaded on a terminal's first use. It is a native addon, so bundles leave it outside
- * (`nomadkit bundle` lists it in its directory's package.json): say how to get it, not just that a
- * module is missing.
+ * node-pty, loaded on a terminal's first use. It is a native addon built at install time, and an
+ * optional dependency: npm leaves it out where it cannot be built (no C++ compiler or Python), so
+ * that everything but terminals still installs. Bundles leave it outside (`nomadkit bundle` lists
+ * it in its directory's package.json). Say how to get it, not just that a module is missing.
  */
 async function loadNodePty(): Promise<typeof import("node-pty")> {
   try {
@@ -243,7 +244,7 @@ async function loadNodePty(): Promise<typeof import("node-pty")> {
     const code = (err as NodeJS.ErrnoException).code;
     if (code !== "MODULE_NOT_FOUND" && code !== "ERR_MODULE_NOT_FOUND") throw err;
     throw new ConnectError(
-      "tty: a terminal needs the node-pty package, which is not installed where the plugin runs (for a `nomadkit bundle` directory: run `npm install --omit=dev` in it)",
+      "tty: a terminal needs the node-pty package, which is not installed where the plugin runs. It is an optional dependency that npm skips when its native addon cannot be built: install python3, make and a C++ compiler, then run `npm install --omit=dev` again (in a `nomadkit bundle` directory: in that directory)",
       Code.FailedPrecondition,
     );
   }
