@@ -1,9 +1,10 @@
-import { spawn } from "node:child_process";
-import { existsSync, readlinkSync, statSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { PluginShutdownError } from "@nomadkit/client";
 import { PluginType } from "@nomadkit/protocol/base";
 import {
+  DriverCapabilities_FSIsolation,
   FingerprintResponse_HealthState,
   NetworkIsolationSpec_NetworkIsolationMode,
   TaskState,
@@ -32,6 +33,47 @@ function running(s: Suite) {
 
 function needCap(s: Suite, cap: "exec" | "sendSignals"): void {
   if (!s.caps?.[cap]) throw new SkipCheck(`capabilities.${cap === "exec" ? "exec" : "send_signals"} is false`);
+}
+
+/**
+ * With `user`, the task must run as that user as Nomad's executor runs it: its uid, its primary
+ * group and its supplementary groups (`user.GroupIds`), all of them real, effective and saved. Only
+ * for the default task (its start line names its pid) of a driver without filesystem isolation
+ * (an isolated task's user comes from the image's or chroot's own user database).
+ */
+async function checkTaskUser(s: Suite, task: SuiteTask, user: string): Promise<string> {
+  if (!s.defaultTask) return `user ${user} not verified (custom taskConfig)`;
+  if (s.caps?.fsIsolation !== undefined && s.caps.fsIsolation !== DriverCapabilities_FSIsolation.NONE) {
+    return `user ${user} not verified (fs_isolation ${DriverCapabilities_FSIsolation[s.caps.fsIsolation]})`;
+  }
+  const id = (flag: string) => {
+    try {
+      return execFileSync("id", [flag, "--", user], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim().split(/\s+/).map(Number);
+    } catch (err) {
+      throw new CheckFailure(`user ${JSON.stringify(user)}: \`id ${flag}\` failed: ${describe(err)}`);
+    }
+  };
+  const [uid] = id("-u");
+  const [gid] = id("-g");
+  const groups = new Set(id("-G"));
+  const pid = await s.taskPid(task);
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, "utf8");
+  } catch (err) {
+    throw new CheckFailure(`the task's process ${pid} (its start line) is gone before its user could be read: ${describe(err)}`);
+  }
+  const field = (name: string) => (new RegExp(`^${name}:\\s*(.*)$`, "m").exec(status)?.[1] ?? "").trim().split(/\s+/).filter(Boolean).map(Number);
+  const uids = field("Uid").slice(0, 3);
+  const gids = field("Gid").slice(0, 3);
+  expect(uids.every((u) => u === uid), `the task runs as uid ${uids.join("/")} (real/effective/saved), want ${uid} (user ${user})`);
+  expect(gids.every((g) => g === gid), `the task runs with gid ${gids.join("/")} (real/effective/saved), want ${gid} (user ${user}'s primary group)`);
+  // The kernel's list may leave out the primary group; every other group of the user must be there, and only those.
+  const got = new Set([...field("Groups"), gid]);
+  const missing = [...groups].filter((g) => !got.has(g));
+  const extra = [...got].filter((g) => !groups.has(g));
+  expect(missing.length === 0 && extra.length === 0, `the task's groups are ${[...got].sort((a, b) => a - b).join(",")}, want ${[...groups].sort((a, b) => a - b).join(",")} (\`id -G ${user}\`)${missing.length ? `; missing ${missing.join(",")}` : ""}${extra.length ? `; not the user's: ${extra.join(",")}` : ""}`);
+  return `runs as ${user} (uid ${uid}, gid ${gid}, groups ${[...groups].sort((a, b) => a - b).join(",")})`;
 }
 
 function execCmd(s: Suite, script: string): string[] {
@@ -294,7 +336,8 @@ export const CHECKS: readonly Check[] = [
       const h = await s.startTask(running(s), task);
       expect(h.config?.id === task.id, `handle.config.id ${JSON.stringify(h.config?.id)}, want ${JSON.stringify(task.id)}`);
       expect(h.state !== TaskState.EXITED, "the handle says the task has already exited");
-      return `handle v${h.version}, state ${TaskState[h.state]}, driver_state ${h.driverState.length} bytes`;
+      const handle = `handle v${h.version}, state ${TaskState[h.state]}, driver_state ${h.driverState.length} bytes`;
+      return s.opts.user ? `${handle}; ${await checkTaskUser(s, task, s.opts.user)}` : handle;
     },
   },
   {

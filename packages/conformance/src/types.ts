@@ -61,7 +61,11 @@ export interface ConformanceOptions {
   execShell?: string;
   /** Signal sent by the signal-task check; default `SIGHUP` (the default task traps it). */
   signal?: string;
-  /** `user` of the tasks (Nomad's task `user`); default none. */
+  /**
+   * `user` of the tasks (Nomad's task `user`); default none. The start-task check then reads the
+   * default task's uid, gid and groups from /proc and wants the user's (`id -u/-g/-G`), unless the
+   * driver isolates the filesystem.
+   */
   user?: string;
   /** Expected plugin name (the job's `driver = "..."`); default: any non-empty name. */
   name?: string;

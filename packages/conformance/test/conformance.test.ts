@@ -1,9 +1,12 @@
 // The suite against the reference driver (must conform) and against a deliberately broken plugin
 // (must be caught). Both are launched as real child processes, exactly as Nomad launches drivers.
+import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { formatReport, listChecks, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
+// A real user with two supplementary groups (the server package's test helper).
+import { createTestUser } from "../../server/test/test-user.js";
 
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
 const broken = fileURLToPath(new URL("./fixtures/broken-driver.mjs", import.meta.url));
@@ -51,6 +54,22 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
       expectPassed(report, ["capabilities", "network", "shutdown"]);
       expect(byName(report).capabilities!.message).toContain("must_create_network=true");
       expect(byName(report).network!.message).toMatch(/\/var\/run\/netns\/.*task runs in net:\[\d+\]/);
+    },
+    180_000,
+  );
+
+  it.skipIf(!isRoot)(
+    "with user, checks that the task runs as that user, its primary and supplementary groups included (root)",
+    async () => {
+      const user = createTestUser("cf");
+      try {
+        const report = await runConformance({ plugin: rawexec, user: user.name, checks: ["start-task", "destroy-task"], ...generous });
+        expectPassed(report, ["start-task", "destroy-task"]);
+        const uid = Number(execFileSync("id", ["-u", user.name], { encoding: "utf8" }));
+        expect(byName(report)["start-task"]!.message).toContain(`runs as ${user.name} (uid ${uid}, gid ${user.groups.find((g) => !user.supplementary.includes(g))}, groups ${user.groups.join(",")})`);
+      } finally {
+        user.remove();
+      }
     },
     180_000,
   );

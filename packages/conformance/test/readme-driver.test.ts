@@ -1,5 +1,6 @@
 // The minimal driver printed in README.md and docs/driver-guide.md is real: extracted from the
 // README, written to disk and run through the conformance checks it supports, as a plugin binary.
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -68,5 +69,20 @@ describe("the README's minimal driver", () => {
       expect(report.skipped, formatReport(report)).toBe(0);
     },
     240_000,
+  );
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "ignores a task's user, which the suite's user option reveals (root)",
+    async () => {
+      const file = join(dir, "hello-user.mjs");
+      writeFileSync(file, readme);
+      chmodSync(file, 0o755);
+      const report = await runConformance({ plugin: file, name: "hello", user: "nobody", checks: ["start-task"], shutdownTimeoutMs: 15_000, fingerprintTimeoutMs: 30_000 });
+      const start = report.results.find((r) => r.name === "start-task")!;
+      expect(start.status, formatReport(report)).toBe("fail");
+      // The plugin runs as root, and so do its children.
+      expect(start.message).toContain(`the task runs as uid 0/0/0 (real/effective/saved), want ${execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim()} (user nobody)`);
+    },
+    120_000,
   );
 });

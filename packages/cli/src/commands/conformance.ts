@@ -100,7 +100,7 @@ export function registerConformanceCommand(program: Command): void {
     )
     .option("--exec-shell <path>", "shell inside the task for the exec checks (<shell> -c <script>)", "/bin/sh")
     .option("--signal <name>", "signal the signal-task check sends (the default task traps it)", "SIGHUP")
-    .option("--user <user>", "run the tasks as this user (TaskConfig.user)")
+    .option("--user <user>", "run the tasks as this user (TaskConfig.user); start-task checks the task's uid, gid and groups")
     .option("--name <name>", "expected plugin name (the job's driver = \"...\")")
     .option("--checks <names>", "comma-separated checks to run (plus what they need); see --list")
     .option("--list", "list the checks and exit")
