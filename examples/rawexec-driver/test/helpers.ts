@@ -6,7 +6,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
-import { createTaskDirs, launchPlugin, nomadTaskConfig, type PluginClient } from "@nomadkit/client";
+import {
+  createTaskCgroup,
+  createTaskDirs,
+  launchPlugin,
+  nomadTaskConfig,
+  TaskCgroupUnavailableError,
+  type PluginClient,
+  type TaskCgroup,
+} from "@nomadkit/client";
 
 type Driver = PluginClient["driver"];
 /** TaskConfig in init form, as StartTask takes it. */
@@ -25,6 +33,10 @@ const plugins: PluginClient[] = [];
 const dirs: string[] = [];
 /** Executor and task pids from every handle, killed by {@link cleanup} if a test left them running. */
 const pids: number[] = [];
+/** Task cgroups made by {@link newTask}, removed by {@link cleanup}. */
+const cgroups: TaskCgroup[] = [];
+/** Parent of the tasks' cgroups: the test process's own, `nomadkit-test-*` like every test cgroup. */
+export const CGROUP_PARENT = `nomadkit-test-${process.pid}`;
 
 /** Launches the plugin as Nomad's "run" dispense does: start, SetConfig (msgpack), Init. */
 export async function startPlugin(config: { create_network?: boolean } = {}, env?: NodeJS.ProcessEnv): Promise<PluginClient> {
@@ -55,16 +67,24 @@ export interface TestTask {
   stdoutPath: string;
   stderrPath: string;
   config: TaskConfigInit;
+  /** The cgroup made for it as Nomad's client makes one (resources.linux_resources.cpuset_cgroup), when it has one. */
+  cgroup?: TaskCgroup | undefined;
 }
 
-/** The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`, its directories made. */
+/**
+ * The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`, its directories made;
+ * with `cgroup: true` also its cgroup, as Nomad's client makes it (a test that needs one skips
+ * where it cannot be made: {@link cgroupsUnavailable}).
+ */
 export function newTask(
   driverConfig: Record<string, unknown>,
-  extra: Partial<TaskConfigInit> & { alloc?: { allocId: string; allocDir: string } } = {},
+  extra: Partial<TaskConfigInit> & { alloc?: { allocId: string; allocDir: string }; cgroup?: boolean } = {},
 ): TestTask {
-  const { alloc = newAlloc(), ...rest } = extra;
+  const { alloc = newAlloc(), cgroup: withCgroup, ...rest } = extra;
   const name = rest.name ?? "web";
   const taskDirs = createTaskDirs(alloc.allocDir, name);
+  const cgroup = withCgroup ? createTaskCgroup({ allocId: alloc.allocId, task: name, parent: CGROUP_PARENT }) : undefined;
+  if (cgroup) cgroups.push(cgroup);
   const stdoutPath = join(taskDirs.logsDir, `${name}.stdout.0`);
   const stderrPath = join(taskDirs.logsDir, `${name}.stderr.0`);
   const config = {
@@ -77,10 +97,23 @@ export function newTask(
       stdoutPath,
       stderrPath,
       memoryMb: 64,
+      cpusetCgroup: cgroup?.path,
     }),
     ...rest,
   } as TaskConfigInit;
-  return { id: config.id!, name, allocId: alloc.allocId, allocDir: alloc.allocDir, taskDir: taskDirs.taskDir, stdoutPath, stderrPath, config };
+  return { id: config.id!, name, allocId: alloc.allocId, allocDir: alloc.allocDir, taskDir: taskDirs.taskDir, stdoutPath, stderrPath, config, cgroup };
+}
+
+/** Why this host cannot make task cgroups (not root, no writable cgroupfs), or undefined when it can. */
+export function cgroupsUnavailable(): string | undefined {
+  try {
+    const probe = createTaskCgroup({ allocId: "probe", task: "probe", parent: CGROUP_PARENT });
+    cgroups.push(probe);
+    return undefined;
+  } catch (err) {
+    if (err instanceof TaskCgroupUnavailableError) return err.reason;
+    throw err;
+  }
 }
 
 /** `/bin/sh -c script` as a task config. */
@@ -176,5 +209,8 @@ export async function cleanup(): Promise<void> {
       // gone, as it should be
     }
   }
+  const failed: unknown[] = [];
+  for (const cg of cgroups.splice(0)) await cg.destroy().catch((err: unknown) => failed.push(err));
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  if (failed.length > 0) throw new AggregateError(failed, "cleanup: task cgroups left behind");
 }

@@ -132,9 +132,13 @@ export function createProgram(info: { version?: string } = {}): Command {
       "--state <file>",
       "write a state file (.json; an existing file must be an old state file) while the task runs, so `nomadkit exec <file> <task-id>` and `nomadkit stats <file> <task-id>` can reach it",
     )
+    .option(
+      "--no-task-cgroup",
+      "do not create the task's cgroup (resources.linux_resources.cpuset_cgroup) as Nomad's client does; without root it is skipped anyway",
+    )
     .addHelpText(
       "after",
-      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone.",
+      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone. The task's cgroup (as root: Nomad's layout\nunder nomadkit.slice on cgroup v2, nomadkit on v1) is removed after DestroyTask, with anything left in it.",
     )
     .action(async (plugin: string, opts, cmd: Command) => {
       const { runCommand } = await import("./commands/run.js");

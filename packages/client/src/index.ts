@@ -40,6 +40,13 @@ export {
 } from "./runtime.js";
 export { RequestQueue } from "./request-queue.js";
 export { createTaskDirs, type TaskDirs, type TaskDirsEnv } from "./task-dirs.js";
+export {
+  createTaskCgroup,
+  DEFAULT_CGROUP_PARENT,
+  TaskCgroupUnavailableError,
+  type TaskCgroup,
+  type TaskCgroupOptions,
+} from "./task-cgroup.js";
 export { openTaskLogs, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";
 export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } from "./agent-config.js";
 export { nomadTaskConfig, NOMAD_ENV_DENYLIST, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";

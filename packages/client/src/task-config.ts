@@ -65,6 +65,11 @@ export interface NomadTaskConfigOptions {
   env?: Record<string, string>;
   /** The allocation's network namespace, when the driver created one. */
   networkIsolation?: MessageInitShape<typeof NetworkIsolationSpecSchema>;
+  /**
+   * The task's cgroup, `resources.linux_resources.cpuset_cgroup` (from `createTaskCgroup`); Nomad's
+   * client (>= 1.7) makes one for every task. Default none: the driver then uses cgroups of its own.
+   */
+  cpusetCgroup?: string;
 }
 
 /** Host variables Nomad never passes to a task (its client's default `env.denylist`). */
@@ -93,12 +98,14 @@ function hostVariables(o: NomadTaskConfigOptions): Record<string, string> {
  * namespace and node names, the host's environment (for drivers that do not run images, minus
  * Nomad's denylist), the NOMAD_* variables Nomad always sets (alloc id, short id, name and index,
  * task, job and group names, namespace, region, datacenter, limits, the directories as the task
- * sees them), allocated and Linux resources, and the given config and output paths.
+ * sees them), allocated and Linux resources (with the task's cgroup when given), and the given config
+ * and output paths.
  *
  * @example
  * ```ts
  * const dirs = createTaskDirs(allocDir, "web");
- * const task = nomadTaskConfig({ name: "web", dirs, msgpackDriverConfig, stdoutPath, stderrPath });
+ * const cgroup = createTaskCgroup({ allocId, task: "web" }); // as root; see TaskCgroupUnavailableError
+ * const task = nomadTaskConfig({ name: "web", dirs, allocId, msgpackDriverConfig, stdoutPath, stderrPath, cpusetCgroup: cgroup.path });
  * await plugin.driver.startTask({ task });
  * ```
  */
@@ -146,7 +153,12 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
     resources: {
       allocatedResources: { cpu: { cpuShares }, memory: { memoryMb } },
       // PercentTicks: the task's share of the node's compute, as Nomad's task runner computes it.
-      linuxResources: { cpuShares, memoryLimitBytes: memoryMb * 1024n * 1024n, PercentTicks: Number(cpuShares) / (o.totalComputeMhz ?? nodeTotalComputeMhz()) },
+      linuxResources: {
+        cpuShares,
+        memoryLimitBytes: memoryMb * 1024n * 1024n,
+        PercentTicks: Number(cpuShares) / (o.totalComputeMhz ?? nodeTotalComputeMhz()),
+        ...(o.cpusetCgroup !== undefined && { cpusetCgroup: o.cpusetCgroup }),
+      },
     },
     user: o.user ?? "",
     allocDir: o.dirs.allocDir,

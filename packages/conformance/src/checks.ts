@@ -170,6 +170,20 @@ async function restartTask(s: Suite, old: SuiteTask): Promise<string> {
   return "as Nomad does, the task was destroyed and started again on the new plugin for the checks that follow";
 }
 
+/**
+ * What the report says about the task's cgroup: its path and, with the default task (whose pid is
+ * known), whether the task runs in it, as it would under Nomad's executor (informational: a driver
+ * may place its tasks otherwise); or why there is none.
+ */
+async function cgroupNote(s: Suite, task: SuiteTask): Promise<string> {
+  if (!task.cgroup) return `no task cgroup (${s.noCgroup ?? "none made"})`;
+  let where = "";
+  // The later checks judge a task that does not print its start line; this note only reports.
+  const pid = s.defaultTask ? await s.taskPid(task).catch(() => undefined) : undefined;
+  if (pid !== undefined) where = task.cgroup.pids().includes(pid) ? ", the task runs in it" : `, the task (pid ${pid}) runs outside it`;
+  return `cpuset_cgroup ${task.cgroup.path}${where}`;
+}
+
 /** The checks, in run order. */
 export const CHECKS: readonly Check[] = [
   {
@@ -336,7 +350,7 @@ export const CHECKS: readonly Check[] = [
       const h = await s.startTask(running(s), task);
       expect(h.config?.id === task.id, `handle.config.id ${JSON.stringify(h.config?.id)}, want ${JSON.stringify(task.id)}`);
       expect(h.state !== TaskState.EXITED, "the handle says the task has already exited");
-      const handle = `handle v${h.version}, state ${TaskState[h.state]}, driver_state ${h.driverState.length} bytes`;
+      const handle = `handle v${h.version}, state ${TaskState[h.state]}, driver_state ${h.driverState.length} bytes; ${await cgroupNote(s, task)}`;
       return s.opts.user ? `${handle}; ${await checkTaskUser(s, task, s.opts.user)}` : handle;
     },
   },

@@ -123,6 +123,7 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
       const missing = c.needs.find((n) => !passed.has(n));
       if (missing) r = { status: "skip", message: `needs ${missing}` };
       else r = await runOne(suite, c, stop);
+      await suite.releaseCgroups();
       // The check stopped by the interruption has no result.
       if (stop?.aborted) break;
       if (r.status === "pass") passed.add(c.name);

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
+  createTaskCgroup,
   createTaskDirs,
   launchPlugin,
   nomadAgentConfig,
@@ -12,6 +13,8 @@ import {
   type CallOptions,
   type PluginClient,
   type PluginExit,
+  type TaskCgroup,
+  TaskCgroupUnavailableError,
   type TaskLogs,
 } from "@nomadkit/client";
 import type { PluginInfoResponse } from "@nomadkit/protocol/base";
@@ -79,6 +82,8 @@ export interface SuiteTask {
   stderrPath: string;
   /** What was read from them, as Nomad's logmon reads them. */
   logs: TaskLogs;
+  /** The cgroup made for it, as Nomad's client makes one (TaskConfig.resources.linux_resources.cpuset_cgroup). */
+  cgroup?: TaskCgroup | undefined;
   config: MessageInitShape<typeof TaskConfigSchema>;
   handle?: TaskHandle;
   startedAt?: Date | undefined;
@@ -141,10 +146,13 @@ export class Suite {
   main?: SuiteTask;
   firstFingerprint?: Promise<{ health: number; description: string; attributes: number } | Error>;
   events = { count: 0, error: undefined as unknown, unimplemented: false };
+  /** Why tasks get no cgroup (set once creating one failed, or taskCgroup is false); undefined while they get one. */
+  noCgroup?: string;
 
   constructor(readonly opts: ResolvedOptions) {
     this.root = mkdtempSync(join(opts.workDir ?? tmpdir(), "nomadkit-conformance-"));
     this.defaultTask = opts.taskConfig === undefined;
+    if (opts.taskCgroup === false) this.noCgroup = "taskCgroup is false";
   }
 
   /** Per-call options: the call deadline and the check's abort signal. */
@@ -349,6 +357,7 @@ export class Suite {
     // (a regular file would let it reopen, truncate or seek, which a FIFO without a reader refuses).
     const logs = openTaskLogs(dirs, name);
     const { stdoutPath, stderrPath } = logs;
+    const cgroup = this.taskCgroup(allocId, name);
     const config = nomadTaskConfig({
       name,
       dirs,
@@ -363,11 +372,41 @@ export class Suite {
       networkIsolation: opts.network,
       // As Nomad's task dir hook: the directories as the driver shows them to its task.
       fsIsolation: FS_ISOLATION[this.caps?.fsIsolation ?? DriverCapabilities_FSIsolation.NONE] ?? "none",
+      cpusetCgroup: cgroup?.path,
     });
     const id = config.id;
-    const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, logs, config, destroyed: false };
+    const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, logs, cgroup, config, destroyed: false };
     this.tasks.push(task);
     return task;
+  }
+
+  /**
+   * The task's cgroup, as Nomad's client makes it before StartTask; none when the option is off or
+   * this host does not allow it (the first refusal is remembered, not retried for every task).
+   */
+  private taskCgroup(allocId: string, task: string): TaskCgroup | undefined {
+    if (this.noCgroup !== undefined) return undefined;
+    try {
+      return createTaskCgroup({ allocId, task, parent: this.opts.cgroupParent });
+    } catch (err) {
+      if (!(err instanceof TaskCgroupUnavailableError)) throw err;
+      this.noCgroup = err.reason;
+      return undefined;
+    }
+  }
+
+  /**
+   * Removes the cgroups of the destroyed tasks, as Nomad's client does once a task is gone: after
+   * the check that destroyed them, so that check saw what the driver alone did. What is left in
+   * them is killed.
+   */
+  async releaseCgroups(): Promise<void> {
+    for (const t of this.tasks) {
+      if (!t.destroyed || !t.cgroup) continue;
+      const cg = t.cgroup;
+      t.cgroup = undefined;
+      await cg.destroy().catch(() => undefined);
+    }
   }
 
   /** StartTask, then a WaitTask in the background, as Nomad's task runner does. */
@@ -446,7 +485,8 @@ export class Suite {
    *    outlived their plugin): the processes the suite learned belong to the run are SIGKILLed —
    *    the plugins' descendants seen while they lived (Linux), pids from InspectTask's driver
    *    attributes and TaskStats, and the default task's own pid.
-   * 5. The socket directories of plugins that died without removing them, and the temp dir, go.
+   * 5. The tasks' cgroups go (with what is left in them), then the socket directories of plugins
+   *    that died without removing them, and the temp dir.
    */
   async cleanup(): Promise<void> {
     this.closing.abort();
@@ -477,6 +517,14 @@ export class Suite {
     await Promise.all(this.plugins.filter((pl) => !pl.exitSignal.aborted).map((pl) => pl.kill().catch(() => undefined)));
     // (@nomadkit/client removes the socket directory of each plugin it saw die.)
     this.killOrphans();
+    // Like Nomad's client when a task is gone; it kills what no plugin or kill above ended.
+    await Promise.all(
+      this.tasks.map(async (t) => {
+        const cg = t.cgroup;
+        t.cgroup = undefined;
+        await cg?.destroy().catch(() => undefined);
+      }),
+    );
     // The tasks are gone: what they wrote has been read.
     await Promise.all(this.tasks.map((t) => t.logs.close(0)));
     if (existsSync(this.root)) rmSync(this.root, { recursive: true, force: true });

@@ -81,6 +81,16 @@ export interface ConformanceOptions {
   shutdownTimeoutMs?: number;
   /** Directory for the allocation directories the suite creates; default the OS temp dir. */
   workDir?: string;
+  /**
+   * Create each task's cgroup before StartTask and name it in `resources.linux_resources.cpuset_cgroup`,
+   * as Nomad's client (>= 1.7) does (`createTaskCgroup` of `@nomadkit/client`); it is removed after
+   * the check that destroyed the task, or in cleanup. Default true. Where cgroups cannot be made
+   * (not root, a read-only or missing cgroup filesystem) tasks start without one and the
+   * `start-task` row says why.
+   */
+  taskCgroup?: boolean;
+  /** Parent of the tasks' cgroups; default `nomadkit.slice` (cgroup v2) or `nomadkit` (v1), apart from a Nomad agent's. */
+  cgroupParent?: string;
   /** How long to wait for each plugin's go-plugin handshake, in ms; default 60000 (go-plugin's). */
   startTimeoutMs?: number;
   /** Talk go-plugin AutoMTLS (`PLUGIN_CLIENT_CERT`) as non-Nomad hosts do; default false, like Nomad. */

@@ -3,10 +3,11 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { formatReport, listChecks, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
 // A real user with two supplementary groups (the server package's test helper).
 import { createTestUser } from "../../server/test/test-user.js";
+import { CGROUP_ROOT, canMakeCgroups, removeCgroupTree, testCgroups, v2Host } from "../../client/test/cgroup-fixtures.js";
 
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
 const broken = fileURLToPath(new URL("./fixtures/broken-driver.mjs", import.meta.url));
@@ -14,6 +15,13 @@ const isRoot = process.getuid?.() === 0;
 // Nomad's bounds (2 s shutdown, a prompt first fingerprint) are checked generously here: the
 // project's tests run on busy machines; the CLI and the API default to Nomad's values.
 const generous = { shutdownTimeoutMs: 15_000, fingerprintTimeoutMs: 30_000 };
+// The tasks' cgroups (made by default, as Nomad's client does, where this host allows: root).
+const canCgroup = canMakeCgroups;
+const cgroupParent = `nomadkit-test-${process.pid}`;
+
+afterEach(() => {
+  if (isRoot) for (const d of testCgroups(cgroupParent)) removeCgroupTree(d);
+});
 
 function byName(report: ConformanceReport): Record<string, CheckResult> {
   return Object.fromEntries(report.results.map((r) => [r.name, r]));
@@ -31,7 +39,7 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
     "passes every check; the network check is skipped without create_network",
     async () => {
       expect(existsSync(rawexec), `${rawexec} is missing`).toBe(true);
-      const report = await runConformance({ plugin: rawexec, name: "nomadkit-rawexec", ...generous });
+      const report = await runConformance({ plugin: rawexec, name: "nomadkit-rawexec", cgroupParent, ...generous });
       const all = listChecks().map((c) => c.name);
       expect(report.results.map((r) => r.name)).toEqual(all);
       expectPassed(
@@ -43,8 +51,28 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
       expect(report.ok).toBe(true);
       expect(report.failed).toBe(0);
       expect(formatReport(report)).toMatch(/CONFORMS$/);
+      // As under Nomad: the task ran in the cgroup made for it (its executor joins cpuset_cgroup),
+      // which is gone with the run.
+      if (canCgroup) {
+        const layout = v2Host ? `${cgroupParent}/share.slice/[^ ]+\\.main\\.scope` : `cpuset/${cgroupParent}/share/[^ ]+\\.main`;
+        expect(byName(report)["start-task"]!.message).toMatch(new RegExp(`cpuset_cgroup ${CGROUP_ROOT}/${layout}, the task runs in it$`));
+        expect(testCgroups(cgroupParent)).toEqual([]);
+      } else {
+        expect(byName(report)["start-task"]!.message).toMatch(/no task cgroup \(.+\)$/);
+      }
     },
     300_000,
+  );
+
+  it(
+    "starts tasks without a cgroup when taskCgroup is false",
+    async () => {
+      const report = await runConformance({ plugin: rawexec, taskCgroup: false, cgroupParent, checks: ["start-task", "shutdown"], ...generous });
+      expectPassed(report, ["start-task", "shutdown"]);
+      expect(byName(report)["start-task"]!.message).toMatch(/; no task cgroup \(taskCgroup is false\)$/);
+      expect(testCgroups(cgroupParent)).toEqual([]);
+    },
+    180_000,
   );
 
   it.skipIf(!isRoot)(

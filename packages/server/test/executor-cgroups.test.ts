@@ -12,6 +12,7 @@ import { ExecTaskStreamingRequestSchema, MemoryUsage_Fields, type ExecTaskStream
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
+import { mountCgroup2 } from "../../client/test/cgroup-fixtures.js";
 import { createTestUser, parseGroups } from "./test-user.js";
 
 const isRoot = process.getuid?.() === 0;
@@ -78,23 +79,6 @@ function removeCgroup(path: string): void {
       execFileSync("sleep", ["0.02"]);
     }
   }
-}
-
-/** A cgroup v2 hierarchy of the test's own (no controllers: cgroup.procs and cgroup.kill work). */
-function mountV2(): string | undefined {
-  if (!isRoot) return undefined;
-  const mnt = mkdtempSync(join(tmpdir(), "nk-cg2-"));
-  try {
-    execFileSync("mount", ["-t", "cgroup2", "none", mnt], { stdio: "ignore" });
-  } catch {
-    rmdirSync(mnt);
-    return undefined;
-  }
-  cleanups.push(() => {
-    execFileSync("umount", [mnt]);
-    rmdirSync(mnt);
-  });
-  return mnt;
 }
 
 async function until(what: string, cond: () => boolean | Promise<boolean>): Promise<void> {
@@ -394,7 +378,7 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
 
 describe.skipIf(!isRoot)("executor cgroups: v2", () => {
   it("starts the task in its cgroup and Shutdown kills everything in it with cgroup.kill", async (t) => {
-    const mnt = mountV2();
+    const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const cg = cgroup(join(mnt, tag));
     const exe = await executor();
@@ -414,7 +398,7 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
   });
 
   it("refuses the hierarchy's root, and a cgroup with the executor anywhere below it", async (t) => {
-    const mnt = mountV2();
+    const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const exe = await executor();
     await expectRefused(exe.client.launch({ cmd: "true", env: [PATH], cgroupV2Override: mnt }), Code.FailedPrecondition, "cgroup_v2_override", "root");
@@ -431,7 +415,7 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
   });
 
   it("Shutdown also kills what the task moved into a sub-cgroup of its own", async (t) => {
-    const mnt = mountV2();
+    const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const cg = cgroup(join(mnt, `${tag}-nested`));
     cleanups.push(() => removeCgroup(join(cg, "sub")));
@@ -457,7 +441,7 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
 
 describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
   it("keeps environment names a shell would drop, adds none, and reports a missing interpreter at launch", async (t) => {
-    const mnt = mountV2();
+    const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const cg = cgroup(join(mnt, `${tag}-env`));
     const exe = await executor();
@@ -485,7 +469,7 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
 
 describe.skipIf(!isRoot)("executor cgroups: the task user's groups", () => {
   it("runs the task behind the cgroup gate as the user, with its supplementary groups, as the process the executor waits on", async (t) => {
-    const mnt = mountV2();
+    const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const user = createTestUser("c");
     cleanups.push(() => user.remove());

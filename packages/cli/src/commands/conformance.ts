@@ -18,6 +18,8 @@ interface ConformanceFlags {
   json?: boolean;
   callTimeout?: string;
   shutdownTimeout?: string;
+  /** false with --no-task-cgroup. */
+  taskCgroup: boolean;
 }
 
 async function conformanceCommand(plugin: string | undefined, flags: ConformanceFlags, g: GlobalOptions): Promise<void> {
@@ -39,6 +41,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     signal: flags.signal,
     logger: g.logLevel === "off" ? undefined : stderrLogger(g.logLevel, plugin),
     autoMTLS: g.automtls === true,
+    taskCgroup: flags.taskCgroup,
   };
   if (flags.pluginConfig !== undefined) options.pluginConfig = readJsonOption("--plugin-config", flags.pluginConfig).value;
   if (flags.taskConfig !== undefined) options.taskConfig = readJsonOption("--task-config", flags.taskConfig).value;
@@ -106,6 +109,10 @@ export function registerConformanceCommand(program: Command): void {
     .option("--list", "list the checks and exit")
     .option("--call-timeout <ms>", "deadline of each RPC (default 30000)")
     .option("--shutdown-timeout <ms>", "how long a plugin may take to exit after Shutdown (default 2000, Nomad's)")
+    .option(
+      "--no-task-cgroup",
+      "do not create each task's cgroup (resources.linux_resources.cpuset_cgroup) as Nomad's client does; without root it is skipped anyway, and the start-task row says so",
+    )
     .option("--json", "print the report as JSON")
     .addHelpText(
       "after",

@@ -1,4 +1,5 @@
 // nomadkit run: SetConfig, StartTask, WaitTask, like Nomad running one task.
+import { randomUUID } from "node:crypto";
 import {
   accessSync,
   constants,
@@ -10,7 +11,15 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
-import { createTaskDirs, nomadTaskConfig, openTaskLogs, type TaskLogs } from "@nomadkit/client";
+import {
+  createTaskCgroup,
+  createTaskDirs,
+  nomadTaskConfig,
+  openTaskLogs,
+  TaskCgroupUnavailableError,
+  type TaskCgroup,
+  type TaskLogs,
+} from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import {
   encodeOperatorConfig,
@@ -34,6 +43,8 @@ export interface RunOptions {
   state?: string;
   /** The task's kill_signal, sent with StopTask on Ctrl-C; "" (Nomad's when the job sets none) lets the driver pick. */
   killSignal: string;
+  /** Create the task's cgroup as Nomad's client does (false with --no-task-cgroup). */
+  taskCgroup: boolean;
 }
 
 function exitStatus(
@@ -67,6 +78,8 @@ export async function runCommand(
   const dirs = createTaskDirs(allocDir, opts.name);
   /** The task's output FIFOs, read as Nomad's logmon reads them; opened just before StartTask. */
   let logs: TaskLogs | undefined;
+  /** The task's cgroup, made just before StartTask; removed (with what is left in it) once the task is gone. */
+  let cgroup: TaskCgroup | undefined;
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
   /** StartTask in flight: an interruption meanwhile (output closed as the task's first lines arrive) waits for it. */
@@ -115,6 +128,7 @@ export async function runCommand(
   // Registered after the plugin's release, so it runs first: the task goes before its plugin.
   const noCleanup = onInterrupt(async () => {
     await undo();
+    await cgroup?.destroy().catch(() => {});
     await logs?.close(0);
     rmSync(allocDir, { recursive: true, force: true });
   });
@@ -136,9 +150,24 @@ export async function runCommand(
       onStdout: (d) => process.stdout.write(d),
       onStderr: (d) => process.stderr.write(d),
     }));
+    const allocId = randomUUID();
+    // Nomad's client (>= 1.7) makes every task's cgroup before StartTask; where this host does not
+    // let us (not root, no writable cgroupfs) the task starts without one, as on such a Nomad client.
+    let cgroupNote = "no task cgroup (--no-task-cgroup)";
+    if (opts.taskCgroup) {
+      try {
+        cgroup = createTaskCgroup({ allocId, task: opts.name });
+        cgroupNote = `cpuset_cgroup ${cgroup.path}`;
+      } catch (err) {
+        if (!(err instanceof TaskCgroupUnavailableError)) throw err;
+        cgroupNote = `no task cgroup: ${err.reason}`;
+      }
+    }
     const task = nomadTaskConfig({
       name: opts.name,
       dirs,
+      allocId,
+      cpusetCgroup: cgroup?.path,
       msgpackDriverConfig,
       stdoutPath: out.stdoutPath,
       stderrPath: out.stderrPath,
@@ -156,7 +185,7 @@ export async function runCommand(
       await out.close();
       throw err;
     }
-    process.stderr.write(`nomadkit: started task ${taskId}\n`);
+    process.stderr.write(`nomadkit: started task ${taskId} (${cgroupNote})\n`);
     if (statePath) {
       const state: RunState = {
         kind: "nomadkit-run-state",
@@ -207,6 +236,10 @@ export async function runCommand(
     await logs?.close(0);
     // Also after a failure once the task started (say, writing the state file).
     await undo();
+    // After DestroyTask, as Nomad's client: it kills what the driver left in it.
+    await cgroup?.destroy().catch((e: unknown) => {
+      process.stderr.write(`nomadkit: ${(e as Error).message}\n`);
+    });
     noCleanup();
     await c.release();
     rmSync(allocDir, { recursive: true, force: true });

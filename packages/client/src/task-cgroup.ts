@@ -1,0 +1,371 @@
+/**
+ * The cgroup Nomad's client (>= 1.7) makes for every task before StartTask and names in
+ * `resources.linux_resources.cpuset_cgroup`, for tools and tests that start tasks themselves: a
+ * driver (or its executor) joins it, so it must exist and accept processes.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { setTimeout as delay } from "node:timers/promises";
+
+/** The default parents: nomadkit's own, apart from a Nomad agent's (`nomad.slice`, `nomad`) on the same host. */
+export const DEFAULT_CGROUP_PARENT = Object.freeze({ v1: "nomadkit", v2: "nomadkit.slice" });
+
+/** Inputs of {@link createTaskCgroup}. */
+export interface TaskCgroupOptions {
+  /** The allocation's id (TaskConfig.alloc_id). */
+  allocId: string;
+  /** The task's name. */
+  task: string;
+  /**
+   * The parent cgroup, relative to the hierarchy (Nomad's `cgroup_parent`); default
+   * {@link DEFAULT_CGROUP_PARENT}: `nomadkit.slice` on cgroup v2, `nomadkit` on v1.
+   */
+  parent?: string;
+  /** Where cgroupfs is mounted (the v2 mount, or the directory of the v1 controllers' mounts); default `/sys/fs/cgroup`. */
+  root?: string;
+}
+
+/** A task's cgroup as {@link createTaskCgroup} made it. */
+export interface TaskCgroup {
+  /** The value for `resources.linux_resources.cpuset_cgroup`: the v2 scope, or on v1 the cpuset cgroup. */
+  readonly path: string;
+  /** The host's cgroup mode. */
+  readonly version: 1 | 2;
+  /** Every directory of the task (on v1 one per controller: cpuset, then freezer, cpu, memory where mounted). */
+  readonly paths: readonly string[];
+  /** The processes in the task's cgroups and their sub-cgroups (none once destroyed). */
+  pids(): number[];
+  /**
+   * Kills what is left in the task's cgroups (v2 `cgroup.kill`; v1 freeze, SIGKILL, thaw) and
+   * removes them, with their sub-cgroups, retrying while the kernel still lists dying processes;
+   * then the parent levels left empty, when they are nomadkit's default parent's or this process
+   * made them (a parent you name that existed before is kept: it may be a Nomad agent's). Idempotent;
+   * rejects naming what could not be removed.
+   */
+  destroy(): Promise<void>;
+}
+
+const unavailableBrand = Symbol.for("@nomadkit/client/TaskCgroupUnavailableError");
+
+/**
+ * This host does not let this process create a task's cgroup: no cgroup filesystem (or no cpuset
+ * controller on cgroup v1), not root, a read-only mount. Callers that can do without proceed
+ * without `cpuset_cgroup`, as on a host where Nomad runs without cgroups.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   cgroup = createTaskCgroup({ allocId, task: "web" });
+ * } catch (err) {
+ *   if (!(err instanceof TaskCgroupUnavailableError)) throw err;
+ *   console.warn(`no task cgroup: ${err.reason}`);
+ * }
+ * ```
+ */
+export class TaskCgroupUnavailableError extends Error {
+  /** Why, for a log line: "not root: mkdir /sys/fs/cgroup/...: EACCES", say. */
+  readonly reason: string;
+
+  constructor(reason: string, options?: { cause?: unknown }) {
+    super(`cannot create the task's cgroup: ${reason}`, options);
+    this.name = "TaskCgroupUnavailableError";
+    this.reason = reason;
+    Object.defineProperty(this, unavailableBrand, { value: true });
+  }
+
+  /** True for instances from either build (ESM or CommonJS) of this package. */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== TaskCgroupUnavailableError) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[unavailableBrand] === true;
+  }
+}
+
+/** v2 controllers Nomad's client enables down to its tasks (client/lib/cgroupslib/init.go). */
+const V2_CONTROLLERS = ["cpuset", "cpu", "io", "memory", "pids"];
+/** v1 controllers Nomad gives every task a cgroup in besides the cpuset one (freezer first: it stops the task to kill it). */
+const V1_CONTROLLERS = ["freezer", "cpu", "memory"];
+/** How long {@link TaskCgroup.destroy} keeps killing and retrying rmdir before it gives up. */
+const DESTROY_MS = 10_000;
+/** How long a v1 freezer may stay FREEZING before the kill goes ahead. */
+const FREEZE_MS = 1_000;
+
+/**
+ * Does for a task what Nomad's client does before StartTask (cgroupslib's Lifecycle.Setup), in the
+ * host's cgroup mode (v2 when `<root>/cgroup.controllers` exists):
+ *
+ * - v2: `<root>/<parent>/share.slice/<allocId>.<task>.scope`, with the controllers Nomad uses
+ *   (cpuset, cpu, io, memory, pids) enabled down to it where the kernel offers them;
+ * - v1: `<root>/cpuset/<parent>/share/<allocId>.<task>` (each level gets its parent's cpuset.cpus
+ *   and cpuset.mems, without which it refuses processes) and `<root>/<c>/<parent>/<allocId>.<task>`
+ *   for c in freezer, cpu, memory where mounted. The cpuset one is `path`.
+ *
+ * Existing directories are reused. Throws {@link TaskCgroupUnavailableError} (after removing what
+ * it made) when the host does not allow it, and an Error for an id or name that is not one
+ * directory name.
+ *
+ * @example
+ * ```ts
+ * const cgroup = createTaskCgroup({ allocId: task.allocId, task: "web" });
+ * const config = nomadTaskConfig({ name: "web", dirs, allocId, msgpackDriverConfig, stdoutPath, stderrPath, cpusetCgroup: cgroup.path });
+ * try {
+ *   await plugin.driver.startTask({ task: config });
+ *   // ... WaitTask, DestroyTask
+ * } finally {
+ *   await cgroup.destroy();
+ * }
+ * ```
+ */
+export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
+  for (const [what, v] of [["allocId", o.allocId], ["task", o.task]] as const) {
+    if (v === "" || v === "." || v === ".." || v.includes("/") || v.includes("\0")) {
+      throw new Error(`${what} ${JSON.stringify(v)} cannot name a cgroup directory`);
+    }
+  }
+  const root = o.root ?? "/sys/fs/cgroup";
+  const v2 = existsSync(join(root, "cgroup.controllers"));
+  const parent = o.parent ?? (v2 ? DEFAULT_CGROUP_PARENT.v2 : DEFAULT_CGROUP_PARENT.v1);
+  const parentLevels = parent.split("/").filter((s) => s !== "" && s !== ".");
+  if (parentLevels.length === 0 || parentLevels.includes("..") || parent.startsWith("/") || parent.includes("\0")) {
+    throw new Error(`parent ${JSON.stringify(parent)}: must be a relative cgroup path without ".."`);
+  }
+  // Parent levels are removed with the task's only when nobody else may rely on them.
+  const ownParent = o.parent === undefined;
+  const made: string[] = [];
+  const setup = new CgroupSetup(made);
+  try {
+    if (v2) {
+      if (!existsSync(join(root, "cgroup.procs"))) throw unavailable(`${root} is not a cgroup v2 mount`);
+      const levels = [...parentLevels, "share.slice"];
+      const path = join(root, ...levels, `${o.allocId}.${o.task}.scope`);
+      setup.run(() => {
+        enableControllers(root);
+        for (let i = 1; i <= levels.length; i++) {
+          const dir = join(root, ...levels.slice(0, i));
+          setup.mkdir(dir);
+          enableControllers(dir);
+        }
+        setup.mkdir(path);
+      });
+      return new Cgroup(2, path, [path], parentLevelsOf(root, levels, made, ownParent));
+    }
+    const cpusetRoot = join(root, "cpuset");
+    if (!existsSync(join(cpusetRoot, "cgroup.procs"))) {
+      throw unavailable(existsSync(root) ? `no cgroup v1 cpuset controller is mounted at ${cpusetRoot}` : `no cgroup filesystem at ${root}`);
+    }
+    const leaf = `${o.allocId}.${o.task}`;
+    const cpusetLevels = [...parentLevels, "share"];
+    const path = join(cpusetRoot, ...cpusetLevels, leaf);
+    const others = V1_CONTROLLERS.filter((c) => existsSync(join(root, c, "cgroup.procs")));
+    setup.run(() => {
+      for (let i = 1; i <= cpusetLevels.length; i++) {
+        const dir = join(cpusetRoot, ...cpusetLevels.slice(0, i));
+        setup.mkdir(dir);
+        inheritCpuset(dir);
+      }
+      setup.mkdir(path);
+      inheritCpuset(path);
+      for (const c of others) {
+        for (let i = 1; i <= parentLevels.length; i++) setup.mkdir(join(root, c, ...parentLevels.slice(0, i)));
+        setup.mkdir(join(root, c, ...parentLevels, leaf));
+      }
+    });
+    const paths = [path, ...others.map((c) => join(root, c, ...parentLevels, leaf))];
+    const parents = [
+      ...parentLevelsOf(cpusetRoot, cpusetLevels, made, ownParent),
+      ...others.flatMap((c) => parentLevelsOf(join(root, c), parentLevels, made, ownParent)),
+    ];
+    return new Cgroup(1, path, paths, parents, others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined);
+  } catch (err) {
+    for (const d of made.reverse()) tryRmdir(d);
+    if (err instanceof TaskCgroupUnavailableError) throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    const hint = code === "EACCES" || code === "EPERM" ? (process.getuid?.() === 0 ? "not permitted: " : "not root: ") : code === "EROFS" ? "read-only: " : "";
+    throw unavailable(`${hint}${(err as Error).message}`, err);
+  }
+}
+
+/** Makes directories, remembering the ones it made; retries a set-up that lost a race with another process's destroy. */
+class CgroupSetup {
+  constructor(private readonly made: string[]) {}
+
+  mkdir(dir: string): void {
+    try {
+      mkdirSync(dir, 0o755);
+      this.made.push(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    }
+  }
+
+  run(steps: () => void): void {
+    // Another process's destroy may remove an empty parent level between our mkdir and the next one.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return steps();
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "ENOENT" || attempt >= 5) throw err;
+      }
+    }
+  }
+}
+
+/** Parent levels made by this process's calls, which its destroys may remove (whichever task goes last). */
+const madeParents = new Set<string>();
+
+/** The parent levels below `base`, deepest first, that destroy may remove when empty. */
+function parentLevelsOf(base: string, levels: readonly string[], made: readonly string[], own: boolean): string[] {
+  const out: string[] = [];
+  for (let i = levels.length; i >= 1; i--) {
+    const dir = join(base, ...levels.slice(0, i));
+    if (made.includes(dir)) madeParents.add(dir);
+    if (own || madeParents.has(dir)) out.push(dir);
+  }
+  return out;
+}
+
+/**
+ * A new v1 cpuset cgroup has no CPUs and no memory nodes and refuses every process: give it its
+ * parent's, as Nomad's partition code and inheritMems do (a level another process is still setting
+ * up is filled too).
+ */
+function inheritCpuset(dir: string): void {
+  for (const file of ["cpuset.cpus", "cpuset.mems"]) {
+    if (readFileSync(join(dir, file), "utf8").trim() !== "") continue;
+    writeFileSync(join(dir, file), readFileSync(join(dirname(dir), file), "utf8").trim());
+  }
+}
+
+/** Enables Nomad's controllers for the children of `dir`, those the kernel offers; a refusal leaves them off. */
+function enableControllers(dir: string): void {
+  const words = (file: string) => readFileSync(join(dir, file), "utf8").trim().split(/\s+/);
+  const available = words("cgroup.controllers");
+  const enabled = words("cgroup.subtree_control");
+  for (const c of V2_CONTROLLERS) {
+    if (!available.includes(c) || enabled.includes(c)) continue;
+    try {
+      writeFileSync(join(dir, "cgroup.subtree_control"), `+${c}`);
+    } catch {
+      // in use elsewhere in the hierarchy, or not delegated: the task goes without it
+    }
+  }
+}
+
+class Cgroup implements TaskCgroup {
+  private destroying: Promise<void> | undefined;
+
+  constructor(
+    readonly version: 1 | 2,
+    readonly path: string,
+    readonly paths: readonly string[],
+    /** Parent levels to remove when empty, deepest first. */
+    private readonly parents: readonly string[],
+    /** The v1 freezer cgroup, to stop the task before killing it. */
+    private readonly freezer?: string,
+  ) {}
+
+  destroy(): Promise<void> {
+    return (this.destroying ??= this.teardown());
+  }
+
+  private async teardown(): Promise<void> {
+    const until = Date.now() + DESTROY_MS;
+    const left: string[] = [];
+    for (let round = 0; ; round++) {
+      await this.kill();
+      left.length = 0;
+      // Deepest first: sub-cgroups the task made, then the task's own.
+      for (const dir of this.paths.flatMap((p) => subtree(p).reverse())) {
+        const err = tryRmdir(dir);
+        if (err) left.push(`${dir}: ${err}`);
+      }
+      if (left.length === 0 || Date.now() > until) break;
+      // A killed process stays listed until the kernel is done with it.
+      await delay(Math.min(100, 5 * 2 ** round));
+    }
+    if (left.length > 0) throw new Error(`cannot remove the task's cgroups: ${left.join("; ")}`);
+    // Busy (other tasks') or gone levels stay as they are.
+    for (const dir of this.parents) if (tryRmdir(dir) === undefined) madeParents.delete(dir);
+  }
+
+  pids(): number[] {
+    const out = new Set<number>();
+    for (const dir of this.paths.flatMap(subtree)) {
+      let text = "";
+      try {
+        text = readFileSync(join(dir, "cgroup.procs"), "utf8");
+      } catch {
+        continue;
+      }
+      for (const line of text.split("\n")) if (/^\d+$/.test(line)) out.add(Number(line));
+    }
+    out.delete(process.pid);
+    return [...out];
+  }
+
+  /** One kill round, as Nomad's Lifecycle.Kill: the kernel's cgroup.kill on v2, freeze-kill-thaw on v1. */
+  private async kill(): Promise<void> {
+    const pids = this.pids();
+    if (pids.length === 0) return;
+    if (this.version === 2 && tryWrite(join(this.path, "cgroup.kill"), "1")) return;
+    // A frozen task cannot fork between the listing and the kill; it dies once thawed.
+    const state = this.version === 2 ? join(this.path, "cgroup.freeze") : this.freezer && join(this.freezer, "freezer.state");
+    const frozen = state !== undefined && tryWrite(state, this.version === 2 ? "1" : "FROZEN");
+    if (frozen && this.version === 1) {
+      const end = Date.now() + FREEZE_MS;
+      while (Date.now() < end && !/^FROZEN$/m.test(tryRead(state!))) await delay(5);
+    }
+    for (const pid of frozen ? this.pids() : pids) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    if (frozen) tryWrite(state!, this.version === 2 ? "0" : "THAWED");
+  }
+}
+
+/** `dir` and every cgroup below it, parents before children. */
+function subtree(dir: string): string[] {
+  const out = [dir];
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries) if (e.isDirectory()) out.push(...subtree(join(dir, e.name)));
+  return out;
+}
+
+function unavailable(reason: string, cause?: unknown): TaskCgroupUnavailableError {
+  return new TaskCgroupUnavailableError(reason, cause === undefined ? undefined : { cause });
+}
+
+/** rmdir; undefined when removed or already gone, else the error code. */
+function tryRmdir(dir: string): string | undefined {
+  try {
+    rmdirSync(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== "ENOENT") return code ?? (err as Error).message;
+  }
+  return undefined;
+}
+
+function tryWrite(path: string, text: string): boolean {
+  try {
+    writeFileSync(path, text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function tryRead(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return "";
+  }
+}

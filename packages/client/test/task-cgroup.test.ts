@@ -1,0 +1,192 @@
+// createTaskCgroup on this host's real cgroups (and on a cgroup2 mount of the test's own): Nomad's
+// layout for the host's mode, a real process accepted, destroy killing it and removing the
+// directories, and a clear refusal where cgroups cannot be made. Root only; every cgroup is named
+// nomadkit-test-<pid>… and removed after each test, whatever happened.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { CGROUP_ROOT, canMakeCgroups, mountCgroup2, removeCgroupTree, testCgroups, v2Host } from "./cgroup-fixtures.js";
+import { createTaskCgroup, createTaskDirs, DEFAULT_CGROUP_PARENT, nomadTaskConfig, TaskCgroupUnavailableError, type TaskCgroup } from "../src/index.js";
+
+const ROOT = CGROUP_ROOT;
+const canCgroup = canMakeCgroups;
+const tag = `nomadkit-test-${process.pid}`;
+
+const cgroups: TaskCgroup[] = [];
+const children: ChildProcess[] = [];
+const cleanups: (() => void)[] = [];
+
+afterEach(async () => {
+  for (const c of children.splice(0)) c.kill("SIGKILL");
+  for (const cg of cgroups.splice(0)) await cg.destroy().catch(() => undefined);
+  for (const f of cleanups.splice(0).reverse()) f();
+  // Whatever a failed test left: the test's cgroups under every hierarchy.
+  for (const d of testCgroups(tag)) removeCgroupTree(d);
+});
+
+function make(o: Parameters<typeof createTaskCgroup>[0]): TaskCgroup {
+  const cg = createTaskCgroup(o);
+  cgroups.push(cg);
+  return cg;
+}
+
+/** A `sleep` to move into cgroups; resolves `exited` with its signal. */
+function sleeper(): { pid: number; exited: Promise<NodeJS.Signals | null> } {
+  const child = spawn("sleep", ["1000"], { stdio: "ignore" });
+  children.push(child);
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on("exit", (_code, signal) => resolve(signal)));
+  return { pid: child.pid!, exited };
+}
+
+function cgroupOf(pid: number): string {
+  return readFileSync(`/proc/${pid}/cgroup`, "utf8");
+}
+
+describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
+  it(`makes Nomad's ${v2Host ? "v2" : "v1"} layout, which takes a real process; destroy kills it and removes every directory`, async () => {
+    const parent = `${tag}-layout`;
+    const cg = make({ allocId: "alloc1", task: "web", parent });
+    const sleep = sleeper();
+    if (v2Host) {
+      expect(cg.version).toBe(2);
+      expect(cg.path).toBe(`${ROOT}/${parent}/share.slice/alloc1.web.scope`);
+      expect(cg.paths).toEqual([cg.path]);
+      writeFileSync(join(cg.path, "cgroup.procs"), `${sleep.pid}\n`);
+      expect(cgroupOf(sleep.pid)).toContain(`0::/${parent}/share.slice/alloc1.web.scope\n`);
+    } else {
+      expect(cg.version).toBe(1);
+      expect(cg.path).toBe(`${ROOT}/cpuset/${parent}/share/alloc1.web`);
+      const others = ["freezer", "cpu", "memory"].filter((c) => existsSync(`${ROOT}/${c}/cgroup.procs`));
+      expect(others).toContain("freezer"); // this host's; the kill needs it
+      expect(cg.paths).toEqual([cg.path, ...others.map((c) => `${ROOT}/${c}/${parent}/alloc1.web`)]);
+      // What a new cpuset cgroup lacks, and Nomad gives it: its parent's CPUs and memory nodes.
+      for (const file of ["cpuset.cpus", "cpuset.mems"]) {
+        expect(readFileSync(join(cg.path, file), "utf8").trim()).toBe(readFileSync(`${ROOT}/cpuset/${file}`, "utf8").trim());
+      }
+      for (const p of cg.paths) writeFileSync(join(p, "cgroup.procs"), `${sleep.pid}\n`);
+      expect(cgroupOf(sleep.pid)).toContain(`:cpuset:/${parent}/share/alloc1.web\n`);
+      expect(cgroupOf(sleep.pid)).toContain(`:freezer:/${parent}/alloc1.web\n`);
+    }
+    // A process in a sub-cgroup the task made goes too (on v1 in the freezer hierarchy: the cpuset one would need CPUs).
+    const nested = sleeper();
+    const sub = join(cg.paths[cg.paths.length === 1 ? 0 : cg.paths.findIndex((p) => p.includes("/freezer/"))]!, "sub");
+    mkdirSync(sub);
+    writeFileSync(join(sub, "cgroup.procs"), `${nested.pid}\n`);
+
+    await cg.destroy();
+    expect(await sleep.exited).toBe("SIGKILL");
+    expect(await nested.exited).toBe("SIGKILL");
+    for (const p of [...cg.paths, sub]) expect(existsSync(p), p).toBe(false);
+    // The parent levels this call made are gone too.
+    const tops = v2Host ? [`${ROOT}/${parent}`] : ["cpuset", ...cg.paths.slice(1).map((p) => p.split("/")[4]!)].map((c) => `${ROOT}/${c}/${parent}`);
+    for (const p of tops) expect(existsSync(p), p).toBe(false);
+    await cg.destroy(); // idempotent
+  });
+
+  it("shares the parent between tasks: destroying one keeps it, the last removes it; a parent that existed before is kept", async () => {
+    const parent = `${tag}-shared`;
+    const a = make({ allocId: "alloc1", task: "a", parent });
+    const b = make({ allocId: "alloc1", task: "b", parent });
+    const top = v2Host ? `${ROOT}/${parent}` : `${ROOT}/cpuset/${parent}`;
+    await a.destroy();
+    expect(existsSync(a.path)).toBe(false);
+    expect(existsSync(b.path)).toBe(true);
+    await b.destroy();
+    expect(existsSync(top)).toBe(false);
+
+    // Someone else's parent (a Nomad agent's, say) stays; the share level made for the task goes.
+    const own = v2Host ? `${ROOT}/${tag}-theirs` : `${ROOT}/cpuset/${tag}-theirs`;
+    mkdirSync(own);
+    if (!v2Host) for (const f of ["cpuset.cpus", "cpuset.mems"]) writeFileSync(join(own, f), readFileSync(`${ROOT}/cpuset/${f}`, "utf8").trim());
+    const c = make({ allocId: "alloc2", task: "c", parent: `${tag}-theirs` });
+    const sleep = sleeper();
+    writeFileSync(join(c.path, "cgroup.procs"), `${sleep.pid}\n`);
+    await c.destroy();
+    expect(await sleep.exited).toBe("SIGKILL");
+    expect(existsSync(own)).toBe(true);
+    expect(readdirSync(own).some((d) => d.startsWith("share"))).toBe(false);
+  });
+
+  it("reuses a cgroup that exists (a task started again) and refuses ids and names that are not one directory name", async () => {
+    const parent = `${tag}-again`;
+    const first = make({ allocId: "alloc1", task: "web", parent });
+    const again = make({ allocId: "alloc1", task: "web", parent });
+    expect(again.path).toBe(first.path);
+    await again.destroy();
+    expect(existsSync(first.path)).toBe(false);
+    for (const task of ["", ".", "..", "a/b", "a\0"]) {
+      expect(() => createTaskCgroup({ allocId: "alloc1", task, parent }), JSON.stringify(task)).toThrow(/cannot name a cgroup directory/);
+    }
+    expect(() => createTaskCgroup({ allocId: "x/..", task: "web", parent })).toThrow(/allocId/);
+    for (const bad of ["/abs", "a/../b", "", "."]) {
+      expect(() => createTaskCgroup({ allocId: "alloc1", task: "web", parent: bad }), JSON.stringify(bad)).toThrow(/must be a relative cgroup path/);
+    }
+  });
+
+  it("says why when it cannot: a read-only cgroup filesystem, no cgroup filesystem; nothing is left behind", () => {
+    const root = mkdtempSync(join(tmpdir(), "nk-cgro-"));
+    cleanups.push(() => rmSync(root, { recursive: true, force: true }));
+    let err: unknown;
+    try {
+      createTaskCgroup({ allocId: "alloc1", task: "web", root });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(TaskCgroupUnavailableError);
+    expect((err as TaskCgroupUnavailableError).reason).toMatch(/no cgroup v1 cpuset controller is mounted at .*\/cpuset/);
+    expect(() => createTaskCgroup({ allocId: "alloc1", task: "web", root: join(root, "missing") })).toThrow(/no cgroup filesystem at/);
+
+    // The host's hierarchy, mounted read-only as in a container.
+    const hierarchy = v2Host ? ROOT : `${ROOT}/cpuset`;
+    const ro = v2Host ? join(root, "ro") : join(root, "cpuset");
+    mkdirSync(ro);
+    execFileSync("mount", ["--bind", hierarchy, ro]);
+    cleanups.push(() => execFileSync("umount", [ro]));
+    execFileSync("mount", ["-o", "remount,bind,ro", ro]);
+    err = undefined;
+    try {
+      createTaskCgroup({ allocId: "alloc1", task: "web", root: v2Host ? ro : root, parent: `${tag}-ro` });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(TaskCgroupUnavailableError);
+    expect((err as TaskCgroupUnavailableError).reason).toMatch(/^read-only: .*EROFS/);
+    expect(existsSync(`${hierarchy}/${tag}-ro`)).toBe(false);
+  });
+});
+
+describe("createTaskCgroup on cgroup v2", () => {
+  it("makes <parent>/share.slice/<alloc>.<task>.scope, which takes a real process; destroy kills it (cgroup.kill) and removes it", async (t) => {
+    const mnt = canCgroup ? mountCgroup2(cleanups, tag) : undefined;
+    if (!mnt) return t.skip();
+    const parent = `${tag}.slice`;
+    const cg = make({ allocId: "alloc1", task: "web", parent, root: mnt });
+    expect(cg.version).toBe(2);
+    expect(cg.path).toBe(`${mnt}/${parent}/share.slice/alloc1.web.scope`);
+    // Controllers enabled down to the scope are the ones the kernel offers this hierarchy (none on a hybrid host).
+    const offered = readFileSync(join(mnt, "cgroup.controllers"), "utf8").trim().split(/\s+/).filter(Boolean);
+    const enabled = readFileSync(`${mnt}/${parent}/share.slice/cgroup.subtree_control`, "utf8").trim().split(/\s+/).filter(Boolean);
+    expect(enabled).toEqual(["cpuset", "cpu", "io", "memory", "pids"].filter((c) => offered.includes(c)));
+    const sleep = sleeper();
+    writeFileSync(join(cg.path, "cgroup.procs"), `${sleep.pid}\n`);
+    expect(cgroupOf(sleep.pid)).toContain(`0::/${parent}/share.slice/alloc1.web.scope\n`);
+    await cg.destroy();
+    expect(await sleep.exited).toBe("SIGKILL");
+    expect(existsSync(cg.path)).toBe(false);
+    expect(existsSync(`${mnt}/${parent}`)).toBe(false);
+  });
+});
+
+describe("nomadTaskConfig", () => {
+  it("names the task's cgroup in resources.linux_resources.cpuset_cgroup when given one", () => {
+    const alloc = mkdtempSync(join(tmpdir(), "nk-taskcg-"));
+    cleanups.push(() => rmSync(alloc, { recursive: true, force: true }));
+    const dirs = createTaskDirs(alloc, "web");
+    const o = { name: "web", dirs, msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e" };
+    const path = `/sys/fs/cgroup/cpuset/${DEFAULT_CGROUP_PARENT.v1}/share/a1.web`;
+    expect(nomadTaskConfig({ ...o, cpusetCgroup: path }).resources?.linuxResources?.cpusetCgroup).toBe(path);
+    expect(nomadTaskConfig(o).resources?.linuxResources).not.toHaveProperty("cpusetCgroup");
+  });
+});
