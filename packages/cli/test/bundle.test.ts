@@ -131,6 +131,7 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("(PluginInfo: hello 0.1.0)");
+    expect(r.stdout).toContain("): @peculiar/x509, node-pty (optional)\n");
     out = join(work, "out");
     expect(statSync(join(out, "hello")).mode & 0o111).toBe(0o111);
     for (const f of [

@@ -84,6 +84,8 @@ export interface BundleResult {
   files: string[];
   /** Packages left outside the bundle that it imports, with the versions found at bundle time (also in the directory's package.json). */
   externals: Record<string, string>;
+  /** Those of {@link BundleResult.externals} listed under `optionalDependencies` (every package importing them declares them optional). */
+  optionalExternals: Record<string, string>;
   /** Whether `<name>-executor.cjs` was written. */
   executor: boolean;
   /** PluginInfo of the code-cache run (`undefined` when it was skipped). */
@@ -448,6 +450,7 @@ export async function bundlePlugin(
     launcher: out(files.launcher),
     files: written,
     externals: Object.fromEntries(outside.map(([pkg, { version }]) => [pkg, version])),
+    optionalExternals: optionalDependencies,
     executor: executorSource !== undefined,
     pluginInfo,
     warnings,

@@ -36,12 +36,13 @@ export async function bundleCommand(
     ? ` (PluginInfo: ${result.pluginInfo.name} ${result.pluginInfo.version})`
     : "";
   const outside = Object.keys(result.externals);
+  const optional = new Set(Object.keys(result.optionalExternals));
   process.stdout.write(
     [
       `bundled ${entry} → ${rel(result.launcher)}${info}`,
       ...lines,
       outside.length
-        ? `left outside the bundle (package.json dependencies; \`npm install --omit=dev\` in a copy of the directory): ${outside.join(", ")}`
+        ? `left outside the bundle (in its package.json; \`npm install --omit=dev\` in a copy of the directory): ${outside.map((p) => (optional.has(p) ? `${p} (optional)` : p)).join(", ")}`
         : "nothing left outside the bundle",
       "",
     ].join("\n"),
