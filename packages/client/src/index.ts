@@ -44,6 +44,7 @@ export {
   createTaskCgroup,
   DEFAULT_CGROUP_PARENT,
   TaskCgroupUnavailableError,
+  type CgroupParents,
   type TaskCgroup,
   type TaskCgroupOptions,
 } from "./task-cgroup.js";

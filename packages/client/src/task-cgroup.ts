@@ -7,8 +7,16 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileS
 import { dirname, join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 
+/** A parent cgroup for each cgroup mode. */
+export interface CgroupParents {
+  /** On cgroup v1: the directory below each controller's hierarchy. */
+  readonly v1: string;
+  /** On cgroup v2: a slice, as systemd names them. */
+  readonly v2: string;
+}
+
 /** The default parents: nomadkit's own, apart from a Nomad agent's (`nomad.slice`, `nomad`) on the same host. */
-export const DEFAULT_CGROUP_PARENT = Object.freeze({ v1: "nomadkit", v2: "nomadkit.slice" });
+export const DEFAULT_CGROUP_PARENT: CgroupParents = Object.freeze({ v1: "nomadkit", v2: "nomadkit.slice" });
 
 /** Inputs of {@link createTaskCgroup}. */
 export interface TaskCgroupOptions {
