@@ -136,6 +136,10 @@ export function createProgram(info: { version?: string } = {}): Command {
       "--no-task-cgroup",
       "do not create the task's cgroup (resources.linux_resources.cpuset_cgroup) as Nomad's client does; without root it is skipped anyway",
     )
+    .option(
+      "--cgroup-parent <path>",
+      "parent of the task's cgroup (Nomad's cgroup_parent); default nomadkit.slice on cgroup v2, nomadkit on v1",
+    )
     .addHelpText(
       "after",
       "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone. The task's cgroup (as root: Nomad's layout\nunder nomadkit.slice on cgroup v2, nomadkit on v1) is removed after DestroyTask, with anything left in it.",

@@ -205,7 +205,20 @@ describe("nomadkit bundle", () => {
     expect(formatReport(noPty)).toContain(
       "tty: a terminal needs the node-pty package",
     );
-    mkdirSync(join(copy, "node_modules"));
+    // Installed without its install script (not allowed, --ignore-scripts): no addon, and the plugin says so.
+    cpSync(join(root, "node_modules/node-pty"), join(copy, "node_modules/node-pty"), {
+      recursive: true,
+      filter: (src) => !src.includes("/node-pty/build"),
+    });
+    const unbuilt = await runConformance({
+      ...options,
+      checks: ["exec-streaming-tty"],
+    });
+    expect(unbuilt.failed, formatReport(unbuilt)).toBe(1);
+    expect(formatReport(unbuilt)).toContain(
+      "[failed_precondition] tty: a terminal needs node-pty's native addon, which was never built where the plugin runs",
+    );
+    rmSync(join(copy, "node_modules/node-pty"), { recursive: true });
     symlinkSync(
       join(root, "node_modules/node-pty"),
       join(copy, "node_modules/node-pty"),
@@ -731,6 +744,22 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     pkg = JSON.parse(readFileSync(join(work, "own-pty/package.json"), "utf8"));
+    expect(Object.keys(pkg.dependencies)).toEqual(["@peculiar/x509", "node-pty"]);
+    expect(pkg.optionalDependencies).toBeUndefined();
+
+    // With executors too: the executor bundle's optional node-pty does not make the plugin's own import optional.
+    writeFileSync(
+      join(dir, "pty-executor.mjs"),
+      readmeDriver.replace(
+        "\nvoid serveDriver(driver);",
+        '\nimport { launchExecutor } from "@nomadkit/server/executor";\nexport const launch = launchExecutor;\nexport const pty = () => import("node-pty");\nvoid serveDriver(driver);',
+      ),
+    );
+    r = bundle("own-package/pty-executor.mjs", "--out", "own-pty-executor", "--no-code-cache");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(existsSync(join(work, "own-pty-executor/pty-executor-executor.cjs"))).toBe(true);
+    pkg = JSON.parse(readFileSync(join(work, "own-pty-executor/package.json"), "utf8"));
     expect(Object.keys(pkg.dependencies)).toEqual(["@peculiar/x509", "node-pty"]);
     expect(pkg.optionalDependencies).toBeUndefined();
   });

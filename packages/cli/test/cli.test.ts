@@ -9,9 +9,10 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { removeCgroupTree, testCgroups, v2Host } from "../../client/test/cgroup-fixtures.js";
 import { alive, descendants, until, withEnv } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
@@ -238,37 +239,31 @@ describe("nomadkit", () => {
     async () => {
       const task = join(dir, "cgroup-task.json");
       writeFileSync(task, JSON.stringify({ command: "/bin/cat", args: ["/proc/self/cgroup"] }));
-      const v2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
-      const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "web");
+      const parent = `nomadkit-test-${process.pid}-run`;
+      const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "web", "--cgroup-parent", parent);
       const [, path] = /started task \S+ \(cpuset_cgroup (\S+)\)/.exec(r.stderr) ?? [];
       try {
         expect(r.code, r.stderr).toBe(0);
         // The executor joined it: the task's own view of its cgroups.
-        if (v2) {
-          expect(path).toMatch(/^\/sys\/fs\/cgroup\/nomadkit\.slice\/share\.slice\/[0-9a-f-]+\.web\.scope$/);
+        if (v2Host) {
+          expect(path).toMatch(new RegExp(`^/sys/fs/cgroup/${parent}/share\\.slice/[0-9a-f-]+\\.web\\.scope$`));
           expect(r.stdout).toContain(`0::${path!.slice("/sys/fs/cgroup".length)}\n`);
         } else {
-          expect(path).toMatch(/^\/sys\/fs\/cgroup\/cpuset\/nomadkit\/share\/[0-9a-f-]+\.web$/);
+          expect(path).toMatch(new RegExp(`^/sys/fs/cgroup/cpuset/${parent}/share/[0-9a-f-]+\\.web$`));
           expect(r.stdout).toContain(`:cpuset:${path!.slice("/sys/fs/cgroup/cpuset".length)}\n`);
-          expect(r.stdout).toMatch(/:freezer:\/nomadkit\/[0-9a-f-]+\.web\n/);
+          expect(r.stdout).toMatch(new RegExp(`:freezer:/${parent}/[0-9a-f-]+\\.web\n`));
         }
+        // Gone after DestroyTask, with the parent levels the run made.
         expect(existsSync(path!)).toBe(false);
+        expect(testCgroups(parent)).toEqual([]);
       } finally {
-        // Should the run have left them (a failure above): the task's cgroups, then nomadkit's empty parent levels.
-        const m = path && /^(.*)\/cpuset\/(.+)\/share\/([^/]+)$/.exec(path);
-        const leaves = !path ? [] : m ? [path, ...["freezer", "cpu", "memory"].map((c) => `${m[1]}/${c}/${m[2]}/${m[3]}`)] : [path];
-        for (const l of leaves.filter((l) => existsSync(l))) {
-          for (const pid of readFileSync(join(l, "cgroup.procs"), "utf8").split("\n").filter(Boolean)) process.kill(Number(pid), "SIGKILL");
-          spawnSync("sh", ["-c", 'for i in $(seq 100); do rmdir "$1" 2>/dev/null && exit; sleep 0.02; done', "rmdir", l]);
-        }
-        for (const p of leaves.flatMap((l) => [dirname(l), dirname(dirname(l))]).filter((p) => /\/(nomadkit[^/]*|share(\.slice)?)$/.test(p))) {
-          spawnSync("rmdir", [p], { stdio: "ignore" }); // busy with another run's task: kept
-        }
+        for (const d of testCgroups(parent)) removeCgroupTree(d);
       }
-      const off = await nomadkit("run", rawexec, "--task-config", task, "--no-task-cgroup");
+      const off = await nomadkit("run", rawexec, "--task-config", task, "--no-task-cgroup", "--cgroup-parent", parent);
       expect(off.code, off.stderr).toBe(0);
       expect(off.stderr).toMatch(/started task \S+ \(no task cgroup \(--no-task-cgroup\)\)/);
-      expect(off.stdout).not.toContain("nomadkit");
+      expect(off.stdout).not.toContain(parent);
+      expect(testCgroups(parent)).toEqual([]);
     },
     60_000,
   );

@@ -42,7 +42,7 @@ export { RequestQueue } from "./request-queue.js";
 export { createTaskDirs, type TaskDirs, type TaskDirsEnv } from "./task-dirs.js";
 export {
   createTaskCgroup,
-  DEFAULT_CGROUP_PARENT,
+  DEFAULT_CGROUP_PARENTS,
   TaskCgroupUnavailableError,
   type CgroupParents,
   type TaskCgroup,

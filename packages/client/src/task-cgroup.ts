@@ -16,7 +16,7 @@ export interface CgroupParents {
 }
 
 /** The default parents: nomadkit's own, apart from a Nomad agent's (`nomad.slice`, `nomad`) on the same host. */
-export const DEFAULT_CGROUP_PARENT: CgroupParents = Object.freeze({ v1: "nomadkit", v2: "nomadkit.slice" });
+export const DEFAULT_CGROUP_PARENTS: CgroupParents = Object.freeze({ v1: "nomadkit", v2: "nomadkit.slice" });
 
 /** Inputs of {@link createTaskCgroup}. */
 export interface TaskCgroupOptions {
@@ -25,8 +25,10 @@ export interface TaskCgroupOptions {
   /** The task's name. */
   task: string;
   /**
-   * The parent cgroup, relative to the hierarchy (Nomad's `cgroup_parent`); default
-   * {@link DEFAULT_CGROUP_PARENT}: `nomadkit.slice` on cgroup v2, `nomadkit` on v1.
+   * The parent cgroup, relative to the hierarchy (Nomad's `cgroup_parent`: a leading `/`, as in its
+   * v1 default `/nomad`, is ignored); default {@link DEFAULT_CGROUP_PARENTS}: `nomadkit.slice` on
+   * cgroup v2, `nomadkit` on v1. On v2 the controllers Nomad uses are enabled below it (and below
+   * the root), as Nomad's client does for its own parent, also when the parent existed before.
    */
   parent?: string;
   /** Where cgroupfs is mounted (the v2 mount, or the directory of the v1 controllers' mounts); default `/sys/fs/cgroup`. */
@@ -48,7 +50,7 @@ export interface TaskCgroup {
    * removes them, with their sub-cgroups, retrying while the kernel still lists dying processes;
    * then the parent levels left empty, when they are nomadkit's default parent's or this process
    * made them (a parent you name that existed before is kept: it may be a Nomad agent's). Idempotent;
-   * rejects naming what could not be removed.
+   * rejects naming what could not be removed (within 10 s), and may then be called again.
    */
   destroy(): Promise<void>;
 }
@@ -131,10 +133,10 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
   }
   const root = o.root ?? "/sys/fs/cgroup";
   const v2 = existsSync(join(root, "cgroup.controllers"));
-  const parent = o.parent ?? (v2 ? DEFAULT_CGROUP_PARENT.v2 : DEFAULT_CGROUP_PARENT.v1);
+  const parent = o.parent ?? (v2 ? DEFAULT_CGROUP_PARENTS.v2 : DEFAULT_CGROUP_PARENTS.v1);
   const parentLevels = parent.split("/").filter((s) => s !== "" && s !== ".");
-  if (parentLevels.length === 0 || parentLevels.includes("..") || parent.startsWith("/") || parent.includes("\0")) {
-    throw new Error(`parent ${JSON.stringify(parent)}: must be a relative cgroup path without ".."`);
+  if (parentLevels.length === 0 || parentLevels.includes("..") || parent.includes("\0")) {
+    throw new Error(`parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."`);
   }
   // Parent levels are removed with the task's only when nobody else may rely on them.
   const ownParent = o.parent === undefined;
@@ -272,7 +274,11 @@ class Cgroup implements TaskCgroup {
   ) {}
 
   destroy(): Promise<void> {
-    return (this.destroying ??= this.teardown());
+    // A failed teardown (a process that would not die in time) may be retried.
+    return (this.destroying ??= this.teardown().catch((err: unknown) => {
+      this.destroying = undefined;
+      throw err;
+    }));
   }
 
   private async teardown(): Promise<void> {
@@ -318,9 +324,11 @@ class Cgroup implements TaskCgroup {
     // A frozen task cannot fork between the listing and the kill; it dies once thawed.
     const state = this.version === 2 ? join(this.path, "cgroup.freeze") : this.freezer && join(this.freezer, "freezer.state");
     const frozen = state !== undefined && tryWrite(state, this.version === 2 ? "1" : "FROZEN");
-    if (frozen && this.version === 1) {
+    if (frozen) {
+      // Freezing completes asynchronously: v1 reports FROZEN in freezer.state, v2 "frozen 1" in cgroup.events.
+      const done = this.version === 2 ? () => /^frozen 1$/m.test(tryRead(join(this.path, "cgroup.events"))) : () => /^FROZEN$/m.test(tryRead(state!));
       const end = Date.now() + FREEZE_MS;
-      while (Date.now() < end && !/^FROZEN$/m.test(tryRead(state!))) await delay(5);
+      while (Date.now() < end && !done()) await delay(5);
     }
     for (const pid of frozen ? this.pids() : pids) {
       try {

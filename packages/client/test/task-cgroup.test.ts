@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { CGROUP_ROOT, canMakeCgroups, mountCgroup2, removeCgroupTree, testCgroups, v2Host } from "./cgroup-fixtures.js";
-import { createTaskCgroup, createTaskDirs, DEFAULT_CGROUP_PARENT, nomadTaskConfig, TaskCgroupUnavailableError, type TaskCgroup } from "../src/index.js";
+import { createTaskCgroup, createTaskDirs, DEFAULT_CGROUP_PARENTS, nomadTaskConfig, TaskCgroupUnavailableError, type TaskCgroup } from "../src/index.js";
 
 const ROOT = CGROUP_ROOT;
 const canCgroup = canMakeCgroups;
@@ -120,9 +120,12 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
       expect(() => createTaskCgroup({ allocId: "alloc1", task, parent }), JSON.stringify(task)).toThrow(/cannot name a cgroup directory/);
     }
     expect(() => createTaskCgroup({ allocId: "x/..", task: "web", parent })).toThrow(/allocId/);
-    for (const bad of ["/abs", "a/../b", "", "."]) {
-      expect(() => createTaskCgroup({ allocId: "alloc1", task: "web", parent: bad }), JSON.stringify(bad)).toThrow(/must be a relative cgroup path/);
+    for (const bad of ["/", "a/../b", "", "."]) {
+      expect(() => createTaskCgroup({ allocId: "alloc1", task: "web", parent: bad }), JSON.stringify(bad)).toThrow(/must name a cgroup below the root/);
     }
+    // Nomad's cgroup_parent as written in its v1 default, `/nomad`: the leading slash is not a path from /.
+    const slashed = make({ allocId: "alloc2", task: "web", parent: `/${parent}` });
+    expect(slashed.path).toBe(first.path.replace("/alloc1.web", "/alloc2.web"));
   });
 
   it("says why when it cannot: a read-only cgroup filesystem, no cgroup filesystem; nothing is left behind", () => {
@@ -185,7 +188,7 @@ describe("nomadTaskConfig", () => {
     cleanups.push(() => rmSync(alloc, { recursive: true, force: true }));
     const dirs = createTaskDirs(alloc, "web");
     const o = { name: "web", dirs, msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e" };
-    const path = `/sys/fs/cgroup/cpuset/${DEFAULT_CGROUP_PARENT.v1}/share/a1.web`;
+    const path = `/sys/fs/cgroup/cpuset/${DEFAULT_CGROUP_PARENTS.v1}/share/a1.web`;
     expect(nomadTaskConfig({ ...o, cpusetCgroup: path }).resources?.linuxResources?.cpusetCgroup).toBe(path);
     expect(nomadTaskConfig(o).resources?.linuxResources).not.toHaveProperty("cpusetCgroup");
   });

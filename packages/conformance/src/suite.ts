@@ -152,7 +152,7 @@ export class Suite {
   constructor(readonly opts: ResolvedOptions) {
     this.root = mkdtempSync(join(opts.workDir ?? tmpdir(), "nomadkit-conformance-"));
     this.defaultTask = opts.taskConfig === undefined;
-    if (opts.taskCgroup === false) this.noCgroup = "taskCgroup is false";
+    if (opts.taskCgroup === false) this.noCgroup = "turned off: taskCgroup false, --no-task-cgroup";
   }
 
   /** Per-call options: the call deadline and the check's abort signal. */

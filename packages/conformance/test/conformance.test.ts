@@ -69,7 +69,7 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
     async () => {
       const report = await runConformance({ plugin: rawexec, taskCgroup: false, cgroupParent, checks: ["start-task", "shutdown"], ...generous });
       expectPassed(report, ["start-task", "shutdown"]);
-      expect(byName(report)["start-task"]!.message).toMatch(/; no task cgroup \(taskCgroup is false\)$/);
+      expect(byName(report)["start-task"]!.message).toMatch(/; no task cgroup \(turned off: taskCgroup false, --no-task-cgroup\)$/);
       expect(testCgroups(cgroupParent)).toEqual([]);
     },
     180_000,
@@ -91,7 +91,7 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
     async () => {
       const user = createTestUser("cf");
       try {
-        const report = await runConformance({ plugin: rawexec, user: user.name, checks: ["start-task", "destroy-task"], ...generous });
+        const report = await runConformance({ plugin: rawexec, user: user.name, cgroupParent, checks: ["start-task", "destroy-task"], ...generous });
         expectPassed(report, ["start-task", "destroy-task"]);
         const uid = Number(execFileSync("id", ["-u", user.name], { encoding: "utf8" }));
         expect(byName(report)["start-task"]!.message).toContain(`runs as ${user.name} (uid ${uid}, gid ${user.groups.find((g) => !user.supplementary.includes(g))}, groups ${user.groups.join(",")})`);

@@ -1,8 +1,8 @@
 // The executor's task cgroups, on this host's real cgroup v1 controllers and on a cgroup v2
 // hierarchy mounted for the test: the task starts inside them, Shutdown kills what escaped its
 // process group and tree, OOM kills are reported, and bad cgroups are refused by field.
-import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import { ExecTaskStreamingRequestSchema, MemoryUsage_Fields, type ExecTaskStream
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
-import { mountCgroup2 } from "../../client/test/cgroup-fixtures.js";
+import { mountCgroup2, removeCgroupTree } from "../../client/test/cgroup-fixtures.js";
 import { createTestUser, parseGroups } from "./test-user.js";
 
 const isRoot = process.getuid?.() === 0;
@@ -57,28 +57,8 @@ function cgroup(path: string): string {
   const made: string[] = [];
   for (let d = path; !existsSync(d); d = dirname(d)) made.push(d);
   mkdirSync(path, { recursive: true });
-  for (const d of made.reverse()) cleanups.push(() => removeCgroup(d));
+  for (const d of made.reverse()) cleanups.push(() => removeCgroupTree(d));
   return path;
-}
-
-/** Kills what is left in a cgroup and removes it (retrying while the killed processes exit). */
-function removeCgroup(path: string): void {
-  if (!existsSync(path)) return;
-  for (const pid of procs(path)) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // gone
-    }
-  }
-  for (let i = 0; i < 200; i++) {
-    try {
-      rmdirSync(path);
-      return;
-    } catch {
-      execFileSync("sleep", ["0.02"]);
-    }
-  }
 }
 
 async function until(what: string, cond: () => boolean | Promise<boolean>): Promise<void> {
@@ -418,7 +398,7 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
     const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const cg = cgroup(join(mnt, `${tag}-nested`));
-    cleanups.push(() => removeCgroup(join(cg, "sub")));
+    cleanups.push(() => removeCgroupTree(join(cg, "sub")));
     const exe = await executor();
     const out = join(dir, "nested");
     await exe.client.launch({

@@ -21,6 +21,7 @@ import {
 import {
   executorEntry,
   externalImports,
+  mergeExternals,
   preludeEntry,
 } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
@@ -278,7 +279,7 @@ export async function bundlePlugin(
     );
     written.push(ex.file);
     warnings.push(...ex.warnings);
-    Object.assign(externals, externalImports(ex.metafile, ex.cwd));
+    mergeExternals(externals, externalImports(ex.metafile, ex.cwd));
     if (ex.format === "cjs") {
       executorLauncher = out(files.executorLauncher);
       writeFileSync(executorLauncher, executorLauncherSource(name));

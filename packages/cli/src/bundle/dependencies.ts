@@ -104,6 +104,20 @@ export function externalImports(
 }
 
 /**
+ * Adds the packages a second bundle (the executor's) leaves outside to `into`: a package is
+ * optional only when it is optional for both (the plugin may import node-pty itself).
+ */
+export function mergeExternals(
+  into: Record<string, ExternalPackage>,
+  from: Record<string, ExternalPackage>,
+): void {
+  for (const [name, e] of Object.entries(from)) {
+    const had = into[name];
+    into[name] = had ? { ...had, optional: had.optional && e.optional } : e;
+  }
+}
+
+/**
  * `@nomadkit/server`'s executor entry, when the bundle contains its `launchExecutor` module: the
  * `bin.js` next to that module, so the executor is bundled from the same build (the ES module one
  * for an ES module plugin: esbuild then drops what it does not use, where the CommonJS build's

@@ -20,6 +20,7 @@ interface ConformanceFlags {
   shutdownTimeout?: string;
   /** false with --no-task-cgroup. */
   taskCgroup: boolean;
+  cgroupParent?: string;
 }
 
 async function conformanceCommand(plugin: string | undefined, flags: ConformanceFlags, g: GlobalOptions): Promise<void> {
@@ -42,6 +43,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     logger: g.logLevel === "off" ? undefined : stderrLogger(g.logLevel, plugin),
     autoMTLS: g.automtls === true,
     taskCgroup: flags.taskCgroup,
+    cgroupParent: flags.cgroupParent,
   };
   if (flags.pluginConfig !== undefined) options.pluginConfig = readJsonOption("--plugin-config", flags.pluginConfig).value;
   if (flags.taskConfig !== undefined) options.taskConfig = readJsonOption("--task-config", flags.taskConfig).value;
@@ -112,6 +114,10 @@ export function registerConformanceCommand(program: Command): void {
     .option(
       "--no-task-cgroup",
       "do not create each task's cgroup (resources.linux_resources.cpuset_cgroup) as Nomad's client does; without root it is skipped anyway, and the start-task row says so",
+    )
+    .option(
+      "--cgroup-parent <path>",
+      "parent of the tasks' cgroups (Nomad's cgroup_parent); default nomadkit.slice on cgroup v2, nomadkit on v1",
     )
     .option("--json", "print the report as JSON")
     .addHelpText(

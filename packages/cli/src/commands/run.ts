@@ -45,6 +45,8 @@ export interface RunOptions {
   killSignal: string;
   /** Create the task's cgroup as Nomad's client does (false with --no-task-cgroup). */
   taskCgroup: boolean;
+  /** Its parent (--cgroup-parent); default createTaskCgroup's. */
+  cgroupParent?: string;
 }
 
 function exitStatus(
@@ -156,7 +158,7 @@ export async function runCommand(
     let cgroupNote = "no task cgroup (--no-task-cgroup)";
     if (opts.taskCgroup) {
       try {
-        cgroup = createTaskCgroup({ allocId, task: opts.name });
+        cgroup = createTaskCgroup({ allocId, task: opts.name, parent: opts.cgroupParent });
         cgroupNote = `cpuset_cgroup ${cgroup.path}`;
       } catch (err) {
         if (!(err instanceof TaskCgroupUnavailableError)) throw err;

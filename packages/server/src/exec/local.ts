@@ -242,6 +242,13 @@ async function loadNodePty(): Promise<typeof import("node-pty")> {
     return await import("node-pty");
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
+    // Installed without running its install script (not allowed, --ignore-scripts): no pty.node.
+    if (/^Failed to load native module/.test((err as Error).message ?? "")) {
+      throw new ConnectError(
+        `tty: a terminal needs node-pty's native addon, which was never built where the plugin runs (npm installed node-pty without running its install script): run \`npm rebuild node-pty\` there, with python3, make and a C++ compiler installed (${(err as Error).message})`,
+        Code.FailedPrecondition,
+      );
+    }
     if (code !== "MODULE_NOT_FOUND" && code !== "ERR_MODULE_NOT_FOUND") throw err;
     throw new ConnectError(
       "tty: a terminal needs the node-pty package, which is not installed where the plugin runs. It is an optional dependency that npm skips when its native addon cannot be built: install python3, make and a C++ compiler, then run `npm install --omit=dev` again (in a `nomadkit bundle` directory: in that directory)",
