@@ -3,7 +3,8 @@
 #   tools/go/build.sh <command-dir>      # prints the binary's path on stdout
 # Installs Debian's Go packages when missing, then builds in GOPATH mode against them (no module
 # proxy is reachable) into node_modules/.cache/nomadkit-go/<name>, keyed by the command's sources,
-# the toolchain and the Debian Go packages' versions. Its own messages go to stderr.
+# the toolchain and the Debian Go packages' versions. Code the commands share is in tools/go/src/nomadkit/
+# (a GOPATH entry: `import "nomadkit/descriptors"`). Its own messages go to stderr.
 set -euo pipefail
 
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
@@ -54,10 +55,13 @@ if missing_pkgs; then
 fi
 flock -u 9
 
-# Build key: the command's sources, the Go toolchain and every Debian Go package's version.
+# Shared packages of the commands (import "nomadkit/<name>"): a GOPATH entry of their own.
+shared=$repo/tools/go
+# Build key: the command's and the shared packages' sources, the Go toolchain and every Debian Go
+# package's version.
 key=$(
   {
-    cat "$src"/*.go
+    cat "$src"/*.go "$shared"/src/nomadkit/*/*.go
     go version
     dpkg-query -W -f '${Package} ${Version}\n' 'golang-*' 2>/dev/null | sort
   } | sha256sum | cut -c1-16
@@ -70,7 +74,7 @@ if [ ! -x "$bin" ]; then
   tmp=$(mktemp "$cache/$name/bin-$key/.$name.XXXXXX")
   (
     cd "$src"
-    env GO111MODULE=off GOPATH="$cache/gopath:/usr/share/gocode" GOCACHE="$cache/gocache" \
+    env GO111MODULE=off GOPATH="$cache/gopath:$shared:/usr/share/gocode" GOCACHE="$cache/gocache" \
       GOFLAGS= GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0 go build -o "$tmp" .
   )
   # Renamed into place: a concurrent build of the same key finds a whole binary or none.

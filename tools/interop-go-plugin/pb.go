@@ -9,36 +9,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/ioutil"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"nomadkit/descriptors"
 )
 
 var files *protoregistry.Files
 
-// loadDescriptors reads a FileDescriptorSet (a buf image is wire-compatible with one).
-func loadDescriptors(path string) error {
-	raw, err := ioutil.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var set descriptorpb.FileDescriptorSet
-	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &set); err != nil {
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	files, err = protodesc.NewFiles(&set)
-	if err != nil {
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	return nil
+// loadDescriptors reads a buf image of proto/.
+func loadDescriptors(path string) (err error) {
+	files, err = descriptors.Load(path)
+	return err
 }
 
 // wire carries a dynamicpb message through grpc-go's default codec. Debian's grpc 1.33 marshals with

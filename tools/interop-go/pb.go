@@ -10,18 +10,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/ioutil"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"nomadkit/descriptors"
 )
 
 var files *protoregistry.Files
@@ -35,19 +34,11 @@ var services = map[string]string{
 	"Controller": "plugin.GRPCController",
 }
 
-// loadDescriptors reads a FileDescriptorSet (a buf image is wire-compatible with one).
+// loadDescriptors reads a buf image of proto/ and checks that it has the services called here.
 func loadDescriptors(path string) error {
-	raw, err := ioutil.ReadFile(path)
-	if err != nil {
+	var err error
+	if files, err = descriptors.Load(path); err != nil {
 		return err
-	}
-	var set descriptorpb.FileDescriptorSet
-	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, &set); err != nil {
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	files, err = protodesc.NewFiles(&set)
-	if err != nil {
-		return fmt.Errorf("%s: %v", path, err)
 	}
 	for short, full := range services {
 		if _, err := files.FindDescriptorByName(protoreflect.FullName(full)); err != nil {
