@@ -5,11 +5,13 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { PassThrough, Writable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RequestQueue } from "@nomadkit/client";
 import { ExecTaskStreamingRequestSchema, MemoryUsage_Fields, type ExecTaskStreamingRequest, type TaskStats } from "@nomadkit/protocol/driver";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { runExecCommand } from "../src/exec/index.js";
 import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
 import { mountCgroup2, removeCgroupTree } from "../../client/test/cgroup-fixtures.js";
@@ -444,6 +446,49 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     const tool = join(dir, "with=sign", "tool");
     writeFileSync(tool, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
     await expectRefused(exe2.client.launch({ cmd: tool, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, 'its path contains "="');
+  });
+
+  it("holds a terminal's process at its gate until it is in the cgroups: nothing of the command runs outside (ptyGate)", async (t) => {
+    const mnt = mountCgroup2(cleanups);
+    if (!mnt) return t.skip();
+    const cg = cgroup(join(mnt, `${tag}-pty`));
+    const gate = TaskCgroups.resolve({ cgroupV2Override: cg })!.ptyGate();
+    let atAdmission: { pid: number; cmdline: string; inCgroup: boolean } | undefined;
+    let out = "";
+    const stdout = new Writable({
+      write(c: Buffer, _e, cb) {
+        out += c.toString();
+        cb();
+      },
+    });
+    const r = await runExecCommand(
+      {
+        // Not through a shell, which would drop the dotted name: cgroup, environment (NUL-separated), then "<pid> (cat) ...".
+        command: ["/bin/cat", "/proc/self/cgroup", "/proc/self/environ", "/proc/self/stat"],
+        tty: true,
+        cwd: dir,
+        env: { [PATH.split("=")[0]!]: PATH.slice(PATH.indexOf("=") + 1), "NOMAD_META_release.channel": "beta" },
+        ptyGate: {
+          wrap: gate.wrap,
+          async admit(pid) {
+            // node-pty has started it: still the gate (the command not exec'd), outside the cgroup.
+            await until("the gate to stop", () => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.startsWith("T"));
+            atAdmission = { pid, cmdline: readFileSync(`/proc/${pid}/cmdline`, "utf8"), inCgroup: procs(cg).includes(pid) };
+            await gate.admit(pid);
+          },
+        },
+      },
+      { stdin: new PassThrough(), stdout, stderr: new PassThrough().resume() },
+    );
+    expect(r.exitCode).toBe(0);
+    expect(atAdmission?.cmdline.split("\0").slice(0, 2)).toEqual(["/bin/sh", "-c"]);
+    expect(atAdmission?.cmdline).toContain("kill -STOP");
+    expect(atAdmission?.inCgroup).toBe(false);
+    // The command ran in it, with the gate's pid, and exactly its environment plus what node-pty adds.
+    const lines = out.split(/\r?\n|\0/).filter(Boolean);
+    expect(lines).toContain(`0::/${tag}-pty`);
+    expect(lines.filter((l) => /^[A-Za-z_][^=]*=/.test(l)).sort()).toEqual(["NOMAD_META_release.channel=beta", PATH, `PWD=${dir}`, "TERM=xterm"].sort());
+    expect(lines.find((l) => l.includes(" (cat) "))).toMatch(new RegExp(`^${atAdmission!.pid} \\(cat\\) `));
   });
 });
 

@@ -48,11 +48,32 @@ export interface ExecCommandOptions {
    */
   spawn?: ((file: string, args: readonly string[], options: SpawnOptions) => ChildProcess) | undefined;
   /**
-   * With `tty`: called with the terminal process's pid as soon as node-pty has started it (which
-   * `spawn` cannot cover), e.g. to move it into a task's cgroups; it may have begun to run. A throw
-   * kills the process and fails the session.
+   * With `tty`: holds the terminal's process until it may run the command (node-pty starts it, so
+   * `spawn` cannot), e.g. until it is in a task's cgroups (`TaskCgroups.ptyGate` of
+   * `@nomadkit/server/executor`). A rejected `admit` kills the process and fails the session.
    */
-  onPtySpawn?: ((pid: number) => void) | undefined;
+  ptyGate?: PtyGate | undefined;
+}
+
+/**
+ * What node-pty starts instead of the command, and how it is let through: see
+ * {@link ExecCommandOptions.ptyGate}.
+ *
+ * @example
+ * ```ts
+ * const gate = cgroups.ptyGate(); // TaskCgroups of @nomadkit/server/executor
+ * await runExecCommand({ command: ["/bin/bash"], tty: true, ptyGate: gate }, session);
+ * ```
+ */
+export interface PtyGate {
+  /**
+   * The command line to start in the terminal: a gate that waits for {@link PtyGate.admit}, then
+   * execs `file args` (same pid) with exactly `env` (which includes the PWD and TERM node-pty would
+   * have given the command).
+   */
+  wrap(file: string, args: readonly string[], env: Readonly<Record<string, string>>): { file: string; args: string[] };
+  /** Called with the gate's pid once node-pty has started it; lets it exec the command when done. */
+  admit(pid: number): Promise<void>;
 }
 
 /** The streams {@link runExecCommand} connects the process to (an {@link ExecSession} fits). */
@@ -260,12 +281,17 @@ async function loadNodePty(): Promise<typeof import("node-pty")> {
 async function runPty(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
   const pty = await loadNodePty();
   const size = io.resize?.latest;
-  const term = pty.spawn(file, args, {
-    name: options.term ?? env.TERM ?? "xterm",
+  const name = options.term ?? env.TERM ?? "xterm";
+  const cwd = options.cwd ?? process.cwd();
+  const gate = options.ptyGate;
+  // node-pty adds PWD and TERM to the environment it starts a process with: the gated command gets them too.
+  const command = gate ? gate.wrap(file, args, { ...env, PWD: cwd, TERM: name }) : { file, args };
+  const term = pty.spawn(command.file, command.args, {
+    name,
     cols: size !== undefined && size.width > 0 ? size.width : 80,
     rows: size !== undefined && size.height > 0 ? size.height : 24,
-    cwd: options.cwd ?? process.cwd(),
-    env,
+    cwd,
+    env: gate ? {} : env,
     ...(options.uid !== undefined ? { uid: options.uid } : {}),
     ...(options.gid !== undefined ? { gid: options.gid } : {}),
     // Raw bytes, not decoded strings.
@@ -281,13 +307,6 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
     drain.abandon();
   };
   io.signal?.addEventListener("abort", kill, { once: true });
-  try {
-    options.onPtySpawn?.(term.pid);
-  } catch (err) {
-    io.signal?.removeEventListener("abort", kill);
-    kill();
-    throw err;
-  }
   // Aborted while node-pty was loading: the listener would never fire.
   if (io.signal?.aborted) kill();
   // node-pty's own write() has no backpressure (pty-input.ts); its master fd is public on Unix.
@@ -300,6 +319,11 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
     if (height > 0 && width > 0) term.resize(width, height);
   });
   try {
+    // After the wiring: input and resizes that arrive while the gate holds the process reach it.
+    await gate?.admit(term.pid).catch((err: unknown) => {
+      kill();
+      throw err;
+    });
     const r = await exited;
     io.stdout.end();
     io.stderr.end();

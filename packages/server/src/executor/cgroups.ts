@@ -10,6 +10,7 @@ import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { PtyGate } from "../exec/local.js";
 import { CGROUP_V2_ROOT, cgroupProcs, type CgroupV1Dirs } from "../stats/cgroup.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
@@ -47,6 +48,8 @@ const KILL_ROUNDS = 20;
 const FREEZE_WAIT_MS = 1000;
 /** The shell that holds a task until it is in its cgroups; its pid becomes the task's at exec. */
 const GATE_SHELL = "/bin/sh";
+/** How long a terminal's gate may take to stop itself (a shell's start) before the session fails. */
+const GATE_STOP_WAIT_MS = 10_000;
 
 /**
  * The cgroups a task runs in, from a LaunchRequest. Use {@link TaskCgroups.resolve}, then give it to
@@ -158,14 +161,8 @@ export class TaskCgroups {
     const gateFd = stdio.length;
     if (gateFd > 9) throw new TypeError("TaskCgroups.spawn: at most 9 stdio entries (the gate's descriptor must be a single digit)");
     if (options.argv0 !== undefined || options.shell) throw new TypeError("TaskCgroups.spawn: argv0 and shell are not supported");
-    // `env` would take the command for one more variable.
-    if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
-    checkInterpreter(file);
-    const env = Object.entries(options.env ?? process.env)
-      .filter(([, v]) => v !== undefined)
-      .map(([k, v]) => `${k}=${v}`);
     const script = `read -r _ <&${gateFd} || exit 125; exec ${gateFd}<&-; exec env -i -- "$@"`;
-    const child = spawn(GATE_SHELL, ["-c", script, "nomadkit-gate", ...env, file, ...args], {
+    const child = spawn(GATE_SHELL, ["-c", script, ...gatedCommand(file, args, options.env ?? process.env)], {
       ...options,
       env: {},
       stdio: [...stdio, "pipe"],
@@ -186,6 +183,32 @@ export class TaskCgroups {
     gate.on("error", () => undefined);
     gate.end("\n");
     return child;
+  }
+
+  /**
+   * For a terminal's process, which node-pty starts (so {@link TaskCgroups.spawn} cannot): a gate
+   * shell that stops itself before it execs the command (same pid, environment passed as given);
+   * `admit` moves it into the cgroups, waits until it has stopped and lets it go on. Nothing of the
+   * command runs outside them, as Nomad's executor starts an exec session inside the task's cgroup.
+   * `admit` rejects (FailedPrecondition naming the field) when a cgroup refuses the process.
+   */
+  ptyGate(): PtyGate {
+    return {
+      wrap: (file, args, env) => ({ file: GATE_SHELL, args: ["-c", 'kill -STOP $$ && exec env -i -- "$@"', ...gatedCommand(file, args, env)] }),
+      admit: async (pid) => {
+        this.join(pid);
+        // SIGCONT before the gate has stopped would be lost, and the gate would then wait forever.
+        for (const until = Date.now() + GATE_STOP_WAIT_MS; !stoppedOrGone(pid); ) {
+          if (Date.now() > until) throw new ConnectError(`the terminal's process ${pid} did not reach its gate in ${GATE_STOP_WAIT_MS} ms`, Code.Unavailable);
+          await delay(1);
+        }
+        try {
+          process.kill(pid, "SIGCONT");
+        } catch {
+          // gone: the session reports its exit
+        }
+      },
+    };
   }
 
   /** Moves a process (all its threads) into every cgroup of the task. */
@@ -297,6 +320,33 @@ function checkTaskCgroup(d: CgroupDir): void {
   // Shutdown kills the cgroup's whole subtree: not if the executor (or the plugin above it) is in it.
   const own = new Set([process.pid, process.ppid].filter((p) => p > 1));
   if ((cgroupProcs(d.path) ?? []).some((p) => own.has(p))) fail("holds the executor (or its plugin) in its subtree; a task needs a cgroup of its own");
+}
+
+/**
+ * The gate shell's arguments after its script: `$0`, the environment as `env` takes it, the
+ * command. Throws InvalidArgument for a command `env` would misread or that cannot start.
+ */
+function gatedCommand(file: string, args: readonly string[], env: NodeJS.ProcessEnv | Readonly<Record<string, string>>): string[] {
+  // `env` would take the command for one more variable.
+  if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
+  checkInterpreter(file);
+  const vars = Object.entries(env)
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${k}=${v}`);
+  return ["nomadkit-gate", ...vars, file, ...args];
+}
+
+/** Whether a process is stopped (state T) or no longer there (gone, or a zombie). */
+function stoppedOrGone(pid: number): boolean {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return true;
+  }
+  // pid (comm) state ...: comm may contain spaces and parentheses, the state follows the last ")".
+  const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+  return state === "T" || state === "Z" || state === "X";
 }
 
 function expandStdio(stdio: StdioOptions | undefined): Exclude<StdioOptions, string> {

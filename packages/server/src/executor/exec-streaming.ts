@@ -46,11 +46,11 @@ export function execStreamingInTask(
           options.cwd = ctx.cwd;
           if (c.uid !== undefined) options.uid = c.uid;
           if (c.gid !== undefined) options.gid = c.gid;
-          // Inside the task's cgroups: a plain process behind the gate; a terminal's process, which
-          // node-pty starts, moved in right after it started.
+          // Inside the task's cgroups before the command runs: a plain process behind the spawn gate,
+          // a terminal's process (node-pty starts it) behind a gate that stops itself until moved in.
           const cgroups = ctx.cgroups;
           if (cgroups && !session.tty) options.spawn = (f, a, o) => cgroups.spawn(f, a, o);
-          if (cgroups && session.tty) options.onPtySpawn = (pid) => cgroups.join(pid);
+          if (cgroups && session.tty) options.ptyGate = cgroups.ptyGate();
         } catch (err) {
           if (options.outputs !== undefined) closeHandedOutputs(options.outputs);
           throw err;
