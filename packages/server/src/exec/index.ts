@@ -15,4 +15,4 @@ export {
   type ExecStreamingOptions,
 } from "./session.js";
 export { TerminalResizes, type TerminalSize } from "./resize.js";
-export { runExecCommand, type ExecCommandOptions, type ExecIO, type PtyGate } from "./local.js";
+export { runExecCommand, type ExecCommandOptions, type ExecIO, type GatedCommand, type PtyGate } from "./local.js";

@@ -55,6 +55,14 @@ export interface ExecCommandOptions {
   ptyGate?: PtyGate | undefined;
 }
 
+/** The command line a {@link PtyGate} has node-pty start. */
+export interface GatedCommand {
+  /** The executable (the gate). */
+  file: string;
+  /** Its arguments, the command's own among them. */
+  args: string[];
+}
+
 /**
  * What node-pty starts instead of the command, and how it is let through: see
  * {@link ExecCommandOptions.ptyGate}.
@@ -71,7 +79,7 @@ export interface PtyGate {
    * execs `file args` (same pid) with exactly `env` (which includes the PWD and TERM node-pty would
    * have given the command).
    */
-  wrap(file: string, args: readonly string[], env: Readonly<Record<string, string>>): { file: string; args: string[] };
+  wrap(file: string, args: readonly string[], env: Readonly<Record<string, string>>): GatedCommand;
   /** Called with the gate's pid once node-pty has started it; lets it exec the command when done. */
   admit(pid: number): Promise<void>;
 }
