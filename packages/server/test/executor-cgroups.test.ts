@@ -43,8 +43,8 @@ afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-async function executor(): Promise<ExecutorHandle> {
-  const h = await launchExecutor({ config: { exitAfterShutdown: false } });
+async function executor(env?: NodeJS.ProcessEnv): Promise<ExecutorHandle> {
+  const h = await launchExecutor({ config: { exitAfterShutdown: false }, ...(env && { env }) });
   handles.push(h);
   return h;
 }
@@ -422,36 +422,53 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
 });
 
 describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
-  it("keeps environment names a shell would drop, adds none, and reports a missing interpreter at launch", async (t) => {
+  // Both gates: perl (found on this host) and the /bin/sh fallback (NOMADKIT_GATE=sh in the executor's environment).
+  it.each([
+    ["perl", {}],
+    ["sh", { NOMADKIT_GATE: "sh" }],
+  ] as const)("keeps environment names a shell would drop, adds none, and reports a missing interpreter at launch (%s gate)", async (gateName, gateEnv, t) => {
     const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
-    const cg = cgroup(join(mnt, `${tag}-env`));
-    const exe = await executor();
-    const out = join(dir, "env");
+    const cg = cgroup(join(mnt, `${tag}-env-${gateName}`));
+    const exe = await executor(gateEnv);
+    const out = join(dir, `env-${gateName}`);
+    // PERL5OPT would make a perl gate fail at start-up (no such module): perl's own variables are held back for the command.
     await exe.client.launch({
       cmd: "env",
-      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY="],
+      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY=", "IFS=x", "PERL5OPT=-Mno_such_module_nk"],
       stdoutPath: out,
       cgroupV2Override: cg,
     });
     expect((await exe.client.wait({})).process!.exitCode).toBe(0);
-    expect(readFileSync(out, "utf8").split("\n").filter(Boolean).sort()).toEqual(["EMPTY=", "NOMAD_META_release.channel=beta", PATH, "java-opts=-Xmx1g"].sort());
+    expect(readFileSync(out, "utf8").split("\n").filter(Boolean).sort()).toEqual(
+      ["EMPTY=", "IFS=x", "NOMAD_META_release.channel=beta", "PERL5OPT=-Mno_such_module_nk", PATH, "java-opts=-Xmx1g"].sort(),
+    );
 
     const script = join(dir, "script");
     writeFileSync(script, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });
-    const exe2 = await executor();
+    const exe2 = await executor(gateEnv);
     await expectRefused(exe2.client.launch({ cmd: script, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, "/nonexistent/python9", "ENOENT");
-    // env(1) would read a path with "=" as one more variable.
-    mkdirSync(join(dir, "with=sign"));
-    const tool = join(dir, "with=sign", "tool");
+    mkdirSync(join(dir, `with=sign-${gateName}`));
+    const tool = join(dir, `with=sign-${gateName}`, "tool");
     writeFileSync(tool, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
-    await expectRefused(exe2.client.launch({ cmd: tool, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, 'its path contains "="');
+    if (gateName === "sh") {
+      // env(1) would read a path with "=" as one more variable.
+      await expectRefused(exe2.client.launch({ cmd: tool, env: [PATH], cgroupV2Override: cg }), Code.InvalidArgument, 'its path contains "="');
+    } else {
+      await exe2.client.launch({ cmd: tool, env: [PATH], cgroupV2Override: cg });
+      expect((await exe2.client.wait({})).process!.exitCode).toBe(0);
+    }
   });
 
-  it("holds a terminal's process at its gate until it is in the cgroups: nothing of the command runs outside (ptyGate)", async (t) => {
+  it.each(["perl", "sh"] as const)("holds a terminal's process at its gate until it is in the cgroups: nothing of the command runs outside (ptyGate, %s gate)", async (gateName, t) => {
     const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
-    const cg = cgroup(join(mnt, `${tag}-pty`));
+    const cg = cgroup(join(mnt, `${tag}-pty-${gateName}`));
+    // The gate is chosen when wrap is called, from this (the executor's) environment.
+    if (gateName === "sh") {
+      process.env.NOMADKIT_GATE = "sh";
+      cleanups.push(() => delete process.env.NOMADKIT_GATE);
+    }
     const gate = TaskCgroups.resolve({ cgroupV2Override: cg })!.ptyGate();
     let atAdmission: { pid: number; cmdline: string; inCgroup: boolean } | undefined;
     let out = "";
@@ -467,7 +484,7 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
         command: ["/bin/cat", "/proc/self/cgroup", "/proc/self/environ", "/proc/self/stat"],
         tty: true,
         cwd: dir,
-        env: { [PATH.split("=")[0]!]: PATH.slice(PATH.indexOf("=") + 1), "NOMAD_META_release.channel": "beta" },
+        env: { [PATH.split("=")[0]!]: PATH.slice(PATH.indexOf("=") + 1), "NOMAD_META_release.channel": "beta", VAULT_TOKEN: "s.secret" },
         ptyGate: {
           wrap: gate.wrap,
           async admit(pid) {
@@ -481,14 +498,40 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
       { stdin: new PassThrough(), stdout, stderr: new PassThrough().resume() },
     );
     expect(r.exitCode).toBe(0);
-    expect(atAdmission?.cmdline.split("\0").slice(0, 2)).toEqual(["/bin/sh", "-c"]);
-    expect(atAdmission?.cmdline).toContain("kill -STOP");
+    if (gateName === "perl") {
+      expect(atAdmission?.cmdline.split("\0").slice(0, 2)).toEqual(["/usr/bin/perl", "-e"]);
+      expect(atAdmission?.cmdline).toContain('kill "STOP"');
+      // The environment is in the gate's own (private) environment, not in its argv, which every user can read.
+      expect(atAdmission?.cmdline).not.toContain("s.secret");
+    } else {
+      expect(atAdmission?.cmdline.split("\0").slice(0, 2)).toEqual(["/bin/sh", "-c"]);
+      expect(atAdmission?.cmdline).toContain("kill -STOP");
+    }
     expect(atAdmission?.inCgroup).toBe(false);
     // The command ran in it, with the gate's pid, and exactly its environment plus what node-pty adds.
     const lines = out.split(/\r?\n|\0/).filter(Boolean);
-    expect(lines).toContain(`0::/${tag}-pty`);
-    expect(lines.filter((l) => /^[A-Za-z_][^=]*=/.test(l)).sort()).toEqual(["NOMAD_META_release.channel=beta", PATH, `PWD=${dir}`, "TERM=xterm"].sort());
+    expect(lines).toContain(`0::/${tag}-pty-${gateName}`);
+    expect(lines.filter((l) => /^[A-Za-z_][^=]*=/.test(l)).sort()).toEqual(["NOMAD_META_release.channel=beta", PATH, `PWD=${dir}`, "TERM=xterm", "VAULT_TOKEN=s.secret"].sort());
     expect(lines.find((l) => l.includes(" (cat) "))).toMatch(new RegExp(`^${atAdmission!.pid} \\(cat\\) `));
+  });
+
+  it("a terminal's process that dies before it is admitted (its cwd is gone) reports its exit, not a cgroup error", async (t) => {
+    const mnt = mountCgroup2(cleanups);
+    if (!mnt) return t.skip();
+    const cg = cgroup(join(mnt, `${tag}-pty-gone`));
+    let out = "";
+    const stdout = new Writable({
+      write(c: Buffer, _e, cb) {
+        out += c.toString();
+        cb();
+      },
+    });
+    const r = await runExecCommand(
+      { command: ["/bin/true"], tty: true, cwd: join(dir, "no-such-dir"), ptyGate: TaskCgroups.resolve({ cgroupV2Override: cg })!.ptyGate() },
+      { stdin: new PassThrough(), stdout, stderr: new PassThrough().resume() },
+    );
+    expect(r.exitCode).not.toBe(0);
+    expect(out).toContain("chdir");
   });
 });
 

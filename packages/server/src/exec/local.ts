@@ -61,6 +61,8 @@ export interface GatedCommand {
   file: string;
   /** Its arguments, the command's own among them. */
   args: string[];
+  /** The environment to start it with (node-pty adds PWD and TERM, as `wrap` was told). */
+  env: Record<string, string>;
 }
 
 /**
@@ -293,13 +295,13 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   const cwd = options.cwd ?? process.cwd();
   const gate = options.ptyGate;
   // node-pty adds PWD and TERM to the environment it starts a process with: the gated command gets them too.
-  const command = gate ? gate.wrap(file, args, { ...env, PWD: cwd, TERM: name }) : { file, args };
+  const command = gate ? gate.wrap(file, args, { ...env, PWD: cwd, TERM: name }) : { file, args, env };
   const term = pty.spawn(command.file, command.args, {
     name,
     cols: size !== undefined && size.width > 0 ? size.width : 80,
     rows: size !== undefined && size.height > 0 ? size.height : 24,
     cwd,
-    env: gate ? {} : env,
+    env: command.env,
     ...(options.uid !== undefined ? { uid: options.uid } : {}),
     ...(options.gid !== undefined ? { gid: options.gid } : {}),
     // Raw bytes, not decoded strings.

@@ -147,10 +147,10 @@ export class TaskCgroups {
   }
 
   /**
-   * Spawns `file args` inside the cgroups: a shell waits on a pipe until its pid has been written to
-   * every cgroup, then closes the pipe and execs the command through `env -i` (same pid), so nothing
-   * of the command runs outside them and its environment is passed as given (a shell would drop
-   * names such as `NOMAD_META_release.channel` and add `PWD`). Takes `child_process.spawn`'s options
+   * Spawns `file args` inside the cgroups: a gate (perl, else a shell) waits on a pipe until its pid
+   * has been written to every cgroup, then closes the pipe and execs the command (same pid), so
+   * nothing of the command runs outside them and its environment is passed exactly as given (see
+   * {@link gateCommand}). Takes `child_process.spawn`'s options
    * (uid/gid apply to the command: the executor moves the process, not the process itself), except
    * `argv0` and `shell`. Throws InvalidArgument when `file` cannot be started (a missing
    * interpreter), and FailedPrecondition naming the field when a cgroup refuses the process, which
@@ -161,12 +161,8 @@ export class TaskCgroups {
     const gateFd = stdio.length;
     if (gateFd > 9) throw new TypeError("TaskCgroups.spawn: at most 9 stdio entries (the gate's descriptor must be a single digit)");
     if (options.argv0 !== undefined || options.shell) throw new TypeError("TaskCgroups.spawn: argv0 and shell are not supported");
-    const script = `read -r _ <&${gateFd} || exit 125; exec ${gateFd}<&-; exec env -i -- "$@"`;
-    const child = spawn(GATE_SHELL, ["-c", script, ...gatedCommand(file, args, options.env ?? process.env)], {
-      ...options,
-      env: {},
-      stdio: [...stdio, "pipe"],
-    });
+    const gated = gateCommand({ fd: gateFd }, file, args, options.env ?? process.env);
+    const child = spawn(gated.file, gated.args, { ...options, env: gated.env, stdio: [...stdio, "pipe"] });
     const gate = child.stdio[gateFd] as Writable | null;
     if (child.pid === undefined || !gate) return child; // spawn failed: the child emits "error"
     try {
@@ -187,18 +183,25 @@ export class TaskCgroups {
 
   /**
    * For a terminal's process, which node-pty starts (so {@link TaskCgroups.spawn} cannot): a gate
-   * shell that stops itself before it execs the command (same pid, environment passed as given);
+   * that stops itself before it execs the command (same pid, environment passed as given; node-pty
+   * must start it with the environment `wrap` returns);
    * `admit` moves it into the cgroups, waits until it has stopped and lets it go on. Nothing of the
    * command runs outside them, as Nomad's executor starts an exec session inside the task's cgroup.
    * `admit` rejects (FailedPrecondition naming the field) when a cgroup refuses the process.
    */
   ptyGate(): PtyGate {
     return {
-      wrap: (file, args, env) => ({ file: GATE_SHELL, args: ["-c", 'kill -STOP $$ && exec env -i -- "$@"', ...gatedCommand(file, args, env)] }),
+      wrap: (file, args, env) => gateCommand("stop", file, args, env),
       admit: async (pid) => {
-        this.join(pid);
+        try {
+          this.join(pid);
+        } catch (err) {
+          // A gate that is already gone (killed, aborted, a cwd it could not enter): its exit is the session's answer.
+          if (gone(procState(pid))) return;
+          throw err;
+        }
         // SIGCONT before the gate has stopped would be lost, and the gate would then wait forever.
-        for (const until = Date.now() + GATE_STOP_WAIT_MS; !stoppedOrGone(pid); ) {
+        for (let until = Date.now() + GATE_STOP_WAIT_MS, st = procState(pid); st !== "T" && !gone(st); st = procState(pid)) {
           if (Date.now() > until) throw new ConnectError(`the terminal's process ${pid} did not reach its gate in ${GATE_STOP_WAIT_MS} ms`, Code.Unavailable);
           await delay(1);
         }
@@ -322,31 +325,80 @@ function checkTaskCgroup(d: CgroupDir): void {
   if ((cgroupProcs(d.path) ?? []).some((p) => own.has(p))) fail("holds the executor (or its plugin) in its subtree; a task needs a cgroup of its own");
 }
 
-/**
- * The gate shell's arguments after its script: `$0`, the environment as `env` takes it, the
- * command. Throws InvalidArgument for a command `env` would misread or that cannot start.
- */
-function gatedCommand(file: string, args: readonly string[], env: NodeJS.ProcessEnv | Readonly<Record<string, string>>): string[] {
-  // `env` would take the command for one more variable.
-  if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
-  checkInterpreter(file);
-  const vars = Object.entries(env)
-    .filter(([, v]) => v !== undefined)
-    .map(([k, v]) => `${k}=${v}`);
-  return ["nomadkit-gate", ...vars, file, ...args];
+/** A gate's command line and the environment to start it with. */
+interface GateLaunch {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
 }
 
-/** Whether a process is stopped (state T) or no longer there (gone, or a zombie). */
-function stoppedOrGone(pid: number): boolean {
+/**
+ * Perl, which Debian and Ubuntu always have (perl-base is Essential); undefined where it is missing
+ * or `NOMADKIT_GATE=sh` (in the executor's environment) asks for the shell gate.
+ */
+function gatePerl(): string | undefined {
+  if (process.env.NOMADKIT_GATE === "sh") return undefined;
+  return ["/usr/bin/perl", "/bin/perl"].find((p) => {
+    try {
+      accessSync(p, fsConstants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+/** Names perl itself reads at start-up (PERL5OPT, PERL5LIB, ...): kept from the gate, restored before the exec. */
+const PERL_OWN = /^PERL/;
+
+/**
+ * The gate in front of `file args`: it waits (for a line on descriptor `fd`, or stopped until
+ * SIGCONT), then execs the command with exactly `env`. Perl gets `env` as its own environment and
+ * passes it on untouched, so the values stay out of its argv (which every user can read in
+ * /proc/<pid>/cmdline while the gate waits) — except perl's own PERL* variables, which it would
+ * act on, passed in argv and set back before the exec. Without perl, /bin/sh: a shell drops names
+ * such as `NOMAD_META_release.channel` and rewrites PWD, IFS, PPID and OPTIND, so the environment
+ * goes to `env -i` in argv. Throws InvalidArgument for a command that cannot start.
+ */
+function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly string[], env: NodeJS.ProcessEnv | Readonly<Record<string, string>>): GateLaunch {
+  checkInterpreter(file);
+  const vars = Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined);
+  const perl = gatePerl();
+  if (perl !== undefined) {
+    const held = vars.filter(([k]) => PERL_OWN.test(k));
+    const hold =
+      wait === "stop"
+        ? 'kill "STOP", $$;'
+        : `open(my $g, "<&=", ${wait.fd}) or exit 125; sysread($g, my $b, 1) or exit 125; close $g;`;
+    const script =
+      'my @h = splice(@ARGV, 0, shift @ARGV); for (@h) { my ($k, $v) = split /=/, $_, 2; $ENV{$k} = $v } ' +
+      `${hold} my $f = $ARGV[0]; exec { $f } @ARGV; print STDERR "nomadkit-gate: $f: $!\n"; exit($!{ENOENT} ? 127 : 126);`;
+    return {
+      file: perl,
+      args: ["-e", script, "--", String(held.length), ...held.map(([k, v]) => `${k}=${v}`), file, ...args],
+      env: Object.fromEntries(vars.filter(([k]) => !PERL_OWN.test(k))),
+    };
+  }
+  // `env` would take the command for one more variable.
+  if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
+  const hold = wait === "stop" ? "kill -STOP $$ &&" : `read -r _ <&${wait.fd} || exit 125; exec ${wait.fd}<&-;`;
+  return { file: GATE_SHELL, args: ["-c", `${hold} exec env -i -- "$@"`, "nomadkit-gate", ...vars.map(([k, v]) => `${k}=${v}`), file, ...args], env: {} };
+}
+
+/** A process's state letter from /proc (R, S, T, Z, ...), undefined when it is gone. */
+function procState(pid: number): string | undefined {
   let stat: string;
   try {
     stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   } catch {
-    return true;
+    return undefined;
   }
   // pid (comm) state ...: comm may contain spaces and parentheses, the state follows the last ")".
-  const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-  return state === "T" || state === "Z" || state === "X";
+  return stat.charAt(stat.lastIndexOf(")") + 2);
+}
+
+/** Whether a process state means it has exited (gone, or a zombie). */
+function gone(state: string | undefined): boolean {
+  return state === undefined || state === "Z" || state === "X";
 }
 
 function expandStdio(stdio: StdioOptions | undefined): Exclude<StdioOptions, string> {
