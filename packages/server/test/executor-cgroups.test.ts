@@ -435,14 +435,17 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     // PERL5OPT would make a perl gate fail at start-up (no such module): perl's own variables are held back for the command.
     await exe.client.launch({
       cmd: "env",
-      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY=", "IFS=x", "PERL5OPT=-Mno_such_module_nk"],
+      // A locale this host lacks: the command's business, and no warning from a perl gate.
+      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY=", "IFS=x", "PERL5OPT=-Mno_such_module_nk", "LANG=xx_YY.UTF-8", "LC_ALL=zz_ZZ"],
       stdoutPath: out,
+      stderrPath: `${out}.err`,
       cgroupV2Override: cg,
     });
     expect((await exe.client.wait({})).process!.exitCode).toBe(0);
     expect(readFileSync(out, "utf8").split("\n").filter(Boolean).sort()).toEqual(
-      ["EMPTY=", "IFS=x", "NOMAD_META_release.channel=beta", "PERL5OPT=-Mno_such_module_nk", PATH, "java-opts=-Xmx1g"].sort(),
+      ["EMPTY=", "IFS=x", "LANG=xx_YY.UTF-8", "LC_ALL=zz_ZZ", "NOMAD_META_release.channel=beta", "PERL5OPT=-Mno_such_module_nk", PATH, "java-opts=-Xmx1g"].sort(),
     );
+    expect(readFileSync(`${out}.err`, "utf8")).toBe("");
 
     const script = join(dir, "script");
     writeFileSync(script, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });

@@ -347,6 +347,7 @@ function gatePerl(): string | undefined {
     }
   });
 }
+
 /** Names perl itself reads at start-up (PERL5OPT, PERL5LIB, ...): kept from the gate, restored before the exec. */
 const PERL_OWN = /^PERL/;
 
@@ -370,12 +371,13 @@ function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly
         ? 'kill "STOP", $$;'
         : `open(my $g, "<&=", ${wait.fd}) or exit 125; sysread($g, my $b, 1) or exit 125; close $g;`;
     const script =
-      'my @h = splice(@ARGV, 0, shift @ARGV); for (@h) { my ($k, $v) = split /=/, $_, 2; $ENV{$k} = $v } ' +
+      'my @h = splice(@ARGV, 0, shift @ARGV); delete $ENV{PERL_BADLANG}; for (@h) { my ($k, $v) = split /=/, $_, 2; $ENV{$k} = $v } ' +
       `${hold} my $f = $ARGV[0]; exec { $f } @ARGV; print STDERR "nomadkit-gate: $f: $!\n"; exit($!{ENOENT} ? 127 : 126);`;
     return {
       file: perl,
       args: ["-e", script, "--", String(held.length), ...held.map(([k, v]) => `${k}=${v}`), file, ...args],
-      env: Object.fromEntries(vars.filter(([k]) => !PERL_OWN.test(k))),
+      // PERL_BADLANG=0: a task's LANG naming a locale this host lacks would make perl warn on the task's stderr.
+      env: { ...Object.fromEntries(vars.filter(([k]) => !PERL_OWN.test(k))), PERL_BADLANG: "0" },
     };
   }
   // `env` would take the command for one more variable.
