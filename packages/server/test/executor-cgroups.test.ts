@@ -63,6 +63,18 @@ function cgroup(path: string): string {
   return path;
 }
 
+/** A stream that keeps what is written to it (`text`). */
+function collector(): Writable & { text: string } {
+  const w = new Writable({
+    write(c: Buffer, _e, cb) {
+      w.text += c.toString();
+      cb();
+    },
+  }) as Writable & { text: string };
+  w.text = "";
+  return w;
+}
+
 async function until(what: string, cond: () => boolean | Promise<boolean>): Promise<void> {
   for (let i = 0; i < 1000; i++) {
     if (await cond()) return;
@@ -474,13 +486,7 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     }
     const gate = TaskCgroups.resolve({ cgroupV2Override: cg })!.ptyGate();
     let atAdmission: { pid: number; cmdline: string; inCgroup: boolean } | undefined;
-    let out = "";
-    const stdout = new Writable({
-      write(c: Buffer, _e, cb) {
-        out += c.toString();
-        cb();
-      },
-    });
+    const stdout = collector();
     const r = await runExecCommand(
       {
         // Not through a shell, which would drop the dotted name: cgroup, environment (NUL-separated), then "<pid> (cat) ...".
@@ -512,7 +518,7 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     }
     expect(atAdmission?.inCgroup).toBe(false);
     // The command ran in it, with the gate's pid, and exactly its environment plus what node-pty adds.
-    const lines = out.split(/\r?\n|\0/).filter(Boolean);
+    const lines = stdout.text.split(/\r?\n|\0/).filter(Boolean);
     expect(lines).toContain(`0::/${tag}-pty-${gateName}`);
     expect(lines.filter((l) => /^[A-Za-z_][^=]*=/.test(l)).sort()).toEqual(["NOMAD_META_release.channel=beta", PATH, `PWD=${dir}`, "TERM=xterm", "VAULT_TOKEN=s.secret"].sort());
     expect(lines.find((l) => l.includes(" (cat) "))).toMatch(new RegExp(`^${atAdmission!.pid} \\(cat\\) `));
@@ -522,19 +528,13 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     const mnt = mountCgroup2(cleanups);
     if (!mnt) return t.skip();
     const cg = cgroup(join(mnt, `${tag}-pty-gone`));
-    let out = "";
-    const stdout = new Writable({
-      write(c: Buffer, _e, cb) {
-        out += c.toString();
-        cb();
-      },
-    });
+    const stdout = collector();
     const r = await runExecCommand(
       { command: ["/bin/true"], tty: true, cwd: join(dir, "no-such-dir"), ptyGate: TaskCgroups.resolve({ cgroupV2Override: cg })!.ptyGate() },
       { stdin: new PassThrough(), stdout, stderr: new PassThrough().resume() },
     );
     expect(r.exitCode).not.toBe(0);
-    expect(out).toContain("chdir");
+    expect(stdout.text).toContain("chdir");
   });
 });
 
