@@ -444,18 +444,21 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     const cg = cgroup(join(mnt, `${tag}-env-${gateName}`));
     const exe = await executor(gateEnv);
     const out = join(dir, `env-${gateName}`);
-    // PERL5OPT would make a perl gate fail at start-up (no such module): perl's own variables are held back for the command.
+    // What would act on a perl gate (PERL5OPT: no such module; LD_LIBRARY_PATH: a libcrypt that is
+    // not one; LANG: a locale this host lacks) is the command's business only.
+    const badlib = join(dir, `badlib-${gateName}`);
+    mkdirSync(badlib);
+    writeFileSync(join(badlib, "libcrypt.so.1"), "not a shared object");
     await exe.client.launch({
       cmd: "env",
-      // A locale this host lacks: the command's business, and no warning from a perl gate.
-      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY=", "IFS=x", "PERL5OPT=-Mno_such_module_nk", "LANG=xx_YY.UTF-8", "LC_ALL=zz_ZZ"],
+      env: [PATH, "NOMAD_META_release.channel=beta", "java-opts=-Xmx1g", "EMPTY=", "IFS=x", "PERL5OPT=-Mno_such_module_nk", "LANG=xx_YY.UTF-8", "LC_ALL=zz_ZZ", `LD_LIBRARY_PATH=${badlib}`],
       stdoutPath: out,
       stderrPath: `${out}.err`,
       cgroupV2Override: cg,
     });
     expect((await exe.client.wait({})).process!.exitCode).toBe(0);
     expect(readFileSync(out, "utf8").split("\n").filter(Boolean).sort()).toEqual(
-      ["EMPTY=", "IFS=x", "LANG=xx_YY.UTF-8", "LC_ALL=zz_ZZ", "NOMAD_META_release.channel=beta", "PERL5OPT=-Mno_such_module_nk", PATH, "java-opts=-Xmx1g"].sort(),
+      ["EMPTY=", "IFS=x", "LANG=xx_YY.UTF-8", "LC_ALL=zz_ZZ", `LD_LIBRARY_PATH=${badlib}`, "NOMAD_META_release.channel=beta", "PERL5OPT=-Mno_such_module_nk", PATH, "java-opts=-Xmx1g"].sort(),
     );
     expect(readFileSync(`${out}.err`, "utf8")).toBe("");
 

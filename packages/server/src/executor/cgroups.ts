@@ -6,6 +6,7 @@
  */
 import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
 import { accessSync, closeSync, constants as fsConstants, existsSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
+import { constants as osConstants } from "node:os";
 import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
 import { setTimeout as delay } from "node:timers/promises";
@@ -149,8 +150,8 @@ export class TaskCgroups {
   /**
    * Spawns `file args` inside the cgroups: a gate (perl, else a shell) waits on a pipe until its pid
    * has been written to every cgroup, then closes the pipe and execs the command (same pid), so
-   * nothing of the command runs outside them and its environment is passed exactly as given (see
-   * {@link gateCommand}). Takes `child_process.spawn`'s options
+   * nothing of the command runs outside them and its variables are passed exactly as given (through the
+   * gate's own environment where it is perl, else in its arguments). Takes `child_process.spawn`'s options
    * (uid/gid apply to the command: the executor moves the process, not the process itself), except
    * `argv0` and `shell`. Throws InvalidArgument when `file` cannot be started (a missing
    * interpreter), and FailedPrecondition naming the field when a cgroup refuses the process, which
@@ -348,36 +349,38 @@ function gatePerl(): string | undefined {
   });
 }
 
-/** Names perl itself reads at start-up (PERL5OPT, PERL5LIB, ...): kept from the gate, restored before the exec. */
-const PERL_OWN = /^PERL/;
+/** Where the perl gate finds the command's environment: one variable per entry, `name=value`. */
+const GATE_ENV_PREFIX = "NOMADKIT_GATE_ENV_";
 
 /**
  * The gate in front of `file args`: it waits (for a line on descriptor `fd`, or stopped until
- * SIGCONT), then execs the command with exactly `env`. Perl gets `env` as its own environment and
- * passes it on untouched, so the values stay out of its argv (which every user can read in
- * /proc/<pid>/cmdline while the gate waits) — except perl's own PERL* variables, which it would
- * act on, passed in argv and set back before the exec. Without perl, /bin/sh: a shell drops names
- * such as `NOMAD_META_release.channel` and rewrites PWD, IFS, PPID and OPTIND, so the environment
- * goes to `env -i` in argv. Throws InvalidArgument for a command that cannot start.
+ * SIGCONT), then execs the command with exactly the variables of `env` (in another order: programs
+ * cannot rely on it, and Nomad's own order is a map's). Perl starts with none of them: each entry is
+ * the value of a `NOMADKIT_GATE_ENV_<i>` variable of its own environment (which only its user and
+ * root can read, where argv is in every user's /proc/<pid>/cmdline), so the task's LD_PRELOAD,
+ * LD_LIBRARY_PATH, PERL5OPT or LANG act on the command only, never on the gate before it is in the
+ * cgroups; the script rebuilds %ENV from them before the exec. Without perl, /bin/sh, with an empty
+ * environment: a shell drops names such as `NOMAD_META_release.channel` and rewrites PWD, IFS,
+ * PPID and OPTIND, so the environment goes to `env -i` in argv. Throws InvalidArgument for a
+ * command that cannot start.
  */
 function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly string[], env: NodeJS.ProcessEnv | Readonly<Record<string, string>>): GateLaunch {
   checkInterpreter(file);
   const vars = Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined);
   const perl = gatePerl();
   if (perl !== undefined) {
-    const held = vars.filter(([k]) => PERL_OWN.test(k));
     const hold =
       wait === "stop"
         ? 'kill "STOP", $$;'
         : `open(my $g, "<&=", ${wait.fd}) or exit 125; sysread($g, my $b, 1) or exit 125; close $g;`;
+    // `$! + 0` and ENOENT's number, not %!: that would load Errno.pm (a few ms) at every start.
     const script =
-      'my @h = splice(@ARGV, 0, shift @ARGV); delete $ENV{PERL_BADLANG}; for (@h) { my ($k, $v) = split /=/, $_, 2; $ENV{$k} = $v } ' +
-      `${hold} my $f = $ARGV[0]; exec { $f } @ARGV; print STDERR "nomadkit-gate: $f: $!\n"; exit($!{ENOENT} ? 127 : 126);`;
+      `my %e; for (grep { /^${GATE_ENV_PREFIX}\\d+\\z/ } keys %ENV) { my ($k, $v) = split /=/, $ENV{$_}, 2; $e{$k} = $v } %ENV = %e; ` +
+      `${hold} my $f = $ARGV[0]; exec { $f } @ARGV; my $err = $! + 0; print STDERR "nomadkit-gate: $f: $!\n"; exit($err == ${osConstants.errno.ENOENT} ? 127 : 126);`;
     return {
       file: perl,
-      args: ["-e", script, "--", String(held.length), ...held.map(([k, v]) => `${k}=${v}`), file, ...args],
-      // PERL_BADLANG=0: a task's LANG naming a locale this host lacks would make perl warn on the task's stderr.
-      env: { ...Object.fromEntries(vars.filter(([k]) => !PERL_OWN.test(k))), PERL_BADLANG: "0" },
+      args: ["-e", script, "--", file, ...args],
+      env: Object.fromEntries(vars.map(([k, v], i) => [`${GATE_ENV_PREFIX}${i}`, `${k}=${v}`])),
     };
   }
   // `env` would take the command for one more variable.
