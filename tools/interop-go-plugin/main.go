@@ -21,17 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"nomadkit/nomad"
 )
-
-// Nomad's handshake (plugins/base.Handshake).
-var handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  2,
-	MagicCookieKey:   "NOMAD_PLUGIN_MAGIC_COOKIE",
-	MagicCookieValue: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
-}
-
-// Nomad's API version for drivers (drivers.ApiVersion010).
-const apiVersion = "v0.1.0"
 
 // What the plugin prints on stdout after the handshake (and on stderr outside hclog), as the
 // GRPCStdio stream carries it; see stdio below.
@@ -47,7 +39,7 @@ func main() {
 	// must be made before plugin.Serve, which points os.Stderr at a pipe of its own.
 	logger = hclog.New(&hclog.LoggerOptions{Name: "go-fake", Level: hclog.Trace, JSONFormat: true, Output: os.Stderr})
 	// A run without the cookie (by hand) gets go-plugin's own message: check it before our setup.
-	if os.Getenv(handshake.MagicCookieKey) == handshake.MagicCookieValue {
+	if os.Getenv(nomad.Handshake.MagicCookieKey) == nomad.Handshake.MagicCookieValue {
 		path := os.Getenv("NOMADKIT_GO_FAKE_DESCRIPTORS")
 		if path == "" {
 			fmt.Fprintln(os.Stderr, "go-fake: NOMADKIT_GO_FAKE_DESCRIPTORS must name a descriptor set of proto/ (buf build -o)")
@@ -59,7 +51,7 @@ func main() {
 		}
 	}
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: handshake,
+		HandshakeConfig: nomad.Handshake,
 		Plugins:         map[string]plugin.Plugin{"base": basePlugin{}, "driver": driverPlugin{}},
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          logger,
@@ -82,14 +74,14 @@ func (basePlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientCo
 func (basePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	return register(s, "hashicorp.nomad.plugins.base.proto.BasePlugin", map[string]unaryFunc{
 		"PluginInfo": func(context.Context, pm) (fields, error) {
-			return fields{"type": "DRIVER", "pluginApiVersions": []string{apiVersion}, "pluginVersion": "0.1.0", "name": "go-fake"}, nil
+			return fields{"type": "DRIVER", "pluginApiVersions": []string{nomad.APIVersion}, "pluginVersion": "0.1.0", "name": "go-fake"}, nil
 		},
 		"ConfigSchema": func(context.Context, pm) (fields, error) {
 			return fields{"spec": objectSpec(fields{"greeting": attrSpec("greeting", "string", false)})}, nil
 		},
 		"SetConfig": func(_ context.Context, req pm) (fields, error) {
-			if v := req.Str("plugin_api_version"); v != apiVersion {
-				return nil, status.Errorf(codes.InvalidArgument, "go-fake speaks plugin API %s, not %q", apiVersion, v)
+			if v := req.Str("plugin_api_version"); v != nomad.APIVersion {
+				return nil, status.Errorf(codes.InvalidArgument, "go-fake speaks plugin API %s, not %q", nomad.APIVersion, v)
 			}
 			b := req.Bytes("msgpack_config")
 			config.Lock()

@@ -18,17 +18,9 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+
+	"nomadkit/nomad"
 )
-
-// Nomad's handshake (plugins/base.Handshake).
-var handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  2,
-	MagicCookieKey:   "NOMAD_PLUGIN_MAGIC_COOKIE",
-	MagicCookieValue: "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255",
-}
-
-// Nomad's API version for drivers (drivers.ApiVersion010).
-const apiVersion = "v0.1.0"
 
 type options struct {
 	plugin, descriptors          string
@@ -147,7 +139,7 @@ func launch(rep *reporter, o *options) *session {
 	s := &session{o: o, rep: rep, stderr: &stderrSink{}, host: &hostLog{verbose: o.verbose}}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "interop", Level: hclog.Trace, Output: s.host})
 	s.client = plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  handshake,
+		HandshakeConfig:  nomad.Handshake,
 		Plugins:          map[string]plugin.Plugin{"base": rawPlugin{}, "driver": rawPlugin{}},
 		Cmd:              exec.Command(o.plugin),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
@@ -220,7 +212,7 @@ func noCookie(rep *reporter, o *options) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, o.plugin)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, handshake.MagicCookieKey+"=") {
+		if !strings.HasPrefix(kv, nomad.Handshake.MagicCookieKey+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

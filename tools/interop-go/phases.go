@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"nomadkit/nomad"
 )
 
 // state carries what Nomad keeps between plugin processes.
@@ -42,8 +44,8 @@ func phaseLoad(rep *reporter, o *options, st *state) bool {
 		bad = append(bad, "type "+t+" (want DRIVER)")
 	}
 	apis := info.Strs("plugin_api_versions")
-	if !contains(apis, apiVersion) {
-		bad = append(bad, fmt.Sprintf("plugin_api_versions %q lacks %s", apis, apiVersion))
+	if !contains(apis, nomad.APIVersion) {
+		bad = append(bad, fmt.Sprintf("plugin_api_versions %q lacks %s", apis, nomad.APIVersion))
 	}
 	if v := info.Str("plugin_version"); !semver.MatchString(v) {
 		bad = append(bad, fmt.Sprintf("plugin_version %q is not a semver", v))
@@ -102,7 +104,7 @@ func setConfigRequest(cfg []byte) map[string]interface{} {
 	return map[string]interface{}{
 		"msgpack_config":     base64.StdEncoding.EncodeToString(cfg),
 		"nomad_config":       map[string]interface{}{"driver": map[string]interface{}{"ClientMinPort": 14000, "ClientMaxPort": 14512}},
-		"plugin_api_version": apiVersion,
+		"plugin_api_version": nomad.APIVersion,
 	}
 }
 

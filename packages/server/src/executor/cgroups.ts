@@ -13,6 +13,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PtyGate } from "../exec/local.js";
 import { CGROUP_V2_ROOT, cgroupProcs, type CgroupV1Dirs } from "../stats/cgroup.js";
+import { readProcStat } from "../stats/proc.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
 export interface TaskCgroupsRequest {
@@ -198,13 +199,14 @@ export class TaskCgroups {
           this.join(pid);
         } catch (err) {
           // A gate that is already gone (killed, aborted, a cwd it could not enter): its exit is the session's answer.
-          if (gone(procState(pid))) return;
+          if (gone((await readProcStat(pid))?.state)) return;
           throw err;
         }
         // SIGCONT before the gate has stopped would be lost, and the gate would then wait forever.
-        for (let until = Date.now() + GATE_STOP_WAIT_MS, st = procState(pid); st !== "T" && !gone(st); st = procState(pid)) {
+        for (const until = Date.now() + GATE_STOP_WAIT_MS; ; await delay(1)) {
+          const state = (await readProcStat(pid))?.state;
+          if (state === "T" || gone(state)) break;
           if (Date.now() > until) throw new ConnectError(`the terminal's process ${pid} did not reach its gate in ${GATE_STOP_WAIT_MS} ms`, Code.Unavailable);
-          await delay(1);
         }
         try {
           process.kill(pid, "SIGCONT");
@@ -339,15 +341,18 @@ interface GateLaunch {
  */
 function gatePerl(): string | undefined {
   if (process.env.NOMADKIT_GATE === "sh") return undefined;
-  return ["/usr/bin/perl", "/bin/perl"].find((p) => {
+  // Looked up once: every task launch and exec in cgroups goes through the gate.
+  perlPath ??= ["/usr/bin/perl", "/bin/perl"].find((p) => {
     try {
       accessSync(p, fsConstants.X_OK);
       return true;
     } catch {
       return false;
     }
-  });
+  }) ?? null;
+  return perlPath ?? undefined;
 }
+let perlPath: string | null | undefined;
 
 /** Where the perl gate finds the command's environment: one variable per entry, `name=value`. */
 const GATE_ENV_PREFIX = "NOMADKIT_GATE_ENV_";
@@ -387,18 +392,6 @@ function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly
   if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
   const hold = wait === "stop" ? "kill -STOP $$ &&" : `read -r _ <&${wait.fd} || exit 125; exec ${wait.fd}<&-;`;
   return { file: GATE_SHELL, args: ["-c", `${hold} exec env -i -- "$@"`, "nomadkit-gate", ...vars.map(([k, v]) => `${k}=${v}`), file, ...args], env: {} };
-}
-
-/** A process's state letter from /proc (R, S, T, Z, ...), undefined when it is gone. */
-function procState(pid: number): string | undefined {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return undefined;
-  }
-  // pid (comm) state ...: comm may contain spaces and parentheses, the state follows the last ")".
-  return stat.charAt(stat.lastIndexOf(")") + 2);
 }
 
 /** Whether a process state means it has exited (gone, or a zombie). */
