@@ -539,6 +539,43 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     expect(r.exitCode).not.toBe(0);
     expect(stdout.text).toContain("chdir");
   });
+
+  it.each(["perl", "sh"] as const)("a ^C typed while the terminal's process waits at its gate is dropped: the command runs, with SIGINT and SIGQUIT at default (%s gate)", async (gateName, t) => {
+    const mnt = mountCgroup2(cleanups);
+    if (!mnt) return t.skip();
+    const cg = cgroup(join(mnt, `${tag}-pty-intr-${gateName}`));
+    if (gateName === "sh") {
+      process.env.NOMADKIT_GATE = "sh";
+      cleanups.push(() => delete process.env.NOMADKIT_GATE);
+    }
+    const gate = TaskCgroups.resolve({ cgroupV2Override: cg })!.ptyGate();
+    const stdin = new PassThrough();
+    const stdout = collector();
+    const r = await runExecCommand(
+      {
+        command: ["/bin/grep", "^Sig[IC]", "/proc/self/status"],
+        tty: true,
+        cwd: dir,
+        env: { [PATH.split("=")[0]!]: PATH.slice(PATH.indexOf("=") + 1) },
+        ptyGate: {
+          wrap: gate.wrap,
+          async admit(pid) {
+            await until("the gate to stop", () => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.startsWith("T"));
+            stdin.write("\x03");
+            // The terminal echoes ^C once it has signalled the foreground group: the gate.
+            await until("the terminal to take the ^C", () => stdout.text.includes("^C"));
+            await gate.admit(pid);
+          },
+        },
+      },
+      { stdin, stdout, stderr: new PassThrough().resume() },
+    );
+    expect({ exitCode: r.exitCode, signal: r.signal || undefined }).toEqual({ exitCode: 0, signal: undefined });
+    const masks = Object.fromEntries([...stdout.text.matchAll(/(Sig[IC]\w+):\s*([0-9a-f]+)/g)].map((m) => [m[1], BigInt(`0x${m[2]}`)]));
+    // SIGINT is 2 and SIGQUIT 3: bits 1 and 2 (the echoed ^C precedes the first line).
+    expect(masks.SigIgn! & 0b110n).toBe(0n);
+    expect(masks.SigCgt).toBeDefined();
+  });
 });
 
 describe.skipIf(!isRoot)("executor cgroups: the task user's groups", () => {

@@ -366,8 +366,10 @@ const GATE_ENV_PREFIX = "NOMADKIT_GATE_ENV_";
  * LD_LIBRARY_PATH, PERL5OPT or LANG act on the command only, never on the gate before it is in the
  * cgroups; the script rebuilds %ENV from them before the exec. Without perl, /bin/sh, with an empty
  * environment: a shell drops names such as `NOMAD_META_release.channel` and rewrites PWD, IFS,
- * PPID and OPTIND, so the environment goes to `env -i` in argv. Throws InvalidArgument for a
- * command that cannot start.
+ * PPID and OPTIND, so the environment goes to `env -i` in argv. A terminal's gate ignores SIGINT
+ * and SIGQUIT while it is stopped: a ^C typed then would stay pending and kill the gate at SIGCONT
+ * instead of reaching the command; it is dropped, and the command starts with both at default (as
+ * node-pty starts the gate). Throws InvalidArgument for a command that cannot start.
  */
 function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly string[], env: NodeJS.ProcessEnv | Readonly<Record<string, string>>): GateLaunch {
   checkInterpreter(file);
@@ -376,7 +378,7 @@ function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly
   if (perl !== undefined) {
     const hold =
       wait === "stop"
-        ? 'kill "STOP", $$;'
+        ? '$SIG{INT} = $SIG{QUIT} = "IGNORE"; kill "STOP", $$; $SIG{INT} = $SIG{QUIT} = "DEFAULT";'
         : `open(my $g, "<&=", ${wait.fd}) or exit 125; sysread($g, my $b, 1) or exit 125; close $g;`;
     // `$! + 0` and ENOENT's number, not %!: that would load Errno.pm (a few ms) at every start.
     const script =
@@ -390,7 +392,7 @@ function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly
   }
   // `env` would take the command for one more variable.
   if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
-  const hold = wait === "stop" ? "kill -STOP $$ &&" : `read -r _ <&${wait.fd} || exit 125; exec ${wait.fd}<&-;`;
+  const hold = wait === "stop" ? "trap '' INT QUIT; kill -STOP $$ && trap - INT QUIT &&" : `read -r _ <&${wait.fd} || exit 125; exec ${wait.fd}<&-;`;
   return { file: GATE_SHELL, args: ["-c", `${hold} exec env -i -- "$@"`, "nomadkit-gate", ...vars.map(([k, v]) => `${k}=${v}`), file, ...args], env: {} };
 }
 
