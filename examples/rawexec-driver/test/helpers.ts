@@ -72,9 +72,10 @@ export interface TestTask {
 }
 
 /**
- * The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`, its directories made;
- * with `cgroup: true` also its cgroup, as Nomad's client makes it (a test that needs one skips
- * where it cannot be made: {@link cgroupsUnavailable}).
+ * The TaskConfig Nomad sends for a task whose `config` block is `driverConfig`, its directories made,
+ * and its cgroup, as Nomad's client makes one for every task, where this host can make it
+ * (`cgroup: true` requires one: a test that needs it skips where it cannot be made, see
+ * {@link cgroupsUnavailable}; `cgroup: false` asks for none).
  */
 export function newTask(
   driverConfig: Record<string, unknown>,
@@ -83,7 +84,7 @@ export function newTask(
   const { alloc = newAlloc(), cgroup: withCgroup, ...rest } = extra;
   const name = rest.name ?? "web";
   const taskDirs = createTaskDirs(alloc.allocDir, name);
-  const cgroup = withCgroup ? createTaskCgroup({ allocId: alloc.allocId, task: name, parent: CGROUP_PARENT }) : undefined;
+  const cgroup = (withCgroup ?? cgroupsUnavailable() === undefined) ? createTaskCgroup({ allocId: alloc.allocId, task: name, parent: CGROUP_PARENT }) : undefined;
   if (cgroup) cgroups.push(cgroup);
   const stdoutPath = join(taskDirs.logsDir, `${name}.stdout.0`);
   const stderrPath = join(taskDirs.logsDir, `${name}.stderr.0`);
@@ -104,16 +105,20 @@ export function newTask(
   return { id: config.id!, name, allocId: alloc.allocId, allocDir: alloc.allocDir, taskDir: taskDirs.taskDir, stdoutPath, stderrPath, config, cgroup };
 }
 
-/** Why this host cannot make task cgroups (not root, no writable cgroupfs), or undefined when it can. */
+let unavailable: { reason: string | undefined } | undefined;
+
+/** Why this host cannot make task cgroups (not root, no writable cgroupfs), or undefined when it can. Probed once. */
 export function cgroupsUnavailable(): string | undefined {
-  try {
-    const probe = createTaskCgroup({ allocId: "probe", task: "probe", parent: CGROUP_PARENT });
-    cgroups.push(probe);
-    return undefined;
-  } catch (err) {
-    if (err instanceof TaskCgroupUnavailableError) return err.reason;
-    throw err;
+  if (!unavailable) {
+    try {
+      cgroups.push(createTaskCgroup({ allocId: "probe", task: "probe", parent: CGROUP_PARENT }));
+      unavailable = { reason: undefined };
+    } catch (err) {
+      if (!(err instanceof TaskCgroupUnavailableError)) throw err;
+      unavailable = { reason: err.reason };
+    }
   }
+  return unavailable.reason;
 }
 
 /** `/bin/sh -c script` as a task config. */
