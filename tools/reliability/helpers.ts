@@ -7,7 +7,17 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encode } from "@msgpack/msgpack";
-import { createTaskDirs, launchPlugin, nomadTaskConfig, type LaunchPluginOptions, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
+import {
+  createTaskCgroup,
+  createTaskDirs,
+  launchPlugin,
+  nomadTaskConfig,
+  TaskCgroupUnavailableError,
+  type LaunchPluginOptions,
+  type PluginClient,
+  type PluginLogEntry,
+  type TaskCgroup,
+} from "@nomadkit/client";
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const repoRoot = resolve(here, "../..");
@@ -203,25 +213,58 @@ export function recordUnhandledRejections(): { readonly seen: unknown[]; uninsta
   return { seen, uninstall: () => process.off("unhandledRejection", onRejection) };
 }
 
-/** A Nomad-like allocation/task layout for the reference driver; `cleanup` removes it. */
+/** Whether this host can make task cgroups (root, a writable cgroupfs); probed once. */
+let canMakeCgroups: boolean | undefined;
+
+/** The task's cgroup as Nomad's client makes one for every task, where this host can make it. */
+function taskCgroup(allocId: string, task: string): TaskCgroup | undefined {
+  if (canMakeCgroups === false) return undefined;
+  try {
+    const cg = createTaskCgroup({ allocId, task, parent: `nomadkit-test-${process.pid}` });
+    canMakeCgroups = true;
+    return cg;
+  } catch (err) {
+    if (!(err instanceof TaskCgroupUnavailableError)) throw err;
+    canMakeCgroups = false;
+    return undefined;
+  }
+}
+
+/**
+ * A Nomad-like allocation/task layout for the reference driver, with the task's cgroup where the
+ * host can make one (as Nomad's client does); `cleanup` removes both (whatever is left in the cgroup is killed).
+ */
 export function rawexecTask(
   driverConfig: { command: string; args?: string[] },
   extra: { user?: string; name?: string } = {},
-): { config: ReturnType<typeof nomadTaskConfig>; id: string; allocDir: string; cleanup(): void } {
+): { config: ReturnType<typeof nomadTaskConfig>; id: string; allocDir: string; cgroup: TaskCgroup | undefined; cleanup(): Promise<void> } {
   const root = mkdtempSync(join(tmpdir(), "nk-rel-alloc-"));
   // A task user must be able to reach its task directory.
   chmodSync(root, 0o755);
   const name = extra.name ?? "task";
-  const dirs = createTaskDirs(join(root, randomUUID()), name);
+  const allocId = randomUUID();
+  const dirs = createTaskDirs(join(root, allocId), name);
+  const cgroup = taskCgroup(allocId, name);
   const config = nomadTaskConfig({
     name,
     dirs,
+    allocId,
+    cpusetCgroup: cgroup?.path,
     msgpackDriverConfig: encode({ args: [], ...driverConfig }),
     stdoutPath: join(dirs.logsDir, `${name}.stdout.0`),
     stderrPath: join(dirs.logsDir, `${name}.stderr.0`),
     user: extra.user ?? "",
   });
-  return { config, id: config.id, allocDir: dirs.allocDir, cleanup: () => rmSync(root, { recursive: true, force: true }) };
+  return {
+    config,
+    id: config.id,
+    allocDir: dirs.allocDir,
+    cgroup,
+    async cleanup() {
+      await cgroup?.destroy();
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
 }
 
 /** Launch the reference driver binary as Nomad does (launchPlugin, SetConfig, Init). */

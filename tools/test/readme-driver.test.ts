@@ -27,7 +27,7 @@ beforeAll(() => {
 });
 afterAll(async () => {
   await plugin?.kill().catch(() => undefined);
-  for (const t of tasks) t.cleanup();
+  for (const t of tasks) await t.cleanup();
   rmSync(dir, { recursive: true, force: true });
 });
 

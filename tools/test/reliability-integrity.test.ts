@@ -146,7 +146,7 @@ beforeAll(async () => {
     async cleanup() {
       await rx.plugin.driver.destroyTask({ taskId: task.id, force: true });
       expect(await rx.plugin.kill()).toEqual({ code: 0, signal: null });
-      task.cleanup();
+      await task.cleanup();
     },
   });
   await rel.plugin.driver.startTask({ task: { id: "t", msgpackDriverConfig: encode({ command: "none" }) } });

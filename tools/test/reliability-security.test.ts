@@ -78,7 +78,7 @@ describe("nomadkit-rawexec sockets and AutoMTLS", () => {
   afterAll(async () => {
     await plugin?.driver.destroyTask({ taskId: task.id, force: true });
     if (plugin) expect(await plugin.kill()).toEqual({ code: 0, signal: null });
-    task?.cleanup();
+    await task?.cleanup();
   });
 
   it("the driver and its task's executor listen in private directories: dir 0700, socket 0600", () => {
@@ -127,7 +127,7 @@ describe.runIf(isRoot)("a task with a user", () => {
   afterAll(async () => {
     for (const t of tasks) await plugin?.driver.destroyTask({ taskId: t.id, force: true }).catch(() => {});
     if (plugin) expect(await plugin.kill()).toEqual({ code: 0, signal: null });
-    for (const t of tasks) t.cleanup();
+    for (const t of tasks) await t.cleanup();
   });
 
   /** uid, gid and groups of `user` as the system sees them. */
@@ -201,6 +201,7 @@ describe.runIf(isRoot)("a task with a user", () => {
     expect((err as ConnectError).code).toBe(Code.InvalidArgument);
     expect((err as ConnectError).rawMessage).toMatch(/user/);
     tasks.pop();
+    await t.cleanup();
   });
 });
 
