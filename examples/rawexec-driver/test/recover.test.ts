@@ -1,6 +1,7 @@
 // Tasks outlive the plugin: SIGKILL the plugin, start a new one, RecoverTask with the persisted
 // handle, and the task is the same process, still counting, and fully controllable.
 import { join } from "node:path";
+import { restoredTaskHandle } from "@nomadkit/client";
 import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive, cleanup, execStream, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
@@ -75,6 +76,21 @@ describe("recover after a plugin crash", () => {
     expect(alive(state.driver.pid)).toBe(false);
     await second.driver.destroyTask({ taskId: t.id, force: false });
     await until(() => !alive(state.executor.pid), "the executor to exit after destroy");
+  });
+
+  it("re-attaches after an agent restart, from a handle without the config block (Nomad's state database drops it)", async () => {
+    const { t, handle, state } = await orphanedTask();
+    const second = await startPlugin();
+    // The reference driver's `command` is required: decoding the missing block would fail the recovery.
+    await second.driver.recoverTask({ taskId: t.id, handle: restoredTaskHandle(handle) });
+    expect((await second.driver.inspectTask({ taskId: t.id })).task?.state).toBe(1);
+    const streamed = await execStream(second, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "echo recovered"] } }]);
+    expect(streamed).toMatchObject({ stdout: "recovered\n", exitCode: 0 });
+    const waiting = second.driver.waitTask({ taskId: t.id });
+    await second.driver.stopTask({ taskId: t.id, signal: "SIGTERM", timeout: { seconds: 30n } });
+    expect((await waiting).result).toMatchObject({ signal: 15 });
+    expect(alive(state.driver.pid)).toBe(false);
+    await second.driver.destroyTask({ taskId: t.id, force: false });
   });
 
   it("reports the exit time the executor saw, not the re-attach time, for a task that ended while the plugin was down", async () => {

@@ -6,7 +6,7 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema } from "@nomadkit/protocol/driver";
+import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema, TaskHandle } from "@nomadkit/protocol/driver";
 import { nodeTotalComputeMhz } from "./agent-config.js";
 import type { TaskDirs } from "./task-dirs.js";
 
@@ -167,4 +167,23 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
     msgpackDriverConfig: o.msgpackDriverConfig,
     networkIsolationSpec: o.networkIsolation,
   };
+}
+
+/**
+ * The task handle as Nomad's client hands it to RecoverTask after an agent restart: read back from
+ * its state database, which does not keep the task's `config` block (Go's
+ * `TaskConfig.rawDriverConfig` is unexported, so the msgpack codec skips it). A driver must
+ * re-attach from its `driver_state`; a RecoverTask with this handle tests that it does. (After a
+ * restart of the plugin alone Nomad sends the handle it holds in memory, config included.)
+ *
+ * @example
+ * ```ts
+ * const { handle } = await first.driver.startTask({ task });
+ * // ... the agent restarts, and with it the plugin ...
+ * await second.driver.recoverTask({ taskId: task.id, handle: restoredTaskHandle(handle!) });
+ * ```
+ */
+export function restoredTaskHandle<H extends TaskHandle | undefined>(handle: H): H {
+  if (handle?.config === undefined) return handle;
+  return { ...handle, config: { ...handle.config, msgpackDriverConfig: new Uint8Array() } };
 }

@@ -1,7 +1,7 @@
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { PluginShutdownError } from "@nomadkit/client";
+import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { PluginType } from "@nomadkit/protocol/base";
 import {
   DriverCapabilities_FSIsolation,
@@ -519,7 +519,7 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "recover",
-    title: "plugin SIGKILLed, restarted, RecoverTask: the task kept running; Inspect/exec work",
+    title: "plugin SIGKILLed, restarted, RecoverTask with the handle as Nomad's state keeps it: the task kept running; Inspect/exec work",
     needs: ["inspect-task"],
     async run(s) {
       const task = s.main!;
@@ -536,7 +536,9 @@ export const CHECKS: readonly Check[] = [
       await s.init(s.run);
       s.openStreams(s.run);
       try {
-        await s.run.driver.recoverTask({ taskId: task.id, handle: task.handle }, s.co());
+        // As after an agent restart, the strictest case: the handle read back from Nomad's state
+        // database, which drops the task's config block; the driver must re-attach from driver_state.
+        await s.run.driver.recoverTask({ taskId: task.id, handle: restoredTaskHandle(task.handle) }, s.co());
       } catch (err) {
         if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
         throw new CheckFailure(`RecoverTask failed: ${describe(err)}; ${await restartTask(s, task)}`);

@@ -129,6 +129,19 @@ describe("conformance catches a broken plugin", () => {
     120_000,
   );
 
+  it(
+    "reports a recovery that needs the task's config block, which Nomad's state database does not keep",
+    async () => {
+      // A task config of its own: the broken driver runs no process that would print the default task's pid.
+      const report = await runConformance({ plugin: process.execPath, args: [broken], ...generous, taskConfig: { command: "/bin/sleep" }, checks: ["recover"] });
+      const row = byName(report).recover!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toContain("RecoverTask failed");
+      expect(row.message).toContain("the handle has no task config");
+    },
+    120_000,
+  );
+
   it("names an unknown check and a missing plugin", async () => {
     await expect(runConformance({ plugin: rawexec, checks: ["no-such-check"] })).rejects.toThrow(/checks: unknown check "no-such-check"/);
     await expect(runConformance({ plugin: "" })).rejects.toThrow(/plugin: /);

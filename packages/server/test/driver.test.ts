@@ -1,6 +1,7 @@
 // The driver authoring API through the real wire: a TypeScript driver (fixtures/driver/test-driver.ts)
 // served by serveDriver in a child process, launched like Nomad launches plugins, driven by the
 // generated clients and by @grpc/grpc-js.
+import { readdirSync, readFileSync } from "node:fs";
 import { create, toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type * as grpc from "@grpc/grpc-js";
@@ -228,6 +229,45 @@ describe("Driver", () => {
     expect(noHandle.rawMessage).toBe("handle: required");
     await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
   });
+
+  it("recovers a task whose handle has no config block, as Nomad's state database returns it after an agent restart", async () => {
+    // `command` is required by the task schema: decoding the empty block would fail the recovery.
+    const cfg = taskConfig({ command: "sleep", args: ["60"] });
+    const { handle } = await plugin.driver.startTask({ task: cfg });
+    await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
+    await plugin.driver.recoverTask({ taskId: cfg.id, handle: { ...handle!, config: { ...handle!.config!, msgpackDriverConfig: new Uint8Array() } } });
+    expect((await plugin.driver.inspectTask({ taskId: cfg.id })).driver?.attributes).toMatchObject({ recovered_config: "null" });
+    await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
+    // A handle that still has it (a plugin restart under the same agent) gets it decoded.
+    await plugin.driver.recoverTask({ taskId: cfg.id, handle });
+    expect((await plugin.driver.inspectTask({ taskId: cfg.id })).driver?.attributes.recovered_config).toBe(
+      JSON.stringify({ command: "sleep", args: ["60"], percent: 50 }),
+    );
+    await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
+  });
+
+  it("undoes a start whose driverState cannot be encoded: Internal naming it, the task destroyed and forgotten", async () => {
+    // A duration no other process uses, to find this task's process by its command line.
+    const duration = `60.${process.pid}${++seq}`;
+    const cfg = taskConfig({ command: "sleep", args: [duration], fail: "state" });
+    const err = await code(plugin.driver.startTask({ task: cfg }));
+    expect(err.code).toBe(Code.Internal);
+    expect(err.rawMessage).toMatch(/^startTask returned a driverState that is neither bytes nor JSON: .*BigInt/);
+    // Killed (destroyTask with force), not left running without a handle Nomad could destroy it with.
+    const running = readdirSync("/proc").filter((d) => {
+      try {
+        return /^\d+$/.test(d) && readFileSync(`/proc/${d}/cmdline`, "utf8") === `sleep\0${duration}\0`;
+      } catch {
+        return false;
+      }
+    });
+    expect(running).toEqual([]);
+    expect((await code(plugin.driver.inspectTask({ taskId: cfg.id }))).code).toBe(Code.NotFound);
+    // The id is free again.
+    await plugin.driver.startTask({ task: { ...cfg, msgpackDriverConfig: encode({ command: "sleep", args: ["60"] }) } });
+    await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
+  });
+
 
   it("streams stats with timestamp, cpu, memory and total_ticks from Nomad's topology", async () => {
     const a = taskConfig({ command: "sleep", args: ["60"], percent: 50 });

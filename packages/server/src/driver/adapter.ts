@@ -231,7 +231,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
 
   const logger = options.logger ?? createLogger({ level: "error", destination: { write: () => true } });
   const lifetime = new AbortController();
-  const tasks = new Map<string, TaskRecord<TC>>();
+  const tasks = new Map<string, TaskRecord<TC | undefined>>();
   let config: PC | undefined;
   let nomadConfig: NomadConfig | undefined;
   let compute: HostCompute | undefined = options.hostCompute;
@@ -277,7 +277,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   Object.setPrototypeOf(DriverCallContext.prototype, context);
   const call = (hc: HandlerContext): CallContext<PC, TC> => new DriverCallContext(hc) as unknown as CallContext<PC, TC>;
 
-  const requireTask = (taskId: string, field = "task_id"): TaskRecord<TC> => {
+  const requireTask = (taskId: string, field = "task_id"): TaskRecord<TC | undefined> => {
     if (taskId === "") throw invalidArgument(field, "must not be empty");
     const t = tasks.get(taskId);
     if (t === undefined) throw taskNotFound(taskId);
@@ -377,13 +377,17 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
         if (tasks.get(cfg.id) === record) tasks.delete(cfg.id);
         throw err;
       }
+      let driverState: Uint8Array;
+      try {
+        driverState = encodeDriverState(res?.driverState);
+      } catch (err) {
+        // Without a handle Nomad would never destroy the task it does not know is running: undo the start.
+        if (tasks.get(cfg.id) === record) tasks.delete(cfg.id);
+        await Promise.resolve(driver.destroyTask(cfg.id, { force: true }, call(hc))).catch(() => undefined);
+        throw new ConnectError(`startTask returned a driverState that is neither bytes nor JSON: ${(err as Error).message}`, Code.Internal);
+      }
       return {
-        handle: {
-          version: res?.handleVersion ?? 1,
-          config: cfg,
-          state: TaskState.RUNNING,
-          driverState: encodeDriverState(res?.driverState),
-        },
+        handle: { version: res?.handleVersion ?? 1, config: cfg, state: TaskState.RUNNING, driverState },
         networkOverride: res?.networkOverride,
       };
     },
@@ -448,8 +452,11 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       if (driver.recoverTask === undefined) {
         throw new ConnectError(`driver ${JSON.stringify(driver.name)} cannot recover tasks`, Code.Unimplemented);
       }
-      const task = decodeTask(cfg.id === taskId ? cfg : { ...cfg, id: taskId });
-      const record: TaskRecord<TC> = { task, startedAt: new Date() };
+      // Nomad's state database drops the config block (TaskConfig.rawDriverConfig is unexported in
+      // Go): after an agent restart the handle has none, and that must not fail the recovery.
+      const task: DriverTask<TC | undefined> =
+        cfg.msgpackDriverConfig.byteLength > 0 ? decodeTask(cfg.id === taskId ? cfg : { ...cfg, id: taskId }) : { ...cfg, id: taskId, driverConfig: undefined };
+      const record: TaskRecord<TC | undefined> = { task, startedAt: new Date() };
       tasks.set(taskId, record);
       try {
         await driver.recoverTask(

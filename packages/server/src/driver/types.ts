@@ -44,10 +44,27 @@ export interface StartTaskResult {
   networkOverride?: MessageInitShape<typeof NetworkOverrideSchema>;
 }
 
-/** A task handed back by Nomad after a restart (`RecoverTask`). */
+/**
+ * A task handed back by Nomad after a restart (`RecoverTask`).
+ *
+ * After a restart of the Nomad agent (not only of the plugin) the handle comes from the agent's
+ * state database, which does not keep the task's `config` block: `task.driverConfig` is then
+ * undefined. Re-attach from what `startTask` put in `driverState`, as Nomad's own drivers do.
+ *
+ * @example
+ * ```ts
+ * async recoverTask({ task, state }) {
+ *   const { pid } = state as { pid: number }; // not task.driverConfig: gone after an agent restart
+ *   tasks.set(task.id, await reattach(pid));
+ * }
+ * ```
+ */
 export interface RecoveredTask<TC> {
-  /** The task as it was started, with its decoded config. */
-  readonly task: DriverTask<TC>;
+  /**
+   * The task as it was started. Its decoded config is there only when Nomad sent it: after a
+   * restart of the plugin alone, not after one of the agent.
+   */
+  readonly task: DriverTask<TC | undefined>;
   /** `driverState` as stored: the raw bytes. */
   readonly driverState: Uint8Array;
   /** `driverState` parsed as JSON (what `startTask` returned, if it was not bytes); undefined if not JSON. */
@@ -204,8 +221,11 @@ export interface FingerprintControl {
 
 /** What the SDK knows about a live task. */
 export interface TaskInfo<TC = unknown> {
-  /** The task's config as Nomad sent it, with the decoded config block. */
-  readonly task: DriverTask<TC>;
+  /**
+   * The task's config as Nomad sent it, with the decoded config block (undefined for a task
+   * recovered after an agent restart: see {@link RecoveredTask}).
+   */
+  readonly task: DriverTask<TC | undefined>;
   /** When StartTask (or RecoverTask) was served. */
   readonly startedAt: Date;
   /** Set once the SDK has answered a WaitTask for it. */
