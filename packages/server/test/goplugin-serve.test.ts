@@ -2,6 +2,8 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { statSync, existsSync } from "node:fs";
+import * as http2 from "node:http2";
+import { connect } from "node:net";
 import { dirname } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import {
@@ -263,6 +265,44 @@ describe("servePlugin", () => {
     expect((err as InstanceType<typeof ConnectError>).code).toBe(
       Code.Unimplemented,
     );
+  });
+
+  it("drops its shutdown listener when a GRPCBroker or Health.Watch stream is cancelled", async () => {
+    const { plugin, logs } = await launch("abort-listeners");
+    const listeners = async () => {
+      const seen = new Set(logs.entries);
+      await plugin.basePlugin.setConfig({});
+      const entry = await logs.waitFor((e) => e.message === "shutdown signal listeners" && !seen.has(e));
+      return entry.fields.count;
+    };
+    const before = await listeners();
+    expect(before).toEqual(expect.any(Number));
+    const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+    cleanups.push(() => void session.destroy());
+    session.on("error", () => {});
+    await once(session, "connect"); // a ping sent earlier is cancelled
+    const ping = () => new Promise<void>((resolve, reject) => session.ping((err) => (err ? reject(err) : resolve())));
+    const call = (path: string) => {
+      const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+      stream.on("error", () => {});
+      return stream;
+    };
+    // More than Node's default limit of 10: leaked listeners would also print MaxListenersExceededWarning.
+    for (let i = 0; i < 12; i++) {
+      // Held open and never answered, as Nomad's go-plugin client holds one per connection. The
+      // ping's answer says the plugin has seen it: it handles a connection's frames in order.
+      const broker = call("/plugin.GRPCBroker/StartStream");
+      await ping();
+      broker.close(http2.constants.NGHTTP2_CANCEL);
+      const watch = call("/grpc.health.v1.Health/Watch");
+      watch.end(Buffer.from("00000000080a06706c7567696e", "hex")); // service "plugin"
+      await once(watch, "response"); // with the first status: the handler now waits for a change
+      watch.close(http2.constants.NGHTTP2_CANCEL);
+    }
+    await ping();
+    expect(await listeners()).toBe(before);
+    expect(logs.entries.filter((e) => e.message.includes("MaxListenersExceededWarning"))).toEqual([]);
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
   });
 });
 

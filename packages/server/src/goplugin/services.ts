@@ -34,10 +34,14 @@ export interface CoreServicesHost {
 // grpc-go's health server knows "" (the whole server); go-plugin registers "plugin" too.
 const HEALTH_SERVICES = ["", "plugin"];
 
-function aborted(signal: AbortSignal): Promise<void> {
+/**
+ * Resolves when `signal` aborts. The listener goes when `until` aborts: a call's own signal, so that
+ * the plugin-wide shutdown signal does not collect one per stream for the life of the process.
+ */
+function aborted(signal: AbortSignal, until?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) resolve();
-    else signal.addEventListener("abort", () => resolve(), { once: true });
+    else signal.addEventListener("abort", () => resolve(), { once: true, signal: until });
   });
 }
 
@@ -74,7 +78,7 @@ export function registerCoreServices(
       async *watch(req, ctx: HandlerContext) {
         yield checkOne(req);
         if (host.shutdownSignal.aborted) return;
-        await Promise.race([aborted(host.shutdownSignal), aborted(ctx.signal)]);
+        await Promise.race([aborted(host.shutdownSignal, ctx.signal), aborted(ctx.signal)]);
         if (!ctx.signal.aborted) yield { status: status() };
       },
     },
@@ -116,7 +120,7 @@ export function registerCoreServices(
       async *startStream(requests, ctx: HandlerContext) {
         const it = requests[Symbol.asyncIterator]();
         const stop = Promise.race([
-          aborted(host.shutdownSignal),
+          aborted(host.shutdownSignal, ctx.signal),
           aborted(ctx.signal),
         ]).then(() => "stop" as const);
         for (;;) {
