@@ -1,7 +1,8 @@
 // Exec output read into reused buffers: the block accounting never hands out memory that a live
 // chunk still uses (fast-check), output FIFOs connect the right ends, hold EOF until their writers
 // let go and are reused only when drained (real child processes), and a real exec served on the
-// direct path comes out byte-exact while its blocks come back for reuse.
+// direct path comes out byte-exact while its blocks come back for reuse (and one that spawn refuses
+// closes its FIFOs).
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync } from "node:fs";
@@ -12,6 +13,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { DriverClient, createUnixSocketTransport } from "@nomadkit/client";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -19,7 +21,7 @@ import { createDriverHandlers } from "../src/driver/index.js";
 import { fakeDriver } from "./runtime-helpers.js";
 import { runExecCommand } from "../src/exec/index.js";
 import { PooledReader, RETAINS_CHUNKS, readBufferStats, releaseChunk, retainChunk } from "../src/exec/read-buffers.js";
-import { openOutputPipes, type OutputPipes } from "../src/exec/output-pipes.js";
+import { openOutputPipes, outputPipeStats, type OutputPipes } from "../src/exec/output-pipes.js";
 import { outputMessage } from "../src/exec/wire.js";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { attachWireFrame, wireFrameOf } from "../src/runtime/wire-frame.js";
@@ -348,10 +350,12 @@ describe("exec output from reused buffers, served on the direct path", () => {
   let server: http2.Http2Server;
   let driver: DriverClient;
   const sessions = new Set<http2.ServerHttp2Session>();
+  /** The working directory of the execs that follow (default: this process's). */
+  let cwd: string | undefined;
 
   beforeAll(async () => {
     const host = createDriverHandlers(
-      fakeDriver("pooled", { execTaskStreaming: (s) => runExecCommand({ command: s.command }, s) }),
+      fakeDriver("pooled", { execTaskStreaming: (s) => runExecCommand({ command: s.command, cwd }, s) }),
     );
     const runtime = new ServerRuntime();
     server = http2.createServer(createPluginHandler((router) => registerDriver(router, host.driver, runtime)));
@@ -406,6 +410,41 @@ describe("exec output from reused buffers, served on the direct path", () => {
     expect(after.taken - before.taken).toBeGreaterThanOrEqual(144);
     expect(after.created - before.created).toBeLessThan(60);
     expect(readBufferStats().free).toBeGreaterThan(0);
+  });
+
+  it("a command spawn refuses at once (E2BIG, a cwd that is a file) is FailedPrecondition naming it, and its FIFOs are closed", async () => {
+    const failure = async (command: string[]) => {
+      try {
+        for await (const r of driver.execTaskStreaming(neverHalfClose(command))) expect(r.exited).toBeUndefined();
+      } catch (err) {
+        return ConnectError.from(err);
+      }
+      throw new Error(`${command[0]} ran`);
+    };
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const pairs = () =>
+      readdirSync(tmpdir())
+        .filter((n) => n.startsWith(`nomadkit-pipes-${process.pid}-`))
+        .flatMap((n) => readdirSync(join(tmpdir(), n)).map((pair) => join(n, pair)));
+    const huge = ["echo", "x".repeat(200 * 1024)]; // above Linux's 128 KiB per argument
+    try {
+      // Pairs left idle by the tests before would be taken (and closed) by the first failures.
+      while (outputPipeStats().idle > 0) await failure(huge);
+      const before = { fds: fds(), pairs: pairs() };
+      for (let i = 0; i < 10; i++) {
+        cwd = undefined;
+        const tooLong = await failure(huge);
+        expect(tooLong.code).toBe(Code.FailedPrecondition);
+        expect(tooLong.rawMessage).toMatch(/^exec "\/.*\/echo": spawn E2BIG$/);
+        cwd = "/etc/passwd";
+        const notADirectory = await failure(["true"]);
+        expect(notADirectory.code).toBe(Code.FailedPrecondition);
+        expect(notADirectory.rawMessage).toMatch(/^exec "\/.*\/true": spawn ENOTDIR$/);
+      }
+      expect({ fds: fds(), pairs: pairs() }).toEqual(before);
+    } finally {
+      cwd = undefined;
+    }
   });
 });
 

@@ -188,6 +188,12 @@ async function runPipes(
       // Own process group, so abort can kill everything the command started.
       detached: true,
     });
+  } catch (err) {
+    // Node reports only ENOENT, EACCES, EAGAIN, EMFILE and ENFILE as "error" events; others (E2BIG,
+    // ENOTDIR for a cwd that is a file) are thrown here, and the FIFOs would never be closed.
+    pipes?.close();
+    if (err instanceof ConnectError) throw err; // TaskCgroups.spawn's, naming the field
+    throw new ConnectError(`exec ${JSON.stringify(file)}: ${(err as Error).message}`, Code.FailedPrecondition);
   } finally {
     // The child has its own copies (or never will): ours would keep the output from reaching EOF.
     pipes?.closeWriters();
