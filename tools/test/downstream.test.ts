@@ -4,6 +4,7 @@
 // node_modules (local plugins, no BSR), TypeScript compiles the result against the installed
 // packages, and a host launches the plugin and calls it with the generated client. The recipe is
 // the one documented in packages/protocol/README.md.
+import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -94,6 +95,14 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
     // Its own messages from the client output directory (rewrite_imports ./acme/**:../gen), relative to the file.
     expect(server).toMatch(/from "(\.\.\/)+gen\/acme\/ext\/v1\/ext_pb\.js"/);
     expect(server).toMatch(/export function registerExtService\b/);
+  }, STEP_TIMEOUT);
+
+  it("buf lint with the README's buf.yaml lints the repository's own files, not Nomad's frozen names", () => {
+    const r = spawnSync(path.join(repo, "node_modules/.bin/buf"), ["lint", "--error-format", "json"], { cwd: repo, env: outsideEnv(), encoding: "utf8" });
+    const files = r.stdout.split("\n").filter(Boolean).map((l) => (JSON.parse(l) as { path: string }).path);
+    // The fixture's own service reuses Nomad's messages, which STANDARD flags: lint does run.
+    expect(files.length, r.stderr).toBeGreaterThan(0);
+    expect(files.filter((f) => !f.startsWith("proto/"))).toEqual([]);
   }, STEP_TIMEOUT);
 
   it("the generated code type-checks (node16, strict, declarations of every package checked)", () => {

@@ -177,6 +177,7 @@ describe("TypeScript consumer", () => {
       hasCapabilities: true,
       exitCode: 0,
       shutdownErrorIsClass: true,
+      extensionlessGen: "hashicorp.nomad.plugins.drivers.proto.TaskConfig",
     });
   }, RUN_TIMEOUT);
 });
