@@ -1,5 +1,6 @@
 // The nomadkit binary against a real test plugin (the go-plugin fixture driver of @nomadkit/server).
 import { spawn, spawnSync } from "node:child_process";
+import { once } from "node:events";
 import {
   chmodSync,
   existsSync,
@@ -13,7 +14,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { removeCgroupTree, testCgroups, v2Host } from "../../client/test/cgroup-fixtures.js";
-import { alive, descendants, until, withEnv } from "./processes.js";
+import { alive, bytesWritten, descendants, grownTo, peakRss, until, withEnv } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const driver = fileURLToPath(
@@ -427,6 +428,93 @@ describe("nomadkit", () => {
       run.child.kill("SIGINT");
       await run.done;
     }
+  });
+});
+
+describe("nomadkit exec holds a side that outruns the other instead of buffering it (reference driver)", () => {
+  const MiB = 1024 * 1024;
+  /** Far more than the pipes, HTTP/2 windows and queues between the two ends hold. */
+  const LIMIT = 32 * MiB;
+  const TOTAL = 128 * MiB;
+
+  /** Runs `fn` with a task of the reference driver reachable through a state file. */
+  async function withTask(name: string, fn: (state: string, taskId: string) => Promise<void>): Promise<void> {
+    const state = join(dir, `${name}-state.json`);
+    const run = start(["run", rawexec, "--task-config", "long.json", "--state", state, "--no-task-cgroup"]);
+    const [, taskId] = await run.stderrMatch(/started task (\S+)/);
+    await run.stderrMatch(/wrote /);
+    try {
+      await fn(state, taskId!);
+    } finally {
+      run.child.kill("SIGINT");
+      await run.done;
+    }
+  }
+
+  it("output nobody reads: the command is held, and all of it arrives once read", async () => {
+    await withTask("slow-stdout", async (state, taskId) => {
+      const pidFile = join(dir, "producer.pid");
+      const script = `echo $$ > ${pidFile}; exec head -c ${TOTAL} /dev/zero`;
+      const ex = spawn(process.execPath, [bin, "exec", state, taskId, "--", "sh", "-c", script], { cwd: dir });
+      try {
+        ex.stdout.pause();
+        let stderr = "";
+        ex.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").endsWith("\n"));
+        const producer = Number(readFileSync(pidFile, "utf8"));
+        // Nothing of our stdout is read yet: what the command could write is what sits in between.
+        const produced = await grownTo(() => bytesWritten(producer) ?? TOTAL, LIMIT);
+        expect(produced, stderr).toBeLessThan(LIMIT);
+        expect(peakRss(ex.pid!)).toBeLessThan(200 * MiB);
+        let got = 0;
+        let nonZero = false;
+        ex.stdout.on("data", (d: Buffer) => {
+          got += d.length;
+          nonZero ||= d.some((b) => b !== 0);
+        });
+        ex.stdout.resume();
+        const code = await new Promise((resolve) => ex.once("close", resolve));
+        expect(code, stderr).toBe(0);
+        expect(got).toBe(TOTAL);
+        expect(nonZero).toBe(false);
+      } finally {
+        ex.kill("SIGKILL");
+      }
+    });
+  });
+
+  it("input the command does not read: nomadkit stops reading it, and all of it arrives once read", async () => {
+    await withTask("slow-stdin", async (state, taskId) => {
+      const go = join(dir, "stdin-go");
+      const script = `echo ready; while [ ! -e ${go} ]; do sleep 0.05; done; exec wc -c`;
+      const ex = spawn(process.execPath, [bin, "exec", state, taskId, "-i", "--", "sh", "-c", script], { cwd: dir });
+      try {
+        let stdout = "";
+        let stderr = "";
+        ex.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+        ex.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        // The command runs: nomadkit reads its stdin from now on.
+        await until(() => stdout.startsWith("ready\n") || ex.exitCode !== null);
+        // What the pipe into nomadkit took: it holds 64 KiB, the rest nomadkit read.
+        let accepted = 0;
+        const chunk = Buffer.alloc(64 * 1024);
+        void (async () => {
+          for (let offered = 0; offered < TOTAL; offered += chunk.length) {
+            if (!ex.stdin.write(chunk, (err) => err || (accepted += chunk.length))) await once(ex.stdin, "drain");
+          }
+          ex.stdin.end();
+        })().catch(() => {});
+        const taken = await grownTo(() => accepted, LIMIT);
+        expect(taken, stderr).toBeLessThan(LIMIT);
+        expect(peakRss(ex.pid!)).toBeLessThan(200 * MiB);
+        writeFileSync(go, "");
+        const code = await new Promise((resolve) => ex.once("close", resolve));
+        expect(code, stderr).toBe(0);
+        expect(stdout).toBe(`ready\n${TOTAL}\n`);
+      } finally {
+        ex.kill("SIGKILL");
+      }
+    });
   });
 });
 

@@ -1,4 +1,4 @@
-// Process checks for the tests that stop the CLI with a signal.
+// Process checks for the tests that stop the CLI with a signal or hold its streams.
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 
@@ -43,4 +43,35 @@ export function withEnv(name: string, value: string): number[] {
       }
     })
     .map(Number);
+}
+
+/** Bytes `pid` has written so far (Linux /proc/<pid>/io wchar); undefined once it is gone. */
+export function bytesWritten(pid: number): number | undefined {
+  try {
+    return Number(/^wchar: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, "utf8"))![1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** `pid`'s peak resident set (Linux /proc/<pid>/status VmHWM), in bytes. */
+export function peakRss(pid: number): number {
+  return Number(/^VmHWM:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
+}
+
+/**
+ * Resolves with `count()` once it passes `limit`, or once it has stopped growing (the same for 25
+ * samples 20 ms apart): the producer it counts is held. Not a measure of time: a busy machine only
+ * makes the producer look held early, when less has been produced.
+ */
+export async function grownTo(count: () => number, limit: number): Promise<number> {
+  let last = -1;
+  for (let same = 0; same < 25; ) {
+    const n = count();
+    if (n > limit) return n;
+    same = n === last ? same + 1 : 0;
+    last = n;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return last;
 }

@@ -38,7 +38,7 @@ export {
   rawBidiStream,
   type RawFrame,
 } from "./runtime.js";
-export { RequestQueue } from "./request-queue.js";
+export { RequestQueue, type RequestQueueOptions } from "./request-queue.js";
 export { createTaskDirs, type TaskDirs, type TaskDirsEnv } from "./task-dirs.js";
 export {
   createTaskCgroup,

@@ -5,6 +5,12 @@
  * half-closes ExecTaskStreaming's, so this is also how to drive an exec session as Nomad does.
  * One call consumes it; messages pushed after `end()` are dropped.
  *
+ * The queue holds whatever is pushed: a producer faster than the call (a file piped into an exec
+ * session) should stop when {@link RequestQueue.push} returns false and go on once
+ * {@link RequestQueue.drained} resolves, as with a `Writable`'s `write()` and `'drain'`. The call
+ * takes a message only once the previous one was written to the HTTP/2 stream, so flow control
+ * reaches the producer that way.
+ *
  * @example
  * ```ts
  * import { launchPlugin, RequestQueue } from "@nomadkit/client";
@@ -21,20 +27,51 @@
  */
 export class RequestQueue<T> implements AsyncIterable<T> {
   readonly #items: T[] = [];
+  readonly #highWaterMark: number;
   #wake: (() => void) | undefined;
+  #drained: (() => void)[] = [];
   #ended = false;
 
-  /** Queues messages for the call, in order. Ignored once the queue has ended. */
-  push(...items: T[]): void {
-    if (this.#ended) return;
+  constructor(options: RequestQueueOptions = {}) {
+    this.#highWaterMark = options.highWaterMark ?? 16;
+  }
+
+  /**
+   * Queues messages for the call, in order. Ignored once the queue has ended. Returns false when
+   * {@link RequestQueue.length} has reached the high-water mark: push no more until
+   * {@link RequestQueue.drained} resolves (what is pushed meanwhile is still queued, not dropped).
+   */
+  push(...items: T[]): boolean {
+    if (this.#ended) return false;
     this.#items.push(...items);
     this.#wake?.();
+    return this.#items.length < this.#highWaterMark;
   }
 
   /** Half-closes the request side once the queued messages have been sent. Idempotent. */
   end(): void {
     this.#ended = true;
     this.#wake?.();
+    // Nothing more can be pushed: a producer waiting to push must not wait for a call that may be gone.
+    this.#settleDrained();
+  }
+
+  /** Messages queued and not yet taken by the call. */
+  get length(): number {
+    return this.#items.length;
+  }
+
+  /**
+   * Resolves once the call has taken every queued message (at once when none is queued), or when
+   * the queue has ended.
+   */
+  drained(): Promise<void> {
+    if (this.#items.length === 0 || this.#ended) return Promise.resolve();
+    return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  #settleDrained(): void {
+    for (const resolve of this.#drained.splice(0)) resolve();
   }
 
   /** Whether {@link RequestQueue.end} was called. */
@@ -46,7 +83,9 @@ export class RequestQueue<T> implements AsyncIterable<T> {
   async *[Symbol.asyncIterator](): AsyncGenerator<T> {
     for (;;) {
       if (this.#items.length > 0) {
-        yield this.#items.shift()!;
+        const item = this.#items.shift()!;
+        if (this.#items.length === 0) this.#settleDrained();
+        yield item;
         continue;
       }
       if (this.#ended) return;
@@ -54,4 +93,10 @@ export class RequestQueue<T> implements AsyncIterable<T> {
       this.#wake = undefined;
     }
   }
+}
+
+/** Options of a {@link RequestQueue}. */
+export interface RequestQueueOptions {
+  /** Queued messages at which {@link RequestQueue.push} returns false; default 16. */
+  highWaterMark?: number;
 }

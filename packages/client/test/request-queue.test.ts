@@ -63,4 +63,36 @@ describe("RequestQueue", () => {
     for await (const x of q) items.push(x);
     expect(items).toEqual([0, undefined, null, ""]);
   });
+
+  it("push() says when the high-water mark is reached; drained() resolves once the call took everything", async () => {
+    const q = new RequestQueue<number>({ highWaterMark: 3 });
+    await q.drained(); // empty: at once
+    expect(q.push(1)).toBe(true);
+    expect(q.push(2)).toBe(true);
+    expect(q.push(3)).toBe(false);
+    expect(q.push(4)).toBe(false); // still queued
+    expect(q.length).toBe(4);
+    let drained = false;
+    const waiting = q.drained().then(() => (drained = true));
+    const it = q[Symbol.asyncIterator]();
+    expect(await take(it, 3)).toEqual([1, 2, 3]);
+    for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+    expect(drained).toBe(false);
+    expect(q.length).toBe(1);
+    expect(await take(it, 1)).toEqual([4]);
+    await waiting;
+    expect(q.length).toBe(0);
+    expect(q.push(5)).toBe(true);
+  });
+
+  it("drained() resolves when the queue ends, taken or not (the call may be gone)", async () => {
+    const q = new RequestQueue<number>();
+    q.push(1, 2);
+    const waiting = q.drained();
+    q.end();
+    await waiting;
+    await q.drained();
+    expect(q.push(3)).toBe(false);
+    expect(q.length).toBe(2);
+  });
 });

@@ -32,7 +32,15 @@ export async function execCommand(
     },
   });
   const onResize = () => requests.push(size());
-  const onData = (d: Buffer) => requests.push({ stdin: { data: d } });
+  // Input faster than the plugin takes it (a file piped in) waits in the pipe, not in memory: stop
+  // reading while the request queue is full, go on once the call has taken what it holds.
+  const onData = (d: Buffer) => {
+    if (requests.push({ stdin: { data: d } }) || stdin.isPaused()) return;
+    stdin.pause();
+    void requests.drained().then(() => {
+      if (!requests.ended) stdin.resume();
+    });
+  };
   const onEnd = () => requests.push({ stdin: { close: true } });
   const onSigint = () => stop.abort();
 
@@ -57,8 +65,10 @@ export async function execCommand(
     for await (const res of c.plugin.driver.execTaskStreaming(requests, {
       signal: stop.signal,
     })) {
-      if (res.stdout?.data.length) process.stdout.write(res.stdout.data);
-      if (res.stderr?.data.length) process.stderr.write(res.stderr.data);
+      // Waiting for a slow reader of our output stops reading the stream: HTTP/2 flow control then
+      // holds the command's output in the plugin instead of here.
+      if (res.stdout?.data.length) await write(process.stdout, res.stdout.data, stop.signal);
+      if (res.stderr?.data.length) await write(process.stderr, res.stderr.data, stop.signal);
       if (res.exited) {
         exitCode = res.result?.exitCode ?? 0;
         break;
@@ -86,4 +96,22 @@ export async function execCommand(
       `plugin ${c.name}: exec stream ended without an exit status`,
     );
   process.exitCode = exitCode;
+}
+
+/** Writes `data` to `out`; resolves once `out` takes more (drain), fails or closes, or `signal` aborts. */
+async function write(out: NodeJS.WriteStream, data: Uint8Array, signal: AbortSignal): Promise<void> {
+  if (out.write(data) || signal.aborted) return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      out.off("drain", done);
+      out.off("error", done);
+      out.off("close", done);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    out.on("drain", done);
+    out.on("error", done);
+    out.on("close", done);
+    signal.addEventListener("abort", done);
+  });
 }
