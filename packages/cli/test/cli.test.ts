@@ -5,6 +5,7 @@ import {
   chmodSync,
   existsSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -637,6 +638,22 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
       const badName = await nomadkit("run", driver, "--name", name);
       expect(badName.code).toBe(1);
       expect(badName.stderr).toContain(`nomadkit: --name ${JSON.stringify(name)}: use letters`);
+    }
+  });
+
+  it("run refuses a --name the filesystem cannot take before starting the plugin, and leaves nothing behind", async () => {
+    const tmp = mkdtempSync(join(tmpdir(), "nk-cli-tmp-"));
+    const mark = `long-name-${process.pid}`;
+    try {
+      const name = "a".repeat(300);
+      const r = await start(["run", rawexec, "--task-config", "long.json", "--name", name], undefined, { TMPDIR: tmp, NOMADKIT_TEST_MARK: mark }).done;
+      expect(r.stderr).toBe(`nomadkit: --name ${JSON.stringify(name)}: cannot create the task's directory: ENAMETOOLONG\n`);
+      expect(r.code).toBe(1);
+      expect(withEnv("NOMADKIT_TEST_MARK", mark)).toEqual([]);
+      expect(readdirSync(tmp)).toEqual([]);
+    } finally {
+      for (const pid of withEnv("NOMADKIT_TEST_MARK", mark)) process.kill(pid, "SIGKILL");
+      rmSync(tmp, { recursive: true, force: true });
     }
   });
 

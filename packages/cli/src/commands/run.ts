@@ -18,6 +18,7 @@ import {
   openTaskLogs,
   TaskCgroupUnavailableError,
   type TaskCgroup,
+  type TaskDirs,
   type TaskLogs,
 } from "@nomadkit/client";
 import { CliError } from "../errors.js";
@@ -29,6 +30,7 @@ import {
 import {
   connectPlugin,
   rpcError,
+  type Connected,
   type GlobalOptions,
   type RunState,
 } from "../plugin.js";
@@ -74,10 +76,32 @@ export async function runCommand(
       `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-" (not "." or "..")`,
     );
 
-  const c = await connectPlugin(plugin, g);
-  // The directories Nomad makes before StartTask; drivers may rely on them.
-  const allocDir = mkdtempSync(join(tmpdir(), "nomadkit-run-"));
-  const dirs = createTaskDirs(allocDir, opts.name);
+  // The directories Nomad makes before StartTask; drivers may rely on them. Made before the plugin
+  // starts: a name the filesystem refuses (too long) then fails with nothing to stop.
+  let allocDir: string;
+  try {
+    allocDir = mkdtempSync(join(tmpdir(), "nomadkit-run-"));
+  } catch (err) {
+    throw new CliError(`cannot create the allocation directory in ${tmpdir()}: ${errorCode(err)}`);
+  }
+  const removeAllocDir = () => rmSync(allocDir, { recursive: true, force: true });
+  let dirs: TaskDirs;
+  try {
+    dirs = createTaskDirs(allocDir, opts.name);
+  } catch (err) {
+    removeAllocDir();
+    throw new CliError(`--name ${JSON.stringify(opts.name)}: cannot create the task's directory: ${errorCode(err)}`);
+  }
+  // Also while the plugin is being launched; registered first, so it runs last.
+  const noAllocDirCleanup = onInterrupt(removeAllocDir);
+  let c: Connected;
+  try {
+    c = await connectPlugin(plugin, g);
+  } catch (err) {
+    noAllocDirCleanup();
+    removeAllocDir();
+    throw err;
+  }
   /** The task's output FIFOs, read as Nomad's logmon reads them; opened just before StartTask. */
   let logs: TaskLogs | undefined;
   /** The task's cgroup, made just before StartTask; removed (with what is left in it) once the task is gone. */
@@ -132,7 +156,7 @@ export async function runCommand(
     await undo();
     await cgroup?.destroy().catch(() => {});
     await logs?.close(0);
-    rmSync(allocDir, { recursive: true, force: true });
+    removeAllocDir();
   });
   try {
     await configure(c, config);
@@ -244,8 +268,14 @@ export async function runCommand(
     });
     noCleanup();
     await c.release();
-    rmSync(allocDir, { recursive: true, force: true });
+    noAllocDirCleanup();
+    removeAllocDir();
   }
+}
+
+/** An fs error's code (ENAMETOOLONG, EACCES, …), else its message. */
+function errorCode(err: unknown): string {
+  return (err as NodeJS.ErrnoException).code ?? (err as Error).message;
 }
 
 /**
