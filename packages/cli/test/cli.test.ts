@@ -657,6 +657,25 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     }
   });
 
+  /** `nomadkit run` of the test driver with `flags`, checking that no process it started is left. */
+  async function runMarked(mark: string, ...flags: string[]): Promise<Result> {
+    try {
+      const r = await start(["run", driver, "--task-config", "task.json", ...flags], undefined, { NOMADKIT_TEST_MARK: mark }).done;
+      expect(withEnv("NOMADKIT_TEST_MARK", mark)).toEqual([]);
+      return r;
+    } finally {
+      for (const pid of withEnv("NOMADKIT_TEST_MARK", mark)) process.kill(pid, "SIGKILL");
+    }
+  }
+
+  it("run refuses a --cgroup-parent that is not below the root before starting the plugin", async () => {
+    for (const parent of ["/", "../x", "a/../../b"]) {
+      const r = await runMarked(`cgroup-parent-${process.pid}`, "--cgroup-parent", parent);
+      expect(r.stderr).toBe(`nomadkit: --cgroup-parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."\n`);
+      expect(r.code).toBe(1);
+    }
+  });
+
   it("a plugin that is not a go-plugin plugin", async () => {
     writeFileSync(
       join(dir, "chatty.mjs"),

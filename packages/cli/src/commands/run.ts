@@ -75,6 +75,13 @@ export async function runCommand(
     throw new CliError(
       `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-" (not "." or "..")`,
     );
+  // The rule createTaskCgroup applies, checked here so a bad parent fails before the plugin starts.
+  const parent = opts.cgroupParent;
+  if (parent !== undefined && opts.taskCgroup) {
+    const levels = parent.split("/").filter((l) => l !== "" && l !== ".");
+    if (levels.length === 0 || levels.includes("..") || parent.includes("\0"))
+      throw new CliError(`--cgroup-parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."`);
+  }
 
   // The directories Nomad makes before StartTask; drivers may rely on them. Made before the plugin
   // starts: a name the filesystem refuses (too long) then fails with nothing to stop.
@@ -182,10 +189,13 @@ export async function runCommand(
     let cgroupNote = "no task cgroup (--no-task-cgroup)";
     if (opts.taskCgroup) {
       try {
-        cgroup = createTaskCgroup({ allocId, task: opts.name, parent: opts.cgroupParent });
+        cgroup = createTaskCgroup({ allocId, task: opts.name, parent });
         cgroupNote = `cpuset_cgroup ${cgroup.path}`;
       } catch (err) {
-        if (!(err instanceof TaskCgroupUnavailableError)) throw err;
+        if (!(err instanceof TaskCgroupUnavailableError)) {
+          const flag = parent === undefined ? "" : ` under --cgroup-parent ${JSON.stringify(parent)}`;
+          throw new CliError(`cannot create the task's cgroup${flag}: ${(err as Error).message}`);
+        }
         cgroupNote = `no task cgroup: ${err.reason}`;
       }
     }
