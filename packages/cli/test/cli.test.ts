@@ -363,6 +363,18 @@ describe("nomadkit", () => {
     expect(await stops("--kill-signal", "SIGTERM")).toEqual([{ signal: "SIGTERM", signalDefaulted: false }]);
   }, 60_000);
 
+  it("a StopTask that fails at Ctrl-C says so (the task runs on); a second Ctrl-C destroys the task", async () => {
+    // The driver cannot record the stop (its log is a directory): StopTask fails.
+    const run = start(["run", direct, "--task-config", join(dir, "long.json")], undefined, { DIRECT_DRIVER_STOP_LOG: dir });
+    await run.stderrMatch(/started task /);
+    run.child.kill("SIGINT");
+    await run.stderrMatch(/nomadkit: plugin \S+: Driver\.StopTask failed: .*EISDIR/);
+    run.child.kill("SIGINT");
+    const r = await run.done;
+    expect(r.stderr).toContain("task exited with code 137 (signal 9)");
+    expect(r.code).toBe(137);
+  }, 60_000);
+
   it("exec -it forwards the terminal size and resizes, and propagates the exit code", async () => {
     const pty = await import("node-pty");
     const state = join(dir, "pty-state.json");
@@ -667,6 +679,12 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
       for (const pid of withEnv("NOMADKIT_TEST_MARK", mark)) process.kill(pid, "SIGKILL");
     }
   }
+
+  it("run refuses a --kill-signal that is not a signal before starting the plugin", async () => {
+    const r = await runMarked(`kill-signal-${process.pid}`, "--kill-signal", "SIGFOO");
+    expect(r.stderr).toBe('nomadkit: --kill-signal "SIGFOO": not a signal name (for example SIGTERM, SIGINT)\n');
+    expect(r.code).toBe(1);
+  });
 
   it("run refuses a --cgroup-parent that is not below the root before starting the plugin", async () => {
     for (const parent of ["/", "../x", "a/../../b"]) {

@@ -9,7 +9,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
+import { constants as osConstants, tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
 import {
   createTaskCgroup,
@@ -75,6 +75,9 @@ export async function runCommand(
     throw new CliError(
       `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-" (not "." or "..")`,
     );
+  // Checked here: a signal the driver refuses would only surface as a StopTask failure at Ctrl-C.
+  if (opts.killSignal !== "" && !Object.hasOwn(osConstants.signals, opts.killSignal))
+    throw new CliError(`--kill-signal ${JSON.stringify(opts.killSignal)}: not a signal name (for example SIGTERM, SIGINT)`);
   // The rule createTaskCgroup applies, checked here so a bad parent fails before the plugin starts.
   const parent = opts.cgroupParent;
   if (parent !== undefined && opts.taskCgroup) {
@@ -121,6 +124,10 @@ export async function runCommand(
   let wroteState = false;
   let taskId = "";
   let interrupts = 0;
+  // A call Ctrl-C makes whose failure would otherwise go unseen (the task keeps running).
+  const report = (rpc: string) => (e: unknown) => {
+    process.stderr.write(`nomadkit: ${rpcError(c.name, rpc, e).message}\n`);
+  };
   const onSigint = () => {
     // Before the task runs, Ctrl-C stops everything (see interrupt.ts), once: after that, the
     // handler there decides (a second signal exits at once).
@@ -139,9 +146,9 @@ export async function runCommand(
           timeout: { seconds: 5n, nanos: 0 },
           signal: opts.killSignal,
         })
-        .catch(() => {});
+        .catch(report("Driver.StopTask"));
     } else {
-      c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+      c.plugin.driver.destroyTask({ taskId, force: true }).catch(report("Driver.DestroyTask"));
     }
   };
   process.on("SIGINT", onSigint);
