@@ -375,6 +375,30 @@ describe("nomadkit", () => {
     expect(r.code).toBe(137);
   }, 60_000);
 
+  it("a third Ctrl-C exits (130) even when WaitTask never returns, stopping the plugin", async () => {
+    const mark = `wait-forever-${process.pid}`;
+    const tmp = mkdtempSync(join(tmpdir(), "nk-cli-tmp-"));
+    const env = { TEST_PLUGIN_MODE: "wait-forever", NOMADKIT_TEST_MARK: mark, TMPDIR: tmp };
+    const run = start(["run", driver, "--task-config", "long.json"], undefined, env);
+    try {
+      await run.stderrMatch(/started task /);
+      run.child.kill("SIGINT");
+      await run.stderrMatch(/stopping task /);
+      run.child.kill("SIGINT");
+      await run.stderrMatch(/destroying task /);
+      run.child.kill("SIGINT");
+      const r = await run.done;
+      expect(r.stderr).toContain("nomadkit: SIGINT: stopping what was started");
+      expect(r.code).toBe(130);
+      await until(() => withEnv("NOMADKIT_TEST_MARK", mark).length === 0);
+      // The allocation directory and the plugin's socket directory are gone too.
+      expect(readdirSync(tmp)).toEqual([]);
+    } finally {
+      for (const pid of withEnv("NOMADKIT_TEST_MARK", mark)) process.kill(pid, "SIGKILL");
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
   it("exec -it forwards the terminal size and resizes, and propagates the exit code", async () => {
     const pty = await import("node-pty");
     const state = join(dir, "pty-state.json");

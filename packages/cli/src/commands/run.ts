@@ -147,8 +147,12 @@ export async function runCommand(
           signal: opts.killSignal,
         })
         .catch(report("Driver.StopTask"));
-    } else {
+    } else if (interrupts === 2) {
+      process.stderr.write(`nomadkit: destroying task ${taskId} (Ctrl-C again to exit)\n`);
       c.plugin.driver.destroyTask({ taskId, force: true }).catch(report("Driver.DestroyTask"));
+    } else {
+      // WaitTask may never return (a driver that lost its task): clean up as any signal does, then exit 130.
+      interrupt("SIGINT");
     }
   };
   process.on("SIGINT", onSigint);
