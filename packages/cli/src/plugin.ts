@@ -228,11 +228,22 @@ export async function connectPlugin(
   };
 }
 
-/** Turns an RPC failure into a CLI error naming the plugin and the call. */
-export function rpcError(name: string, rpc: string, err: unknown): CliError {
+/**
+ * Turns an RPC failure into a CLI error naming the plugin and the call (and `note`, say where the
+ * config sent came from); when the plugin died under the call, with how it ended and the last lines
+ * of its stderr (its panic, say).
+ */
+export async function rpcError(c: Connected, rpc: string, err: unknown, note = ""): Promise<CliError> {
+  const error = await describeRpcError(c, rpc, err);
+  if (note) error.message = error.message.replace(/^.*/, (first) => `${first} ${note}`);
+  return error;
+}
+
+async function describeRpcError(c: Connected, rpc: string, err: unknown): Promise<CliError> {
+  const name = c.name;
   if (err instanceof CliError) return err;
   if (err instanceof PluginShutdownError)
-    return new CliError(`plugin ${name}: ${rpc}: the plugin exited`);
+    return new CliError(`plugin ${name}: ${rpc}: the plugin exited${await exitReport(c.plugin)}`);
   if (err instanceof ConnectError) {
     if (err.code === Code.Unimplemented)
       return new CliError(`plugin ${name} does not implement ${rpc}`);
@@ -247,6 +258,27 @@ export function rpcError(name: string, rpc: string, err: unknown): CliError {
   return new CliError(
     `plugin ${name}: ${rpc} failed: ${err instanceof Error ? err.message : String(err)}`,
   );
+}
+
+/**
+ * How `plugin` ended (` with status N`, ` on signal SIG…`) and the last lines of its stderr, as a
+ * PluginLaunchError quotes them; "" for what a reattached plugin does not tell.
+ */
+async function exitReport(plugin: PluginClient): Promise<string> {
+  const { code, signal } = await plugin.exited;
+  // Its last words may still be in the pipe when its exit is seen; a child holding the pipe gets 1 s.
+  const stderr = plugin.process?.stderr;
+  if (stderr && !stderr.closed) {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      new Promise((r) => stderr.once("close", r)),
+      new Promise((r) => (timer = setTimeout(r, 1000))),
+    ]);
+    clearTimeout(timer);
+  }
+  const how = signal ? ` on signal ${signal}` : code !== null ? ` with status ${code}` : "";
+  const recent = plugin.recentStderr();
+  return recent ? `${how}\n--- plugin stderr (most recent last) ---\n${recent}` : how;
 }
 
 /** Runs `fn` with a connected plugin and always releases it. */

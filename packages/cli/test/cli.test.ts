@@ -655,6 +655,15 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     expect(r.stderr).toContain("--task-config agent.json");
   });
 
+  it("a plugin that dies under a call: its exit status and last stderr lines", async () => {
+    const r = await start(["run", driver, "--task-config", "task.json"], undefined, { TEST_PLUGIN_MODE: "crash-on-start" }).done;
+    expect(r.stderr).toContain(
+      `nomadkit: plugin ${driver}: Driver.StartTask: the plugin exited with status 2 (task config from --task-config task.json)\n--- plugin stderr (most recent last) ---\n`,
+    );
+    expect(r.stderr.endsWith("\npanic: runtime error: disk on fire\ngoroutine 1 [running]:\n"), r.stderr).toBe(true);
+    expect(r.code).toBe(1);
+  });
+
   it("bad flag values", async () => {
     const level = await nomadkit("--log-level", "loud", "info", driver);
     expect(level.code).not.toBe(0);

@@ -76,7 +76,7 @@ export async function execCommand(
     }
   } catch (e) {
     if (stop.signal.aborted) exitCode = 130;
-    else throw rpcError(c.name, "Driver.ExecTaskStreaming", e);
+    else throw await rpcError(c, "Driver.ExecTaskStreaming", e);
   } finally {
     // Nomad never half-closes the request side; end it only now.
     requests.end();

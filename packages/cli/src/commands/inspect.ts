@@ -34,12 +34,13 @@ export async function infoCommand(
   opts: { json?: boolean },
   g: GlobalOptions,
 ): Promise<void> {
-  await withPlugin(plugin, g, async ({ plugin: p, name, call }) => {
-    const info = await p.basePlugin.pluginInfo({}, call).catch((e: unknown) => {
-      throw rpcError(name, "BasePlugin.PluginInfo", e);
+  await withPlugin(plugin, g, async (c) => {
+    const { plugin: p, call } = c;
+    const info = await p.basePlugin.pluginInfo({}, call).catch(async (e: unknown) => {
+      throw await rpcError(c, "BasePlugin.PluginInfo", e);
     });
-    const schema = await p.basePlugin.configSchema({}, call).catch((e: unknown) => {
-      throw rpcError(name, "BasePlugin.ConfigSchema", e);
+    const schema = await p.basePlugin.configSchema({}, call).catch(async (e: unknown) => {
+      throw await rpcError(c, "BasePlugin.ConfigSchema", e);
     });
     const out: Record<string, unknown> = {
       ...(toJson(PluginInfoResponseSchema, info) as object),
@@ -55,7 +56,7 @@ export async function infoCommand(
             .spec ?? null;
       } catch (e) {
         if (!(e instanceof ConnectError && e.code === Code.Unimplemented))
-          throw rpcError(name, "Driver.TaskConfigSchema", e);
+          throw await rpcError(c, "Driver.TaskConfigSchema", e);
       }
     }
     print(out, !!opts.json);
@@ -67,9 +68,10 @@ export async function capabilitiesCommand(
   opts: { json?: boolean },
   g: GlobalOptions,
 ): Promise<void> {
-  await withPlugin(plugin, g, async ({ plugin: p, name, call }) => {
-    const res = await p.driver.capabilities({}, call).catch((e: unknown) => {
-      throw rpcError(name, "Driver.Capabilities", e);
+  await withPlugin(plugin, g, async (c) => {
+    const { plugin: p, call } = c;
+    const res = await p.driver.capabilities({}, call).catch(async (e: unknown) => {
+      throw await rpcError(c, "Driver.Capabilities", e);
     });
     const json = toJson(CapabilitiesResponseSchema, res, {
       alwaysEmitImplicit: true,
@@ -87,8 +89,8 @@ export async function configure(
   c: Connected,
   config: JsonOption | undefined,
 ): Promise<void> {
-  const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch((e: unknown) => {
-    throw rpcError(c.name, "BasePlugin.ConfigSchema", e);
+  const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch(async (e: unknown) => {
+    throw await rpcError(c, "BasePlugin.ConfigSchema", e);
   });
   const msgpack = await encodeOperatorConfig(config?.source ?? "the plugin config (no --config given)", spec, config?.value ?? {});
   try {
@@ -97,16 +99,14 @@ export async function configure(
       c.call,
     );
   } catch (e) {
-    const err = rpcError(c.name, "BasePlugin.SetConfig", e);
-    if (config) err.message += ` (config from ${config.source})`;
-    throw err;
+    throw await rpcError(c, "BasePlugin.SetConfig", e, config && `(config from ${config.source})`);
   }
   try {
     await c.plugin.driver.init({}, c.call);
   } catch (e) {
     // Nomad counts Unimplemented as success.
     if (!(e instanceof ConnectError && e.code === Code.Unimplemented))
-      throw rpcError(c.name, "Driver.Init", e);
+      throw await rpcError(c, "Driver.Init", e);
   }
 }
 
@@ -138,7 +138,7 @@ export async function fingerprintCommand(
         throw new CliError(`plugin ${c.name}: Driver.Fingerprint ended without sending a fingerprint`);
     } catch (e) {
       if (stop.signal.aborted) return;
-      throw rpcError(c.name, "Driver.Fingerprint", e);
+      throw await rpcError(c, "Driver.Fingerprint", e);
     } finally {
       process.off("SIGINT", onSigint);
       stop.abort();

@@ -125,8 +125,8 @@ export async function runCommand(
   let taskId = "";
   let interrupts = 0;
   // A call Ctrl-C makes whose failure would otherwise go unseen (the task keeps running).
-  const report = (rpc: string) => (e: unknown) => {
-    process.stderr.write(`nomadkit: ${rpcError(c.name, rpc, e).message}\n`);
+  const report = (rpc: string) => async (e: unknown) => {
+    process.stderr.write(`nomadkit: ${(await rpcError(c, rpc, e)).message}\n`);
   };
   const onSigint = () => {
     // Before the task runs, Ctrl-C stops everything (see interrupt.ts), once: after that, the
@@ -180,8 +180,8 @@ export async function runCommand(
     await configure(c, config);
     const { spec: taskSpec } = await c.plugin.driver
       .taskConfigSchema({}, c.call)
-      .catch((e: unknown) => {
-        throw rpcError(c.name, "Driver.TaskConfigSchema", e);
+      .catch(async (e: unknown) => {
+        throw await rpcError(c, "Driver.TaskConfigSchema", e);
       });
     const msgpackDriverConfig = await encodeOperatorConfig(
       taskConfig?.source ?? "task config (no --task-config given)",
@@ -227,8 +227,7 @@ export async function runCommand(
         started = true;
       }));
     } catch (e) {
-      const err = rpcError(c.name, "Driver.StartTask", e);
-      if (taskConfig) err.message += ` (task config from ${taskConfig.source})`;
+      const err = await rpcError(c, "Driver.StartTask", e, taskConfig && `(task config from ${taskConfig.source})`);
       await out.close();
       throw err;
     }
@@ -258,7 +257,7 @@ export async function runCommand(
     try {
       wait = await c.plugin.driver.waitTask({ taskId });
     } catch (e) {
-      throw rpcError(c.name, "Driver.WaitTask", e);
+      throw await rpcError(c, "Driver.WaitTask", e);
     } finally {
       // A process the task left behind holding the FIFOs gets logmon's 2 s.
       await out.close();
@@ -266,9 +265,9 @@ export async function runCommand(
     destroyed = true;
     await c.plugin.driver
       .destroyTask({ taskId, force: true })
-      .catch((e: unknown) => {
+      .catch(async (e: unknown) => {
         process.stderr.write(
-          `nomadkit: ${rpcError(c.name, "Driver.DestroyTask", e).message}\n`,
+          `nomadkit: ${(await rpcError(c, "Driver.DestroyTask", e)).message}\n`,
         );
       });
     if (wait.err) throw new CliError(`task ${taskId} failed: ${wait.err}`);

@@ -70,7 +70,7 @@ export async function statsCommand(
     if (n === 0 && !stop.signal.aborted)
       throw new CliError(`plugin ${c.name}: Driver.TaskStats ended without sending a sample`);
   } catch (e) {
-    if (!stop.signal.aborted) throw rpcError(c.name, "Driver.TaskStats", e);
+    if (!stop.signal.aborted) throw await rpcError(c, "Driver.TaskStats", e);
   } finally {
     if (live && n > 0) process.stdout.write("\n");
     stop.abort();
