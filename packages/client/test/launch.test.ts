@@ -175,6 +175,20 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
     await expectGone(Number(readFileSync(pidFile, "utf8")));
   });
 
+  it("a plugin that closes its stdout without a handshake fails at once (no start timeout), and is killed", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-fake-"));
+    try {
+      const pidFile = join(dir, "pid");
+      const err = await launchFake({ FAKE_CLOSE_STDOUT: "1", FAKE_PIDFILE: pidFile }, { startTimeoutMs: 2 ** 31 - 1 });
+      expect(err.message).toMatch(/^plugin .*fake-handshake\.mjs closed its stdout without writing the go-plugin handshake\n/);
+      expect(err.stderr).toContain("a plain stderr line");
+      expect(err.exit).toBeUndefined();
+      await expectGone(Number(readFileSync(pidFile, "utf8")));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("an HTTP/2 server that is not gRPC (404 for everything) is not taken for a plugin", async () => {
     const dir = mkdtempSync(join(tmpdir(), "nk-fake-h2-"));
     try {

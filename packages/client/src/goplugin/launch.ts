@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
@@ -406,8 +407,8 @@ async function ping(
  * Starts a go-plugin plugin binary the way Nomad does and connects to it.
  *
  * Sets the magic cookie, `PLUGIN_PROTOCOL_VERSIONS`, `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT` (and the
- * optional socket and AutoMTLS variables), waits for the handshake line on stdout (default 60 s),
- * validates it, connects with connect-node's gRPC transport over unix or TCP (TLS with AutoMTLS)
+ * optional socket and AutoMTLS variables), waits for the handshake line on stdout (default 60 s;
+ * a plugin that closes its stdout without writing one fails at once), validates it, connects with connect-node's gRPC transport over unix or TCP (TLS with AutoMTLS)
  * and checks health. Failures throw {@link PluginLaunchError} quoting the plugin's recent stderr;
  * the process is killed then. The plugin's stderr is parsed as hclog into `options.logger`.
  *
@@ -495,8 +496,12 @@ export async function launchPlugin(
       });
     }
   }, 1);
+  let onStdoutClosed: (() => void) | undefined;
   child.stdout!.on("data", (c: Buffer) => stdout.push(c));
-  child.stdout!.once("end", () => stdout.end());
+  child.stdout!.once("end", () => {
+    stdout.end();
+    if (handshakeLine === undefined) onStdoutClosed?.();
+  });
 
   const fail = async (message: string, exit?: PluginLaunchError["exit"]): Promise<never> => {
     if (!exitInfo) child.kill("SIGKILL");
@@ -514,10 +519,22 @@ export async function launchPlugin(
   const cancelled = () => `launch of plugin ${name} cancelled`;
   if (options.signal?.aborted) return fail(cancelled());
   let timer: NodeJS.Timeout | undefined;
+  let closedTimer: NodeJS.Timeout | undefined;
   let onAbort: (() => void) | undefined;
   const first = await new Promise<{ line: string } | { error: string; exit?: PluginLaunchError["exit"] }>(
     (resolve) => {
       onFirstLine = (line) => resolve({ line });
+      // No handshake can come any more (go-plugin fails at once too). A plugin that died closed its
+      // stdout as it went: then its exit, which follows, says how.
+      onStdoutClosed = () => {
+        if (exitInfo !== undefined || child.pid === undefined) return;
+        const state = processState(child.pid);
+        if (state === "exiting") return;
+        const closed = { error: `plugin ${name} closed its stdout without writing the go-plugin handshake` };
+        if (state === "running") resolve(closed);
+        // Cannot tell (no /proc): give the exit a moment to arrive.
+        else closedTimer = setTimeout(() => resolve(closed), 1000);
+      };
       onAbort = () => resolve({ error: cancelled() });
       options.signal?.addEventListener("abort", onAbort, { once: true });
       child.once("error", (err) =>
@@ -539,8 +556,10 @@ export async function launchPlugin(
     },
   );
   clearTimeout(timer);
+  clearTimeout(closedTimer);
   if (onAbort) options.signal?.removeEventListener("abort", onAbort);
   onFirstLine = undefined;
+  onStdoutClosed = undefined;
   if ("error" in first) return fail(first.error, first.exit);
 
   let handshake: Handshake;
@@ -612,6 +631,24 @@ export async function launchPlugin(
     );
   }
   return client;
+}
+
+/**
+ * Whether process `pid` runs or is on its way out (a zombie, or PF_EXITING: it is closing its files),
+ * from Linux's /proc/<pid>/stat; undefined where that cannot be told (no /proc, already reaped).
+ */
+function processState(pid: number): "running" | "exiting" | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
+  // After the command name (which may hold spaces and parentheses): state, ppid, pgrp, session,
+  // tty_nr, tpgid, flags.
+  const [state, , , , , , flags] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const PF_EXITING = 0x4;
+  return state === "Z" || state === "X" || (Number(flags) & PF_EXITING) !== 0 ? "exiting" : "running";
 }
 
 function isAlive(pid: number): boolean {
