@@ -122,6 +122,9 @@ export function parseCallTimeout(g: GlobalOptions): number {
   return positiveMs("--call-timeout", g.callTimeout) ?? DEFAULT_CALL_TIMEOUT_MS;
 }
 
+/** The longest delay a Node timer honours, in ms (~24.8 days; a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** A flag's positive number of milliseconds, checked; `undefined` when not given. */
 export function positiveMs(flag: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -131,6 +134,9 @@ export function positiveMs(flag: string, value: string | undefined): number | un
       `${flag} ${JSON.stringify(value)}: expected a positive number of milliseconds`,
     );
   }
+  // Timeouts end up in timers: a longer one would expire at once.
+  if (ms > MAX_TIMER_MS)
+    throw new CliError(`${flag} ${JSON.stringify(value)}: at most ${MAX_TIMER_MS} milliseconds (about 24.8 days)`);
   return ms;
 }
 

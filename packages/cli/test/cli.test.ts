@@ -196,6 +196,19 @@ describe("nomadkit", () => {
     expect(bad.stderr).toBe('nomadkit: --call-timeout "soon": expected a positive number of milliseconds\n');
   });
 
+  it("a timeout longer than a Node timer holds is refused, naming the flag (it would expire at once)", async () => {
+    const cases: [string, string, string[]][] = [
+      ["--start-timeout", "2147483648", ["info", driver]],
+      ["--call-timeout", "1e12", ["info", driver]],
+      ["--start-timeout", "3e9", ["conformance", driver, "--checks", "handshake"]],
+    ];
+    for (const [flag, value, command] of cases) {
+      const r = await nomadkit(flag, value, ...command);
+      expect(r.stderr).toBe(`nomadkit: ${flag} "${value}": at most 2147483647 milliseconds (about 24.8 days)\n`);
+      expect(r.code).toBe(1);
+    }
+  });
+
   it("run starts a task, streams its output and exits with its status", async () => {
     const r = await nomadkit(
       "run",

@@ -189,6 +189,17 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
     }
   });
 
+  it("a start timeout beyond what a Node timer holds (2^31-1 ms) does not fire at once", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-fake-h2-"));
+    try {
+      const err = await launchFake({ FAKE_H2_404: dir }, { startTimeoutMs: 2 ** 31 });
+      // Past the handshake: the plugin's answer, not the deadline, ended the launch.
+      expect(err.message).toMatch(/cannot talk gRPC to plugin .* at unix:.*plugin\.sock: .*HTTP 404/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("an HTTP/2 server that is not gRPC (404 for everything) is not taken for a plugin", async () => {
     const dir = mkdtempSync(join(tmpdir(), "nk-fake-h2-"));
     try {

@@ -44,6 +44,8 @@ export const NOMAD_PLUGIN_COOKIE = Object.freeze({
 
 /** How long go-plugin hosts wait for the handshake. */
 export const DEFAULT_START_TIMEOUT_MS = 60_000;
+/** The longest delay a Node timer honours, in ms (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 /** How long `kill()` waits for the process after GRPCController.Shutdown before SIGKILL. */
 export const DEFAULT_KILL_TIMEOUT_MS = 2_000;
 
@@ -89,7 +91,7 @@ export interface LaunchPluginOptions extends PluginConnectOptions {
    * to the plugin, trusting only the certificate from its handshake. Default false (Nomad's setting).
    */
   autoMTLS?: boolean;
-  /** How long to wait for the handshake line; default 60 s like go-plugin. */
+  /** How long to wait for the handshake line; default 60 s like go-plugin. Above 2^31-1 ms (~24.8 days): no limit. */
   startTimeoutMs?: number;
   /**
    * Gives up the launch (the process is killed, the promise rejects with {@link PluginLaunchError})
@@ -546,13 +548,16 @@ export async function launchPlugin(
           exit: { code: e.code, signal: e.signal },
         }),
       );
-      timer = setTimeout(
-        () =>
-          resolve({
-            error: `plugin ${name} did not complete the go-plugin handshake within ${startTimeoutMs} ms`,
-          }),
-        startTimeoutMs,
-      );
+      // Node's timers hold at most 2^31-1 ms (~24.8 days; a longer delay fires at once): no deadline then.
+      if (startTimeoutMs <= MAX_TIMER_MS) {
+        timer = setTimeout(
+          () =>
+            resolve({
+              error: `plugin ${name} did not complete the go-plugin handshake within ${startTimeoutMs} ms`,
+            }),
+          startTimeoutMs,
+        );
+      }
     },
   );
   clearTimeout(timer);
