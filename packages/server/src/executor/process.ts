@@ -1,6 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import { constants as fsConstants } from "node:fs";
-import { open, type FileHandle } from "node:fs/promises";
+import { open, stat, type FileHandle } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
@@ -43,10 +43,20 @@ export interface TaskLaunchOptions extends TaskContextOptions {
 /** Default signal of {@link TaskProcess.shutdown}, as in Nomad's executor. */
 export const DEFAULT_SHUTDOWN_SIGNAL = "SIGINT";
 
-async function openOutput(path: string | undefined, field: string): Promise<FileHandle | undefined> {
+/** How long Shutdown waits for the task after SIGKILL before it fails (Nomad's executor: 15 s). */
+export const KILL_WAIT_MS = 15_000;
+
+/**
+ * Opens a task's output path for writing. For a FIFO (Nomad's logmon makes them) a read end is
+ * opened first and pushed to `keepers`, to be held while the task runs: the pipe then never has no
+ * reader, so a log collector that goes away (logmon restarting) does not kill the task with SIGPIPE
+ * (its output waits in the pipe for the next reader), and this open cannot block the launch (nor
+ * the executor's exit, which would join the blocked thread).
+ */
+async function openOutput(path: string | undefined, field: string, keepers: FileHandle[]): Promise<FileHandle | undefined> {
   if (!path) return undefined;
   try {
-    // Opening a FIFO for writing waits for its reader (Nomad's log collector), which is intended.
+    if ((await stat(path).catch(() => undefined))?.isFIFO()) keepers.push(await open(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK));
     return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT, 0o644);
   } catch (err) {
     throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, Code.InvalidArgument);
@@ -109,10 +119,13 @@ export class TaskProcess {
     // Nomad's lookup: the task's local/ and task directories before the host, chmodding what it finds.
     const file = findTaskBinary(options.cmd, options.taskDir, context.env, context.cwd, "cmd");
     if (context.user) await assertExecutableBy(context.user, file, "cmd");
-    const out = await openOutput(options.stdoutPath, "stdout_path");
+    const keepers: FileHandle[] = [];
+    let out: FileHandle | undefined;
     let err: FileHandle | undefined;
+    let launched: TaskProcess | undefined;
     try {
-      err = await openOutput(options.stderrPath, "stderr_path");
+      out = await openOutput(options.stdoutPath, "stdout_path", keepers);
+      err = await openOutput(options.stderrPath, "stderr_path", keepers);
       const oomKillsBefore = context.cgroups?.oomKills();
       const child = spawnInContext(context, file, options.args ?? [], {
         stdio: ["ignore", out?.fd ?? "ignore", err?.fd ?? "ignore"],
@@ -123,11 +136,14 @@ export class TaskProcess {
         child.once("spawn", resolve);
         child.once("error", (e) => reject(new ConnectError(`cmd: cannot start ${JSON.stringify(options.cmd)}: ${e.message}`, Code.InvalidArgument)));
       });
-      return new TaskProcess(child, context, oomKillsBefore);
+      launched = new TaskProcess(child, context, oomKillsBefore);
+      return launched;
     } finally {
       // The child holds its own copies; closing ours lets a FIFO reader see EOF when the task ends.
       await out?.close();
       await err?.close();
+      if (launched) void launched.wait().then(() => Promise.all(keepers.map((k) => k.close())));
+      else await Promise.all(keepers.map((k) => k.close()));
     }
   }
 
@@ -159,9 +175,10 @@ export class TaskProcess {
    * Stops the task: sends `sig` (default SIGINT, like Nomad), waits up to `graceMs`, then SIGKILLs
    * the process group and every descendant. With `graceMs` 0 it kills at once. Also kills what the
    * task left behind in its group after a clean exit and, when it has cgroups, every process in
-   * them (those that left its group and tree too). Resolves with the exit state.
+   * them (those that left its group and tree too). Resolves with the exit state; rejects
+   * (DeadlineExceeded) when the process has not exited `killWaitMs` after SIGKILL.
    */
-  async shutdown(sig: string | number = DEFAULT_SHUTDOWN_SIGNAL, graceMs = 0): Promise<TaskExit> {
+  async shutdown(sig: string | number = DEFAULT_SHUTDOWN_SIGNAL, graceMs = 0, killWaitMs = KILL_WAIT_MS): Promise<TaskExit> {
     const num = signalNumber(sig === "" ? DEFAULT_SHUTDOWN_SIGNAL : sig);
     if (!this.exitState && graceMs > 0) {
       try {
@@ -173,7 +190,15 @@ export class TaskProcess {
       await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, timerDelayMs(graceMs))))]);
       clearTimeout(timer);
     }
-    if (!this.exitState) await this.killTree();
+    if (!this.exitState) {
+      await this.killTree();
+      // A process SIGKILL cannot end (uninterruptible sleep on a hung mount, a frozen cgroup) would
+      // hold Shutdown, and Nomad's StopTask, forever; Nomad's executor gives up after 15 s too.
+      let timer: NodeJS.Timeout | undefined;
+      const exited = await Promise.race([this.exited.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), timerDelayMs(killWaitMs))))]);
+      clearTimeout(timer);
+      if (!exited) throw new ConnectError(`shutdown: process ${this.pid} did not exit within ${killWaitMs} ms of SIGKILL`, Code.DeadlineExceeded);
+    }
     const state = await this.exited;
     // What the task left in its group. While any member lives its pid stays reserved, so a process
     // that has the pid now (ours was reaped) means the group is gone and the pid reused.

@@ -111,7 +111,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     return this.task;
   }
 
-  async launch(req: LaunchRequest) {
+  async launch(req: LaunchRequest, ctx?: Pick<HandlerContext, "signal">) {
     if (this.launching) throw new ConnectError("launch: this executor already runs a task (one task per executor)", Code.FailedPrecondition);
     const cgroups = TaskCgroups.resolve({
       cgroupV2Override: req.cgroupV2Override,
@@ -139,6 +139,11 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       throw err;
     }
     this.task = task;
+    if (ctx?.signal.aborted) {
+      // The caller gave up (a cancelled StartTask): it has no handle to stop this task with, ever.
+      await task.shutdown("SIGKILL", 0);
+      throw new ConnectError(`launch: cancelled by the caller; the task (pid ${task.pid}) was killed`, Code.Canceled);
+    }
     this.log.info("task launched", { pid: task.pid, cmd: req.cmd, cgroups: cgroups?.paths.join(",") });
     void task.wait().then((s) => this.log.info("task exited", { pid: s.pid, exit_code: s.exitCode, signal: s.signal, oom_killed: s.oomKilled }));
     return {
@@ -157,7 +162,9 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   }
 
   async shutdown(req: ShutdownRequest) {
-    const task = this.task;
+    // A launch still under way (the driver's StartTask failed or was cancelled meanwhile) is stopped
+    // too: returning now would let the executor exit and the task start with nobody to stop it.
+    const task = this.task ?? (await this.launching?.catch(() => undefined));
     if (task) {
       const graceMs = Number(req.gracePeriod / 1_000_000n);
       const state = await task.shutdown(req.signal || undefined, graceMs);
