@@ -123,8 +123,8 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         );
         pid = res.process?.pid ?? 0;
       } catch (err) {
-        // A Launch the caller gave up on may still have started the task: the executor's shutdown
-        // does not stop it.
+        // A Launch the caller gave up on may still be starting the task: the executor's Shutdown
+        // waits for it and stops it before the executor goes.
         await exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
         await exe.kill().catch(() => undefined);
         throw err;
