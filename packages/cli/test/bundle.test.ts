@@ -49,6 +49,17 @@ function report(launcher: string) {
   return { code: r.status, stderr: r.stderr };
 }
 
+/** The string attributes of a launched driver's first fingerprint. */
+async function fingerprintAttributes(plugin: PluginClient): Promise<Record<string, string>> {
+  for await (const res of plugin.driver.fingerprint({}))
+    return Object.fromEntries(Object.entries(res.attributes).map(([k, a]) => [k, String(a.value.value)]));
+  throw new Error("Driver.Fingerprint ended without sending a fingerprint");
+}
+
+/** A driver that never runs a task, its `definition`'s other members spliced in (JavaScript source). */
+const stubDriver = (name: string, definition = "") =>
+  `defineDriver({ name: ${JSON.stringify(name)}, version: "0.0.1", ${definition}async startTask() {}, waitTask: () => new Promise(() => {}), stopTask() {}, destroyTask() {} })`;
+
 // Inside the repo, so the drivers' imports resolve from the workspace's node_modules.
 let work: string;
 // Outside the repo: no node_modules above it.
@@ -96,6 +107,14 @@ beforeAll(() => {
   writeFileSync(
     join(work, "throws.mjs"),
     'throw new Error("driver configuration missing: HELLO_HOME");\n',
+  );
+  // A CommonJS driver that serves only when run as a program (a test may require it).
+  writeFileSync(
+    join(work, "main-check.cjs"),
+    'const { defineDriver, serveDriver } = require("@nomadkit/server");\n' +
+      `const driver = ${stubDriver("main-check", 'fingerprint: () => ({ health: "healthy", attributes: { "driver.main-check.main": require.main.filename } }), ')};\n` +
+      "module.exports = driver;\n" +
+      "if (require.main === module) void serveDriver(driver);\n",
   );
   writeFileSync(join(work, "a-file"), "");
   // A package with a native addon (a stand-in .node file; never loaded at bundle time).
@@ -780,4 +799,25 @@ describe("nomadkit bundle", () => {
     for (const f of ["throws", "throws.cjs"])
       expect(existsSync(join(work, "throws", f)), f).toBe(true);
   });
+
+  it("runs a CommonJS entry as the main module: `if (require.main === module) serveDriver(...)` serves", async () => {
+    // The launcher's module was require.main: the code-cache run failed (exit 0 before the
+    // handshake) and, without it, the plugin did nothing.
+    let r = bundle("main-check.cjs", "--out", "main-check");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    r = bundle("main-check.cjs", "--out", "main-check-plain", "--no-code-cache");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    // From the load launch's fast path (handing over to the bundle on Fingerprint) and without one.
+    for (const dir of ["main-check", "main-check-plain"]) {
+      const plugin = await launchPlugin(process.execPath, [join(work, dir, "main-check")]);
+      try {
+        expect((await plugin.basePlugin.pluginInfo({})).name).toBe("main-check");
+        expect(await fingerprintAttributes(plugin)).toEqual({ "driver.main-check.main": join(work, dir, "main-check.cjs") });
+      } finally {
+        expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+      }
+    }
+  }, 120_000);
 });

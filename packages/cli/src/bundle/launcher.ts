@@ -101,17 +101,21 @@ function launch(
   /**
    * Runs the CommonJS file `file` compiled with the V8 code cache `cacheFile` when that cache was
    * made from exactly this file by this Node.js; with `save`, writes the cache of what ran as the
-   * process exits cleanly. Returns the module's exports.
+   * process exits cleanly. With `main`, the file is the process's main module, as with `node file`.
+   * Returns the module's exports.
    */
   const runCached = (
     file: string,
     cacheFile: string,
     label: string,
     save: boolean,
+    main: boolean,
   ): unknown => {
     const { isAscii } = require("node:buffer") as typeof import("node:buffer");
+    const { dirname } = require("node:path") as typeof import("node:path");
     const Module = require("node:module") as typeof import("node:module") & {
       wrap(source: string): string;
+      _nodeModulePaths(dir: string): string[];
     };
     const { Script } = require("node:vm") as typeof import("node:vm");
     const bytes = readFileSync(file);
@@ -154,16 +158,28 @@ function launch(
     }
     if (mode === "report")
       process.stderr.write(`${label}: code cache ${cacheState}\n`);
-    const module = { exports: {}, filename: file };
+    // A module of its own, as Node's loader makes one: a bundled CommonJS entry's
+    // `if (require.main === module)` holds, and so does a package's check of require.main.
+    const module = new Module(file);
+    module.filename = file;
+    module.paths = Module._nodeModulePaths(dirname(file));
+    if (main) {
+      module.id = ".";
+      // Node gives every require function made from now on (this one, those of the packages it
+      // loads from node_modules) process.mainModule as `main`: the launcher's module until now.
+      process.mainModule = module;
+    }
+    const moduleRequire = Module.createRequire(file);
     const wrapper = script.runInThisContext() as (...args: unknown[]) => void;
     wrapper.call(
       module.exports,
       module.exports,
-      Module.createRequire(file),
+      moduleRequire,
       module,
       file,
-      __dirname,
+      dirname(file),
     );
+    module.loaded = true;
     return module.exports;
   };
 
@@ -185,6 +201,7 @@ function launch(
         join(__dirname, files.codeCache),
         name,
         mode === "write",
+        true,
       );
     } catch (err) {
       fail(err);
@@ -231,6 +248,7 @@ function launch(
             join(__dirname, files.preludeCodeCache),
             files.prelude.replace(/\.cjs$/, ""),
             mode === "write-load",
+            false,
           ) as {
             startPrelude(r: unknown, load: () => void): Promise<unknown>;
           };
