@@ -210,7 +210,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .addHelpText(
       "after",
-      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, a package.json listing the packages left outside the bundle and, for\na driver that launches task executors, <name>-executor, <name>-executor.cjs and <name>-executor.cjs.v8cache; and the load\nlaunch's fast path, <name>-load.cjs and its recording <name>.load.json. Copy the\ndirectory to the client node, run `npm install --omit=dev` there when it lists any, and put <name> (or a wrapper\nnaming node) in Nomad's plugin_dir.",
+      "\nWrites <name>, <name>.cjs, <name>.cjs.v8cache, a package.json listing the packages left outside the bundle and, for\na driver that launches task executors, <name>-executor, <name>-executor.cjs and <name>-executor.cjs.v8cache; and the load\nlaunch's fast path, <name>-load.cjs and its recording <name>.load.json. Copy the\ndirectory to the client node, run `npm install --omit=dev` there when it lists any, and put <name> (or a wrapper\nnaming node) in Nomad's plugin_dir. In the bundle an ES module's import.meta.url, .dirname and .filename name <name>.cjs,\nso files the plugin finds relative to them are looked for next to the bundle.",
     )
     .action(async (entry: string, opts, cmd: Command) => {
       const { bundleCommand } = await import("./commands/bundle.js");

@@ -16,8 +16,8 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { launchPlugin, type PluginClient } from "@nomadkit/client";
 import { formatReport, runConformance } from "@nomadkit/conformance";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -115,6 +115,27 @@ beforeAll(() => {
       `const driver = ${stubDriver("main-check", 'fingerprint: () => ({ health: "healthy", attributes: { "driver.main-check.main": require.main.filename } }), ')};\n` +
       "module.exports = driver;\n" +
       "if (require.main === module) void serveDriver(driver);\n",
+  );
+  // An ES module driver that finds its own files, at the top level and in a method.
+  writeFileSync(
+    join(work, "meta.mjs"),
+    'import { createRequire } from "node:module";\n' +
+      'import { fileURLToPath } from "node:url";\n' +
+      'import { defineDriver, serveDriver } from "@nomadkit/server";\n' +
+      "const require = createRequire(import.meta.url);\n" +
+      "const file = fileURLToPath(import.meta.url);\n" +
+      `void serveDriver(${stubDriver(
+        "meta",
+        'fingerprint: () => ({ health: "healthy", attributes: { "driver.meta.url": import.meta.url, "driver.meta.file": file, ' +
+          '"driver.meta.dirname": import.meta.dirname, "driver.meta.filename": import.meta.filename, "driver.meta.resolved": require.resolve("./meta.cjs") } }), ',
+      )});\n`,
+  );
+  // What the CommonJS bundle cannot give it: import.meta.resolve.
+  writeFileSync(
+    join(work, "meta-resolve.mjs"),
+    'import { defineDriver, serveDriver } from "@nomadkit/server";\n' +
+      'const self = import.meta.resolve("./meta-resolve.mjs");\n' +
+      `void serveDriver(${stubDriver("meta-resolve", "fingerprint: () => ({ health: self ? \"healthy\" : \"undetected\" }), ")});\n`,
   );
   writeFileSync(join(work, "a-file"), "");
   // A package with a native addon (a stand-in .node file; never loaded at bundle time).
@@ -820,4 +841,37 @@ describe("nomadkit bundle", () => {
       }
     }
   }, 120_000);
+
+  it("gives an ES module entry's import.meta.url, dirname and filename in the CommonJS bundle: the bundle file's", async () => {
+    // import.meta was {}: createRequire(import.meta.url) at the top level failed the code-cache run.
+    const r = bundle("meta.mjs", "--out", "meta");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    // They name where the bundle is, wherever it was made.
+    const copy = join(away, "meta");
+    cpSync(join(work, "meta"), copy, { recursive: true });
+    const bundleFile = join(copy, "meta.cjs");
+    const plugin = await launchPlugin(process.execPath, [join(copy, "meta")]);
+    try {
+      expect((await plugin.basePlugin.pluginInfo({})).name).toBe("meta");
+      expect(await fingerprintAttributes(plugin)).toEqual({
+        "driver.meta.url": pathToFileURL(bundleFile).href,
+        "driver.meta.file": bundleFile,
+        "driver.meta.dirname": dirname(bundleFile),
+        "driver.meta.filename": bundleFile,
+        "driver.meta.resolved": bundleFile,
+      });
+    } finally {
+      expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+    }
+  }, 120_000);
+
+  it("shows esbuild's warnings when the bundled plugin then fails to start", () => {
+    const r = bundle("meta-resolve.mjs", "--out", "meta-resolve");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("nomadkit: bundle: the bundled plugin did not start as Nomad starts it");
+    expect(r.stderr).toContain("import_meta.resolve is not a function");
+    expect(r.stderr).toContain('esbuild warned while bundling:\n▲ [WARNING] "import.meta" is not available with the "cjs" output format');
+    expect(r.stderr).toMatch(/meta-resolve\.mjs:2:\d+/);
+  });
 });

@@ -251,6 +251,8 @@ export async function bundlePlugin(
   });
   written.push(main.file);
   const warnings = [...main.warnings];
+  // Shown with a failed code-cache run too: it may be what they warned of.
+  const esbuildWarnings = [...main.warnings];
   if (main.format === "esm") {
     warnings.push(
       `${options.entry} uses top-level await, so the bundle is an ES module (${files.esmBundle}), which Node.js 20 cannot start from a code cache; without top-level await (\`void serveDriver(driver)\`) it would be CommonJS with one`,
@@ -279,6 +281,7 @@ export async function bundlePlugin(
     );
     written.push(ex.file);
     warnings.push(...ex.warnings);
+    esbuildWarnings.push(...ex.warnings);
     mergeExternals(externals, externalImports(ex.metafile, ex.cwd));
     if (ex.format === "cjs") {
       executorLauncher = out(files.executorLauncher);
@@ -312,6 +315,7 @@ export async function bundlePlugin(
       "load fast path",
     );
     warnings.push(...pre.warnings);
+    esbuildWarnings.push(...pre.warnings);
     prelude = pre.file;
   } else {
     rmSync(out(files.prelude), { force: true });
@@ -361,6 +365,10 @@ export async function bundlePlugin(
   rmSync(out(files.codeCache), { force: true });
   rmSync(out(files.executorCodeCache), { force: true });
   let pluginInfo: BundleResult["pluginInfo"];
+  const withWarnings = (err: unknown): unknown =>
+    err instanceof CliError && esbuildWarnings.length > 0
+      ? new CliError(`${err.message}\nesbuild warned while bundling:\n${esbuildWarnings.join("\n")}`, err.exitCode)
+      : err;
   if (options.codeCache !== false) {
     let run;
     // What the plugin's servePlugin reported in that run (the launcher writes it): read, never kept.
@@ -370,7 +378,7 @@ export async function bundlePlugin(
     } catch (err) {
       rmSync(out(files.codeCache), { force: true });
       if (prelude !== undefined) rmSync(prelude, { force: true });
-      throw err;
+      throw withWarnings(err);
     } finally {
       transport = takeTransportRecord(out(files.loadTransport));
     }
@@ -392,7 +400,7 @@ export async function bundlePlugin(
         );
       } catch (err) {
         rmSync(out(files.executorCodeCache), { force: true });
-        throw err;
+        throw withWarnings(err);
       }
       if (!existsSync(out(files.executorCodeCache))) {
         throw new CliError(
@@ -430,7 +438,7 @@ export async function bundlePlugin(
             files.loadRecording,
           ])
             rmSync(out(f), { force: true });
-          throw err;
+          throw withWarnings(err);
         }
         written.push(
           prelude,

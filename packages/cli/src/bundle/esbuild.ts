@@ -1,6 +1,6 @@
 // The bundle itself: esbuild, with the settings plugin start-up wants, and its errors made readable.
 import { dirname } from "node:path";
-import type { Message, Metafile } from "esbuild";
+import type { Message, Metafile, PluginBuild } from "esbuild";
 import { CliError } from "../errors.js";
 
 export type Esbuild = typeof import("esbuild");
@@ -28,6 +28,41 @@ export interface Built {
 
 const TOP_LEVEL_AWAIT =
   /top-level await is (currently )?not supported with the "cjs" output format/i;
+
+/** Module esbuild adds to a CommonJS bundle that uses `import.meta.url` (see {@link importMetaShim}). */
+const IMPORT_META_URL_MODULE = "nomadkit:import-meta-url";
+
+/**
+ * In a CommonJS bundle esbuild makes `import.meta` an empty object, on which an ES module's
+ * `createRequire(import.meta.url)` or `fileURLToPath(import.meta.url)` throws. These stand for the
+ * bundle file itself, as `__filename` does (the launcher runs it under its own path); esbuild still
+ * warns of the other members (`resolve`).
+ */
+const importMetaShim = {
+  define: {
+    "import.meta.url": "nomadkitImportMetaUrl",
+    "import.meta.dirname": "__dirname",
+    "import.meta.filename": "__filename",
+  },
+  inject: [IMPORT_META_URL_MODULE],
+  plugins: [
+    {
+      name: "nomadkit-import-meta-url",
+      setup(build: PluginBuild) {
+        build.onResolve({ filter: new RegExp(`^${IMPORT_META_URL_MODULE}$`) }, (args) => ({
+          path: args.path,
+          namespace: "nomadkit",
+          // Dropped from bundles that never read import.meta.url.
+          sideEffects: false,
+        }));
+        build.onLoad({ filter: /.*/, namespace: "nomadkit" }, () => ({
+          contents: 'export const nomadkitImportMetaUrl = require("node:url").pathToFileURL(__filename).href;\n',
+          loader: "js",
+        }));
+      },
+    },
+  ],
+};
 
 /**
  * One file of `entry` and its imports, as start-up wants it: CommonJS (`outfile`), or, for an entry
@@ -60,6 +95,7 @@ export async function buildBundle(
               js: 'import { createRequire as nomadkitCreateRequire } from "node:module"; const require = nomadkitCreateRequire(import.meta.url);',
             }
           : undefined,
+      ...(format === "cjs" ? importMetaShim : {}),
       external: [...external],
       // Smaller to parse; identifiers (and so stack traces) stay readable.
       minifyWhitespace: true,
