@@ -874,4 +874,40 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toContain('esbuild warned while bundling:\n▲ [WARNING] "import.meta" is not available with the "cjs" output format');
     expect(r.stderr).toMatch(/meta-resolve\.mjs:2:\d+/);
   });
+
+  it("starts the bundled executor with the @nomadkit/server it was bundled from, which the entry need not resolve", async () => {
+    // The SDK only as a dependency of a package of the driver's own, in that package's
+    // node_modules (as pnpm or npm's linked strategy lay it out), outside the repo.
+    const project = join(away, "indirect");
+    const kit = join(project, "node_modules/driver-kit");
+    mkdirSync(join(kit, "node_modules/@nomadkit"), { recursive: true });
+    symlinkSync(join(root, "packages/server"), join(kit, "node_modules/@nomadkit/server"));
+    writeFileSync(
+      join(kit, "package.json"),
+      JSON.stringify({ name: "driver-kit", version: "1.0.0", type: "module", main: "index.js", dependencies: { "@nomadkit/server": "*" } }),
+    );
+    writeFileSync(
+      join(kit, "index.js"),
+      'export { defineDriver, serveDriver } from "@nomadkit/server";\nexport { launchExecutor } from "@nomadkit/server/executor";\n',
+    );
+    writeFileSync(
+      join(project, "main.mjs"),
+      'import { defineDriver, launchExecutor, serveDriver } from "driver-kit";\n' +
+        "export const launch = launchExecutor;\n" +
+        `void serveDriver(${stubDriver("indirect")});\n`,
+    );
+    const out = join(away, "indirect-out");
+    const r = bundle(join(project, "main.mjs"), "--out", out, "--name", "indirect");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    // The executor's code-cache run launched it (launchExecutor, one process, Shutdown).
+    expect(existsSync(join(out, "indirect-executor.cjs.v8cache"))).toBe(true);
+    expect(report(join(out, "indirect-executor")).stderr).toContain("indirect-executor: code cache used");
+    const plugin = await launchPlugin(process.execPath, [join(out, "indirect")]);
+    try {
+      expect((await plugin.basePlugin.pluginInfo({})).name).toBe("indirect");
+    } finally {
+      expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+    }
+  }, 120_000);
 });

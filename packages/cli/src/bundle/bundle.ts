@@ -274,7 +274,7 @@ export async function bundlePlugin(
   if (executorSource) {
     const ex = await buildBundle(
       esbuild,
-      executorSource,
+      executorSource.entry,
       out(files.executor),
       external,
       "executor",
@@ -395,7 +395,7 @@ export async function bundlePlugin(
       try {
         await trainExecutorCodeCache(
           executorLauncher,
-          entry,
+          executorSource!.serverDir,
           options.startTimeoutMs,
         );
       } catch (err) {

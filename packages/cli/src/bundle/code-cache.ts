@@ -3,6 +3,7 @@
 import * as http2 from "node:http2";
 import { createRequire } from "node:module";
 import { connect } from "node:net";
+import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { PluginInfoResponseSchema } from "@nomadkit/protocol/base";
 import { HealthCheckRequestSchema } from "@nomadkit/protocol/health";
@@ -204,21 +205,24 @@ interface ExecutorModule {
 
 /**
  * The task executor's code-cache run: started the way the plugin starts it (`launchExecutor` of
- * the `@nomadkit/server` the plugin was bundled with, resolved from `from`), it runs one short
- * process (Launch, Wait) and shuts down (Shutdown); its launcher saves V8's code cache as it exits.
+ * the `@nomadkit/server` the plugin was bundled with, in `serverDir`), it runs one short process
+ * (Launch, Wait) and shuts down (Shutdown); its launcher saves V8's code cache as it exits.
  */
 export async function trainExecutorCodeCache(
   launcher: string,
-  from: string,
+  serverDir: string,
   startTimeoutMs = 60_000,
 ): Promise<void> {
   let server: ExecutorModule;
   try {
-    // Its CommonJS build: require() works the same from this package's ES module and CommonJS builds.
-    server = createRequire(from)("@nomadkit/server/executor") as ExecutorModule;
+    // The package by its own name (its exports map), not whatever @nomadkit/server the entry's
+    // directory resolves to: under pnpm or npm's linked strategy, or with the SDK an indirect
+    // dependency, that is none; in a flat node_modules it may be another version. Its CommonJS
+    // build: require() works the same from this package's ES module and CommonJS builds.
+    server = createRequire(join(serverDir, "package.json"))("@nomadkit/server/executor") as ExecutorModule;
   } catch (err) {
     throw new CliError(
-      `bundle: cannot load @nomadkit/server/executor from ${from} to start the bundled executor: ${(err as Error).message}\n(--no-code-cache skips this run)`,
+      `bundle: cannot load @nomadkit/server/executor from ${serverDir} to start the bundled executor: ${(err as Error).message}\n(--no-code-cache skips this run)`,
     );
   }
   let executor;

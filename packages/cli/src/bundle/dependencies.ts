@@ -122,20 +122,21 @@ export function mergeExternals(
  * `bin.js` next to that module, so the executor is bundled from the same build (the ES module one
  * for an ES module plugin: esbuild then drops what it does not use, where the CommonJS build's
  * modules are kept whole; the reference driver's executor bundle went from 761 to 504 KB and
- * starts ~20–30 ms sooner), else the package's `nomadkit-executor` bin.
+ * starts ~20–30 ms sooner), else the package's `nomadkit-executor` bin. `serverDir` is that
+ * package's directory: the code-cache run loads `launchExecutor` from it.
  */
 export function executorEntry(
   metafile: Metafile,
   cwd: string,
-): string | undefined {
+): { entry: string; serverDir: string } | undefined {
   for (const input of Object.keys(metafile.inputs)) {
     const file = resolve(cwd, input);
     const launch = /[/\\]executor[/\\]launch(\.[cm]?js)$/.exec(file);
     if (!launch) continue;
-    const pkgDir = packageRoot(file, "@nomadkit/server");
-    if (!pkgDir) continue;
+    const serverDir = packageRoot(file, "@nomadkit/server");
+    if (!serverDir) continue;
     const sibling = join(dirname(file), `bin${launch[1]}`);
-    return existsSync(sibling) ? sibling : serverExecutorBin(pkgDir);
+    return { entry: existsSync(sibling) ? sibling : serverExecutorBin(serverDir), serverDir };
   }
   return undefined;
 }
