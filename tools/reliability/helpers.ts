@@ -261,8 +261,11 @@ export function rawexecTask(
     allocDir: dirs.allocDir,
     cgroup,
     async cleanup() {
-      await cgroup?.destroy();
-      rmSync(root, { recursive: true, force: true });
+      try {
+        await cgroup?.destroy();
+      } finally {
+        rmSync(root, { recursive: true, force: true });
+      }
     },
   };
 }

@@ -238,6 +238,10 @@ describe("Driver", () => {
     await plugin.driver.recoverTask({ taskId: cfg.id, handle: { ...handle!, config: { ...handle!.config!, msgpackDriverConfig: new Uint8Array() } } });
     expect((await plugin.driver.inspectTask({ taskId: cfg.id })).driver?.attributes).toMatchObject({ recovered_config: "null" });
     await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
+    // A block that no longer fits the schema (an upgraded plugin): recovered without it, not refused.
+    await plugin.driver.recoverTask({ taskId: cfg.id, handle: { ...handle!, config: { ...handle!.config!, msgpackDriverConfig: encode({ args: [] }) } } });
+    expect((await plugin.driver.inspectTask({ taskId: cfg.id })).driver?.attributes).toMatchObject({ recovered_config: "null" });
+    await plugin.driver.destroyTask({ taskId: cfg.id, force: true });
     // A handle that still has it (a plugin restart under the same agent) gets it decoded.
     await plugin.driver.recoverTask({ taskId: cfg.id, handle });
     expect((await plugin.driver.inspectTask({ taskId: cfg.id })).driver?.attributes.recovered_config).toBe(

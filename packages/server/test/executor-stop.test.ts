@@ -69,17 +69,37 @@ describe("a task writing to logmon's FIFO", () => {
     expect(second.text()).toBe("two\n");
   });
 
-  it("launches without a reader (the open does not block), and the reader that comes gets the output", async () => {
+  it("starts the task only once the FIFO has a reader, which then gets all of its output", async () => {
     const fifo = join(dir, "task.stdout.fifo");
     execFileSync("mkfifo", [fifo]);
-    const task = await TaskProcess.launch({ cmd: "sh", args: ["-c", "echo early; until [ -e end ]; do sleep 0.02; done"], env: [PATH], workDir: dir, stdoutPath: fifo });
-    cleanups.push(() => void task.shutdown("SIGKILL", 0).catch(() => undefined));
+    const launching = TaskProcess.launch({ cmd: "sh", args: ["-c", "touch started; echo early; until [ -e end ]; do sleep 0.02; done"], env: [PATH], workDir: dir, stdoutPath: fifo });
+    // Several of the launch's polls for a reader.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(existsSync(join(dir, "started"))).toBe(false);
     const late = reader(fifo);
+    const task = await launching;
+    cleanups.push(() => void task.shutdown("SIGKILL", 0).catch(() => undefined));
     writeFileSync(join(dir, "end"), "");
     expect(await task.wait()).toMatchObject({ exitCode: 0 });
     await late.closed;
     expect(late.text()).toBe("early\n");
   });
+
+  it("Shutdown gives up a launch still waiting for a reader (no blocked open holds the executor)", async () => {
+    const fifo = join(dir, "task.stdout.fifo");
+    execFileSync("mkfifo", [fifo]);
+    let shutDown = false;
+    const service = new ExecutorService({ afterShutdown: () => (shutDown = true) });
+    const launching = service.launch(create(LaunchRequestSchema, { cmd: "sleep", args: ["600"], env: [PATH], taskDir: dir, stdoutPath: fifo }));
+    await service.shutdown(create(ShutdownRequestSchema, { signal: "SIGKILL" }));
+    const err = await launching.catch((e: unknown) => e);
+    expect((err as ConnectError).code).toBe(Code.Canceled);
+    expect((err as ConnectError).rawMessage).toBe(`stdout_path: launch cancelled while waiting for a reader of ${JSON.stringify(fifo)}`);
+    expect(service.current).toBeUndefined();
+    await new Promise((r) => setImmediate(r));
+    expect(shutDown).toBe(true);
+  });
+
 });
 
 describe.skipIf(!isRoot || !existsSync(join(FREEZER, "cgroup.procs")))("a task SIGKILL cannot end", () => {

@@ -34,3 +34,17 @@ describe("NUL bytes in what a process is started with", () => {
     expect((await execInContext(ctx, "echo", ["fine"])).exitCode).toBe(0);
   });
 });
+
+describe("a command the kernel refuses when it starts", () => {
+  // Node throws E2BIG at once (ENOENT comes later, as an "error" event): both name cmd.
+  const huge = "x".repeat(200 * 1024);
+
+  it("TaskProcess.launch answers InvalidArgument naming cmd for an argument over 128 KiB", async () => {
+    expect(await refusal(TaskProcess.launch({ cmd: "/bin/echo", args: [huge], env: [PATH] }))).toMatch(/^cmd: cannot start "\/bin\/echo": spawn E2BIG/);
+  });
+
+  it("execInContext answers InvalidArgument naming cmd", async () => {
+    const ctx = await prepareTaskContext({ env: [PATH] });
+    expect(await refusal(execInContext(ctx, "/bin/echo", [huge]))).toMatch(/^cmd: cannot start "\/bin\/echo": spawn E2BIG/);
+  });
+});

@@ -454,8 +454,16 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       }
       // Nomad's state database drops the config block (TaskConfig.rawDriverConfig is unexported in
       // Go): after an agent restart the handle has none, and that must not fail the recovery.
-      const task: DriverTask<TC | undefined> =
-        cfg.msgpackDriverConfig.byteLength > 0 ? decodeTask(cfg.id === taskId ? cfg : { ...cfg, id: taskId }) : { ...cfg, id: taskId, driverConfig: undefined };
+      // A block that no longer fits the schema (the plugin was upgraded) must not fail it either:
+      // Nomad would start the task again beside the running one.
+      let task: DriverTask<TC | undefined> = { ...cfg, id: taskId, driverConfig: undefined };
+      if (cfg.msgpackDriverConfig.byteLength > 0) {
+        try {
+          task = decodeTask(task);
+        } catch (err) {
+          logger.warn("recover task: its config block does not fit the task schema; recovering without it", { task_id: taskId, error: (err as Error).message });
+        }
+      }
       const record: TaskRecord<TC | undefined> = { task, startedAt: new Date() };
       tasks.set(taskId, record);
       try {

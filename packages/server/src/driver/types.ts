@@ -61,8 +61,9 @@ export interface StartTaskResult {
  */
 export interface RecoveredTask<TC> {
   /**
-   * The task as it was started. Its decoded config is there only when Nomad sent it: after a
-   * restart of the plugin alone, not after one of the agent.
+   * The task as it was started. Its decoded config is there only when Nomad sent it (after a
+   * restart of the plugin alone, not after one of the agent) and it still fits the task schema
+   * (a plugin upgrade may have changed that; the SDK logs a warning).
    */
   readonly task: DriverTask<TC | undefined>;
   /** `driverState` as stored: the raw bytes. */

@@ -180,5 +180,12 @@ export function spawnInContext(ctx: TaskContext, file: string, args: readonly st
   if (ctx.cwd !== undefined) opts.cwd = ctx.cwd;
   if (c.uid !== undefined) opts.uid = c.uid;
   if (c.gid !== undefined) opts.gid = c.gid;
-  return ctx.cgroups ? ctx.cgroups.spawn(c.file, c.args, opts) : spawn(c.file, c.args, opts);
+  try {
+    return ctx.cgroups ? ctx.cgroups.spawn(c.file, c.args, opts) : spawn(c.file, c.args, opts);
+  } catch (err) {
+    // Node throws some refusals at once (E2BIG for arguments over 128 KiB) and reports others as an
+    // "error" event; callers map those to InvalidArgument naming cmd: so are these.
+    if (err instanceof ConnectError) throw err;
+    throw new ConnectError(`cmd: cannot start ${JSON.stringify(file)}: ${(err as Error).message}`, Code.InvalidArgument);
+  }
 }

@@ -1,3 +1,4 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import { CHECK_OUTPUT_LIMIT, OutputTail } from "../exec/output-tail.js";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
@@ -74,7 +75,7 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
   options.signal?.addEventListener("abort", kill, { once: true });
   try {
     const code = await new Promise<number | null>((resolve, reject) => {
-      child.once("error", reject);
+      child.once("error", (e) => reject(new ConnectError(`cmd: cannot start ${JSON.stringify(cmd)}: ${e.message}`, Code.InvalidArgument)));
       // 'close' waits for both pipes to drain, so no output is lost.
       child.once("close", (c) => resolve(c));
     });

@@ -9,6 +9,7 @@ import type { PluginClient, PluginLogger } from "@nomadkit/client";
 import { ExecutorClient } from "@nomadkit/client/gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { PluginShutdownError } from "@nomadkit/client/runtime";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
+import { timerDelayMs } from "../runtime/timer-delay.js";
 import { capMallocArenas } from "./malloc-arenas.js";
 
 // The go-plugin host runtime (process launch, handshake parsing, HTTP/2 connections) is loaded when
@@ -317,7 +318,7 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host
   return new Promise((resolve, reject) => {
     let out = "";
     let errText = "";
-    const timer = setTimeout(() => fail(new PluginLaunchError(`nomadkit executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`, errText.trim().slice(-4000))), options.startTimeoutMs ?? 60_000);
+    const timer = setTimeout(() => fail(new PluginLaunchError(`nomadkit executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`, errText.trim().slice(-4000))), timerDelayMs(options.startTimeoutMs ?? 60_000));
     const log = options.logger;
     let partial = "";
     const onErr = (b: Buffer) => {

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { constants as fsConstants } from "node:fs";
 import { open, stat, type FileHandle } from "node:fs/promises";
+import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
@@ -38,6 +39,8 @@ export interface TaskLaunchOptions extends TaskContextOptions {
   stdoutPath?: string;
   /** File or FIFO the process's stderr is appended to; empty: /dev/null. */
   stderrPath?: string;
+  /** Gives up the launch (Canceled) while it waits for a reader of an output FIFO. */
+  signal?: AbortSignal | undefined;
 }
 
 /** Default signal of {@link TaskProcess.shutdown}, as in Nomad's executor. */
@@ -46,20 +49,46 @@ export const DEFAULT_SHUTDOWN_SIGNAL = "SIGINT";
 /** How long Shutdown waits for the task after SIGKILL before it fails (Nomad's executor: 15 s). */
 export const KILL_WAIT_MS = 15_000;
 
+/** How often the launch looks for a reader of an output FIFO. */
+const READER_POLL_MS = 20;
+
 /**
- * Opens a task's output path for writing. For a FIFO (Nomad's logmon makes them) a read end is
- * opened first and pushed to `keepers`, to be held while the task runs: the pipe then never has no
- * reader, so a log collector that goes away (logmon restarting) does not kill the task with SIGPIPE
- * (its output waits in the pipe for the next reader), and this open cannot block the launch (nor
- * the executor's exit, which would join the blocked thread).
+ * Opens a task's output path for writing. A FIFO (Nomad's logmon makes them, and opens their read
+ * ends before the task starts) is opened once it has a reader, as a blocking open would, but by
+ * polling: a blocking open ties up a libuv thread that the executor's exit then joins, and could
+ * not be cancelled. A read end of our own is pushed to `keepers`, to be held while the task runs:
+ * the pipe then never has no reader, so a collector that goes away (logmon restarting) does not
+ * kill the task with SIGPIPE; its output waits in the pipe (64 KiB, then the task blocks) for the
+ * next reader.
  */
-async function openOutput(path: string | undefined, field: string, keepers: FileHandle[]): Promise<FileHandle | undefined> {
+async function openOutput(path: string | undefined, field: string, keepers: FileHandle[], signal: AbortSignal | undefined): Promise<FileHandle | undefined> {
   if (!path) return undefined;
   try {
-    if ((await stat(path).catch(() => undefined))?.isFIFO()) keepers.push(await open(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK));
-    return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT, 0o644);
+    if (!(await stat(path).catch(() => undefined))?.isFIFO()) return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND | fsConstants.O_CREAT, 0o644);
+    // Held until our own ends are open: a reader never sees its writers all gone (EOF) meanwhile.
+    const probe = await openWhenRead(path, field, signal);
+    try {
+      keepers.push(await open(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK));
+      return await open(path, fsConstants.O_WRONLY | fsConstants.O_APPEND);
+    } finally {
+      await probe.close();
+    }
   } catch (err) {
+    if (err instanceof ConnectError) throw err;
     throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, Code.InvalidArgument);
+  }
+}
+
+/** A non-blocking write end of the FIFO `path`, once it has a reader (ENXIO until then). */
+async function openWhenRead(path: string, field: string, signal: AbortSignal | undefined): Promise<FileHandle> {
+  for (;;) {
+    if (signal?.aborted) throw new ConnectError(`${field}: launch cancelled while waiting for a reader of ${JSON.stringify(path)}`, Code.Canceled);
+    try {
+      return await open(path, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENXIO") throw err;
+    }
+    await delay(READER_POLL_MS);
   }
 }
 
@@ -124,8 +153,8 @@ export class TaskProcess {
     let err: FileHandle | undefined;
     let launched: TaskProcess | undefined;
     try {
-      out = await openOutput(options.stdoutPath, "stdout_path", keepers);
-      err = await openOutput(options.stderrPath, "stderr_path", keepers);
+      out = await openOutput(options.stdoutPath, "stdout_path", keepers, options.signal);
+      err = await openOutput(options.stderrPath, "stderr_path", keepers, options.signal);
       const oomKillsBefore = context.cgroups?.oomKills();
       const child = spawnInContext(context, file, options.args ?? [], {
         stdio: ["ignore", out?.fd ?? "ignore", err?.fd ?? "ignore"],
@@ -197,7 +226,11 @@ export class TaskProcess {
       let timer: NodeJS.Timeout | undefined;
       const exited = await Promise.race([this.exited.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), timerDelayMs(killWaitMs))))]);
       clearTimeout(timer);
-      if (!exited) throw new ConnectError(`shutdown: process ${this.pid} did not exit within ${killWaitMs} ms of SIGKILL`, Code.DeadlineExceeded);
+      if (!exited) {
+        // What else can be killed still is: the task's cgroups, with what left its group and tree.
+        await this.context.cgroups?.killAll().catch(() => undefined);
+        throw new ConnectError(`shutdown: process ${this.pid} did not exit within ${killWaitMs} ms of SIGKILL`, Code.DeadlineExceeded);
+      }
     }
     const state = await this.exited;
     // What the task left in its group. While any member lives its pid stays reserved, so a process

@@ -95,6 +95,7 @@ function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
 export class ExecutorService implements Partial<ExecutorHandlers> {
   private task: TaskProcess | undefined;
   private launching: Promise<TaskProcess> | undefined;
+  private launchAbort: AbortController | undefined;
   private readonly log: ExecutorLogger;
 
   constructor(private readonly options: ExecutorServiceOptions = {}) {
@@ -119,6 +120,8 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       cpusetCgroup: req.cpusetCgroup || req.resources?.linuxResources?.cpusetCgroup,
       cpusetField: req.cpusetCgroup ? "cpuset_cgroup" : "resources.linux_resources.cpuset_cgroup",
     });
+    // Shutdown gives up a launch still waiting for a reader of its log FIFOs, as does its caller.
+    this.launchAbort = new AbortController();
     this.launching = TaskProcess.launch({
       cmd: req.cmd,
       args: req.args,
@@ -130,6 +133,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       stderrPath: req.stderrPath,
       network: req.networkIsolation,
       cgroups,
+      signal: ctx ? AbortSignal.any([ctx.signal, this.launchAbort.signal]) : this.launchAbort.signal,
     });
     let task: TaskProcess;
     try {
@@ -141,7 +145,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     this.task = task;
     if (ctx?.signal.aborted) {
       // The caller gave up (a cancelled StartTask): it has no handle to stop this task with, ever.
-      await task.shutdown("SIGKILL", 0);
+      await task.shutdown("SIGKILL", 0).catch(() => undefined);
       throw new ConnectError(`launch: cancelled by the caller; the task (pid ${task.pid}) was killed`, Code.Canceled);
     }
     this.log.info("task launched", { pid: task.pid, cmd: req.cmd, cgroups: cgroups?.paths.join(",") });
@@ -164,6 +168,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   async shutdown(req: ShutdownRequest) {
     // A launch still under way (the driver's StartTask failed or was cancelled meanwhile) is stopped
     // too: returning now would let the executor exit and the task start with nobody to stop it.
+    this.launchAbort?.abort();
     const task = this.task ?? (await this.launching?.catch(() => undefined));
     if (task) {
       const graceMs = Number(req.gracePeriod / 1_000_000n);
