@@ -125,6 +125,17 @@ export function parseCallTimeout(g: GlobalOptions): number {
 /** The longest delay a Node timer honours, in ms (~24.8 days; a longer one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * Checks `--cgroup-parent` by the rule createTaskCgroup applies, so that a bad parent fails before
+ * the plugin starts (and is not reported as the driver's failure).
+ */
+export function checkCgroupParent(parent: string | undefined): void {
+  if (parent === undefined) return;
+  const levels = parent.split("/").filter((l) => l !== "" && l !== ".");
+  if (levels.length === 0 || levels.includes("..") || parent.includes("\0"))
+    throw new CliError(`--cgroup-parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."`);
+}
+
 /** A flag's positive number of milliseconds, checked; `undefined` when not given. */
 export function positiveMs(flag: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;

@@ -49,6 +49,15 @@ describe("nomadkit conformance", () => {
     180_000,
   );
 
+  it("refuses a --cgroup-parent that is not below the root before launching the plugin (not the driver's failure)", async () => {
+    for (const parent of ["/", "../x"]) {
+      const r = await nomadkit(["conformance", rawexec, "--cgroup-parent", parent]);
+      expect(r.stderr).toBe(`nomadkit: --cgroup-parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."\n`);
+      expect(r.stdout).toBe("");
+      expect(r.code).toBe(1);
+    }
+  });
+
   it("--list names every check", async () => {
     const r = await nomadkit(["conformance", "--list"]);
     expect(r.code).toBe(0);

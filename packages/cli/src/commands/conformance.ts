@@ -4,7 +4,7 @@ import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
 import { readJsonOption } from "../files.js";
 import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
-import { pluginCommand, positiveMs, stderrLogger, type GlobalOptions } from "../plugin.js";
+import { checkCgroupParent, pluginCommand, positiveMs, stderrLogger, type GlobalOptions } from "../plugin.js";
 
 interface ConformanceFlags {
   pluginConfig?: string;
@@ -34,6 +34,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (!plugin) throw new CliError("missing argument <plugin> (the driver executable to test)");
   if (!Object.hasOwn(constants.signals, flags.signal))
     throw new CliError(`--signal ${JSON.stringify(flags.signal)}: not a signal name (for example SIGHUP, SIGUSR1)`);
+  if (flags.taskCgroup) checkCgroupParent(flags.cgroupParent);
   const { cmd, args } = pluginCommand(plugin);
   const options: ConformanceOptions = {
     plugin: cmd,

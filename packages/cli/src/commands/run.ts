@@ -28,6 +28,7 @@ import {
   readJsonOption,
 } from "../files.js";
 import {
+  checkCgroupParent,
   connectPlugin,
   rpcError,
   type Connected,
@@ -78,13 +79,8 @@ export async function runCommand(
   // Checked here: a signal the driver refuses would only surface as a StopTask failure at Ctrl-C.
   if (opts.killSignal !== "" && !Object.hasOwn(osConstants.signals, opts.killSignal))
     throw new CliError(`--kill-signal ${JSON.stringify(opts.killSignal)}: not a signal name (for example SIGTERM, SIGINT)`);
-  // The rule createTaskCgroup applies, checked here so a bad parent fails before the plugin starts.
   const parent = opts.cgroupParent;
-  if (parent !== undefined && opts.taskCgroup) {
-    const levels = parent.split("/").filter((l) => l !== "" && l !== ".");
-    if (levels.length === 0 || levels.includes("..") || parent.includes("\0"))
-      throw new CliError(`--cgroup-parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."`);
-  }
+  if (opts.taskCgroup) checkCgroupParent(parent);
 
   // The directories Nomad makes before StartTask; drivers may rely on them. Made before the plugin
   // starts: a name the filesystem refuses (too long) then fails with nothing to stop.
