@@ -410,9 +410,10 @@ async function ping(
  *
  * Sets the magic cookie, `PLUGIN_PROTOCOL_VERSIONS`, `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT` (and the
  * optional socket and AutoMTLS variables), waits for the handshake line on stdout (default 60 s;
- * a plugin that closes its stdout without writing one fails at once), validates it, connects with connect-node's gRPC transport over unix or TCP (TLS with AutoMTLS)
- * and checks health. Failures throw {@link PluginLaunchError} quoting the plugin's recent stderr;
- * the process is killed then. The plugin's stderr is parsed as hclog into `options.logger`.
+ * a plugin that closes its stdout without writing one fails at once), validates it, connects with
+ * connect-node's gRPC transport over unix or TCP (TLS with AutoMTLS) and checks health. Failures
+ * throw {@link PluginLaunchError} quoting the plugin's recent stderr; the process is killed then.
+ * The plugin's stderr is parsed as hclog into `options.logger`.
  *
  * @example
  * ```ts

@@ -224,7 +224,10 @@ export class TaskProcess {
       // A process SIGKILL cannot end (uninterruptible sleep on a hung mount, a frozen cgroup) would
       // hold Shutdown, and Nomad's StopTask, forever; Nomad's executor gives up after 15 s too.
       let timer: NodeJS.Timeout | undefined;
-      const exited = await Promise.race([this.exited.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), timerDelayMs(killWaitMs))))]);
+      const exited = await Promise.race([
+        this.exited.then(() => true),
+        new Promise<false>((r) => (timer = setTimeout(() => r(false), timerDelayMs(killWaitMs)))),
+      ]);
       clearTimeout(timer);
       if (!exited) {
         // What else can be killed still is: the task's cgroups, with what left its group and tree.
