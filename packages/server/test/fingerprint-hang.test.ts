@@ -38,3 +38,13 @@ it("sends a pushed fingerprint while the driver's fingerprint() hangs", async ()
   await new Promise((r) => setTimeout(r, 300));
   expect(calls).toBe(before);
 });
+
+it("ends the stream when its call is cancelled while the driver's fingerprint() hangs", async () => {
+  const ac = new AbortController();
+  const stream = (host.driver.fingerprint!({}, { signal: ac.signal } as HandlerContext) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
+  // The shared call is still out and hanging (previous test): this stream waits on it.
+  const next = stream.next();
+  ac.abort();
+  const end = await Promise.race([next, new Promise((r) => setTimeout(() => r("still open"), 5000))]);
+  expect(end).toEqual({ done: true, value: undefined });
+});

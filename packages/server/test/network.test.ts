@@ -58,6 +58,8 @@ describe("netnsCommand", () => {
   it("leaves the command alone without a namespace and wraps it with nsenter otherwise", () => {
     expect(netnsCommand(undefined, "sh", ["-c", "x"])).toEqual({ file: "sh", args: ["-c", "x"] });
     expect(netnsCommand({ path: "" }, "sh", [])).toEqual({ file: "sh", args: [] });
+    // nsenter keeps group root without --setgid.
+    expect(() => netnsCommand({ path: "/var/run/netns/x" }, "sh", [], { uid: 1 })).toThrow(/options\.uid needs options\.gid/);
     const w = netnsCommand({ path: "/var/run/netns/x" }, "sh", ["-c", "x"], { uid: 1, gid: 2, nsenter: "/usr/bin/nsenter" });
     expect(w).toEqual({ file: "/usr/bin/nsenter", args: ["--net=/var/run/netns/x", "--setgid=2", "--setuid=1", "--", "sh", "-c", "x"] });
   });

@@ -143,6 +143,13 @@ export class FingerprintSource implements FingerprintControl {
       waits.poke();
     };
     this.#waiters.add(onUpdate);
+    // A driver's fingerprint() that never settles must not keep the stream open past its end
+    // (cancelled, or the plugin shutting down); the listeners go with the stream.
+    const streamEnd = new AbortController();
+    const ended = new Promise<"ended">((resolve) => {
+      if (signals.some((s) => s?.aborted)) resolve("ended");
+      for (const s of signals) s?.addEventListener("abort", () => resolve("ended"), { once: true, signal: streamEnd.signal });
+    });
     try {
       let last: FingerprintResponse | undefined;
       let periodic = true;
@@ -150,9 +157,10 @@ export class FingerprintSource implements FingerprintControl {
         const seen = this.#version;
         // A driver's fingerprint() that hangs must not hold back what it pushes with update().
         const next = this.#nextUpdate();
-        let fp = await Promise.race([this.current(periodic), next.updated.then(() => undefined)]);
+        const got = await Promise.race([this.current(periodic), next.updated.then(() => undefined), ended]);
         next.cancel();
-        if (signals.some((s) => s?.aborted)) return;
+        if (got === "ended" || signals.some((s) => s?.aborted)) return;
+        let fp = got;
         if (fp === undefined) {
           // Updated while the driver's fingerprint() was still out: send what was pushed, if anything.
           if (this.#pushed === undefined) continue;
@@ -174,6 +182,7 @@ export class FingerprintSource implements FingerprintControl {
     } finally {
       this.#waiters.delete(onUpdate);
       waits.close();
+      streamEnd.abort();
     }
   }
 }

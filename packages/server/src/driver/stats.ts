@@ -39,7 +39,7 @@ export function statsIntervalMs(d: Duration | undefined): number {
 
 /**
  * Host compute capacity from Nomad's client topology (SetConfig's `nomad_config.driver.Topology`):
- * `override_total_compute` when set, else the sum of each core's base (or guessed, or max) speed;
+ * `override_total_compute` when set, else the sum of each core's base (or max, or guessed) speed;
  * the core count is the number of cores listed. Undefined when the topology says nothing usable.
  * The `total_ticks` formula itself is `totalTicks` in `@nomadkit/server/stats`.
  *
@@ -53,7 +53,8 @@ export function computeFromTopology(topology: ClientTopology | undefined): HostC
   let mhz = Number(topology.overrideTotalCompute);
   if (!(mhz > 0)) {
     mhz = 0;
-    for (const c of topology.cores) mhz += Number(c.baseSpeed > 0n ? c.baseSpeed : c.guessSpeed > 0n ? c.guessSpeed : c.maxSpeed);
+    // Nomad's numalib Core.MHz(): base, then max, then the guess (which Linux fills on every core).
+    for (const c of topology.cores) mhz += Number(c.baseSpeed > 0n ? c.baseSpeed : c.maxSpeed > 0n ? c.maxSpeed : c.guessSpeed);
   }
   if (!(mhz > 0)) return undefined;
   return hostCompute({ totalComputeMhz: mhz, numCores: topology.cores.length });

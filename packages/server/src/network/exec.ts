@@ -14,7 +14,10 @@ export interface CommandLine {
 
 /** Options for {@link netnsCommand}. */
 export interface NetnsCommandOptions {
-  /** Switch to this uid after entering the namespace (entering needs root, so spawn as root). */
+  /**
+   * Switch to this uid after entering the namespace (entering needs root, so spawn as root). Needs
+   * `gid`: nsenter changes groups only with one, and the process would keep group root.
+   */
   uid?: number;
   /** Switch to this gid after entering the namespace; supplementary groups are dropped. */
   gid?: number;
@@ -62,6 +65,8 @@ export function netnsCommand(
   options: NetnsCommandOptions = {},
 ): CommandLine {
   if (!needsNetns(spec)) return { file, args: [...args] };
+  if (options.uid !== undefined && options.gid === undefined)
+    throw new TypeError("netnsCommand: options.uid needs options.gid (nsenter would leave the process in group root)");
   const pre = [`--net=${spec.path}`];
   if (options.gid !== undefined) pre.push(`--setgid=${options.gid}`);
   if (options.uid !== undefined) pre.push(`--setuid=${options.uid}`);
