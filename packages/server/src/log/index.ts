@@ -111,9 +111,13 @@ function normaliseFields(fields: LogFields): LogFields {
     let nv: unknown = v;
     if (v instanceof Error) nv = v.message;
     else if (typeof v === "bigint") nv = v.toString();
-    if (nv !== v) {
+    // go-plugin's host reads @level, @message, @timestamp and @module with unchecked string casts:
+    // a field of another type under such a name (the last key wins) would panic the Nomad agent.
+    const nk = k.startsWith("@") ? `_${k}` : k;
+    if (nv !== v || nk !== k) {
       out ??= { ...fields };
-      out[k] = nv;
+      if (nk !== k) delete out[k];
+      out[nk] = nv;
     }
   }
   return out ?? fields;

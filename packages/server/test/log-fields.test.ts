@@ -1,0 +1,26 @@
+// Fields of the hclog JSON lines a plugin writes to stderr, which go-plugin's host parses: it reads
+// @level, @message, @timestamp and @module with unchecked string casts (the last key of a name
+// wins), so a field under one of those names with another type would panic the Nomad agent.
+import { describe, expect, it } from "vitest";
+import { createLogger } from "../src/log/index.js";
+
+function capture(): { lines: () => Record<string, unknown>[]; destination: { write(s: string): boolean } } {
+  const out: string[] = [];
+  return {
+    destination: { write: (s: string) => (out.push(s), true) },
+    lines: () => out.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>),
+  };
+}
+
+describe("log fields", () => {
+  it("never take the names go-plugin reads as hclog's own: @-keys are renamed, their values kept", () => {
+    const c = capture();
+    const log = createLogger({ name: "drv", level: "debug", destination: c.destination });
+    log.warn("hello", { "@level": 3, "@message": { x: 1 }, "@timestamp": 0, task_id: "t1" });
+    log.with({ "@module": 7 }).info("bound");
+    const [a, b] = c.lines();
+    expect(a).toMatchObject({ "@level": "warn", "@message": "hello", "@module": "drv", "_@level": 3, "_@message": { x: 1 }, "_@timestamp": 0, task_id: "t1" });
+    expect(typeof a!["@timestamp"]).toBe("string");
+    expect(b).toMatchObject({ "@level": "info", "@message": "bound", "@module": "drv", "_@module": 7 });
+  });
+});
