@@ -384,3 +384,25 @@ describe("cgroup v1", () => {
     }
   });
 });
+
+describe("the /proc scan on a busy host", () => {
+  it("finds the process tree when the host has more processes than the scanner may open files (ulimit -n 100, 600 pids)", () => {
+    const root = mkdtempSync(join(tmpdir(), "nk-busy-proc-"));
+    try {
+      for (let pid = 1000; pid < 1600; pid++) {
+        mkdirSync(join(root, String(pid)));
+        // 1500 is the task; 1501 its child; the rest belong to others.
+        const ppid = pid === 1501 ? 1500 : 1;
+        writeFileSync(join(root, String(pid), "stat"), `${pid} (p${pid}) S ${ppid} ${pid} ${pid} 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5000 0 0\n`);
+      }
+      // A process of its own with a low open-files limit, on the built module (the test's own process cannot lower it).
+      const stats = new URL("../dist/esm/stats.js", import.meta.url).href;
+      const script = `const { processTree } = await import(${JSON.stringify(stats)}); console.log(JSON.stringify((await processTree(1500, ${JSON.stringify(root)})).map((p) => p.pid)));`;
+      const r = spawnSync("sh", ["-c", 'ulimit -n 100 && exec "$0" --input-type=module -e "$1"', process.execPath, script], { encoding: "utf8" });
+      expect(r.stderr).toBe("");
+      expect(JSON.parse(r.stdout)).toEqual([1500, 1501]);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});

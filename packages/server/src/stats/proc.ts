@@ -143,9 +143,25 @@ export async function readAllProcStats(procRoot = "/proc"): Promise<Map<number, 
   return out;
 }
 
+/**
+ * Reads at once. Every read holds a descriptor: all of a busy host's processes at once would hit
+ * the open-files limit (EMFILE), and those reads would pass for processes that exited, the task's
+ * own among them.
+ */
+const PROC_SCAN_CONCURRENCY = 64;
+
 async function readAllProcStatsTimed(procRoot: string): Promise<Map<number, TimedProcStat>> {
-  const names = await readdir(procRoot);
-  const stats = await Promise.all(names.filter((n) => /^\d+$/.test(n)).map((n) => readProcStatTimed(Number(n), procRoot)));
+  const pids = (await readdir(procRoot)).filter((n) => /^\d+$/.test(n)).map(Number);
+  const stats: (TimedProcStat | undefined)[] = new Array(pids.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < pids.length) {
+      const i = next++;
+      stats[i] = await readProcStatTimed(pids[i]!, procRoot);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(PROC_SCAN_CONCURRENCY, pids.length) }, worker));
+  // In /proc's order, as before.
   const out = new Map<number, TimedProcStat>();
   for (const s of stats) if (s) out.set(s.stat.pid, s);
   return out;
