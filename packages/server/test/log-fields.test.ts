@@ -23,4 +23,10 @@ describe("log fields", () => {
     expect(typeof a!["@timestamp"]).toBe("string");
     expect(b).toMatchObject({ "@level": "info", "@message": "bound", "@module": "drv", "_@module": 7 });
   });
+
+  it("shows errors and bigints inside arrays and plain objects, not {} (or a throw)", () => {
+    const c = capture();
+    createLogger({ name: "drv", destination: c.destination }).error("failed", { causes: [new Error("disk full"), { inner: new Error("EIO"), n: 5n }] });
+    expect(c.lines()[0]).toMatchObject({ causes: ["disk full", { inner: "EIO", n: "5" }] });
+  });
 });

@@ -105,12 +105,33 @@ function nowMs(): number {
 }
 
 // hclog renders errors (and anything with a custom String method) as text, not as nested objects.
+/**
+ * A field value JSON can show: an Error as its message (JSON.stringify makes it `{}`), a bigint as
+ * its digits (it would throw), also inside arrays and plain objects (a few levels deep). Returns
+ * `v` itself when nothing changes.
+ */
+function loggable(v: unknown, depth = 0): unknown {
+  if (v instanceof Error) return v.message;
+  if (typeof v === "bigint") return v.toString();
+  if (depth >= 4 || v === null || typeof v !== "object") return v;
+  if (Array.isArray(v)) {
+    const m = v.map((x) => loggable(x, depth + 1));
+    return m.some((x, i) => x !== v[i]) ? m : v;
+  }
+  const proto = Object.getPrototypeOf(v) as unknown;
+  if (proto !== Object.prototype && proto !== null) return v;
+  let out: Record<string, unknown> | undefined;
+  for (const [k, x] of Object.entries(v)) {
+    const nx = loggable(x, depth + 1);
+    if (nx !== x) (out ??= { ...(v as Record<string, unknown>) })[k] = nx;
+  }
+  return out ?? v;
+}
+
 function normaliseFields(fields: LogFields): LogFields {
   let out: LogFields | undefined;
   for (const [k, v] of Object.entries(fields)) {
-    let nv: unknown = v;
-    if (v instanceof Error) nv = v.message;
-    else if (typeof v === "bigint") nv = v.toString();
+    const nv = loggable(v);
     // go-plugin's host reads @level, @message, @timestamp and @module with unchecked string casts:
     // a field of another type under such a name (the last key wins) would panic the Nomad agent.
     const nk = k.startsWith("@") ? `_${k}` : k;
