@@ -51,6 +51,12 @@ export interface NomadTaskConfigOptions {
   cpuMhz?: number;
   /** Memory in MB; default 300, Nomad's default task resources. */
   memoryMb?: number;
+  /**
+   * The task's `memory_max` in MB (memory oversubscription); default none. As in Nomad's task
+   * runner, the larger of it and `memoryMb` is the hard limit (`memory_limit_bytes`), `memoryMb` stays
+   * the reservation, and NOMAD_MEMORY_MAX_LIMIT is set.
+   */
+  memoryMaxMb?: number;
   /** The node's total compute in MHz, PercentTicks' divisor; default this machine's ({@link nodeTotalComputeMhz}). */
   totalComputeMhz?: number;
   /**
@@ -118,6 +124,8 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
   if (!Number.isSafeInteger(allocIndex) || allocIndex < 0) throw new Error(`allocIndex ${allocIndex}: must be a non-negative integer`);
   const cpuShares = BigInt(o.cpuMhz ?? 100);
   const memoryMb = BigInt(o.memoryMb ?? 300);
+  const memoryMaxMb = BigInt(o.memoryMaxMb ?? 0);
+  const memoryLimitMb = memoryMaxMb > memoryMb ? memoryMaxMb : memoryMb;
   return {
     id: `${allocId}/${o.name}/${randomBytes(4).toString("hex")}`,
     name: o.name,
@@ -144,6 +152,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
       NOMAD_DC: o.datacenter ?? "dc1",
       NOMAD_CPU_LIMIT: String(cpuShares),
       NOMAD_MEMORY_LIMIT: String(memoryMb),
+      ...(memoryMaxMb > 0n && { NOMAD_MEMORY_MAX_LIMIT: String(memoryMaxMb) }),
       // Isolated tasks see the directories where the driver mounts them (Nomad's task dir hook).
       ...(o.fsIsolation === "chroot" || o.fsIsolation === "image"
         ? { NOMAD_ALLOC_DIR: "/alloc", NOMAD_TASK_DIR: "/local", NOMAD_SECRETS_DIR: "/secrets" }
@@ -151,11 +160,11 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
       ...o.env,
     },
     resources: {
-      allocatedResources: { cpu: { cpuShares }, memory: { memoryMb } },
+      allocatedResources: { cpu: { cpuShares }, memory: { memoryMb, memoryMaxMb } },
       // PercentTicks: the task's share of the node's compute, as Nomad's task runner computes it.
       linuxResources: {
         cpuShares,
-        memoryLimitBytes: memoryMb * 1024n * 1024n,
+        memoryLimitBytes: memoryLimitMb * 1024n * 1024n,
         PercentTicks: Number(cpuShares) / (o.totalComputeMhz ?? nodeTotalComputeMhz()),
         ...(o.cpusetCgroup !== undefined && { cpusetCgroup: o.cpusetCgroup }),
       },

@@ -192,4 +192,17 @@ describe("nomadTaskConfig", () => {
     expect(nomadTaskConfig({ ...o, cpusetCgroup: path }).resources?.linuxResources?.cpusetCgroup).toBe(path);
     expect(nomadTaskConfig(o).resources?.linuxResources).not.toHaveProperty("cpusetCgroup");
   });
+
+  it("with memory_max, the hard limit is the larger of the two and the reservation stays memory (Nomad's buildTaskConfig)", () => {
+    const alloc = mkdtempSync(join(tmpdir(), "nk-taskmem-"));
+    cleanups.push(() => rmSync(alloc, { recursive: true, force: true }));
+    const o = { name: "web", dirs: createTaskDirs(alloc, "web"), msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e", memoryMb: 256 };
+    const over = nomadTaskConfig({ ...o, memoryMaxMb: 1024 });
+    expect(over.resources?.allocatedResources?.memory).toMatchObject({ memoryMb: 256n, memoryMaxMb: 1024n });
+    expect(over.resources?.linuxResources?.memoryLimitBytes).toBe(1024n * 1024n * 1024n);
+    expect(over.env).toMatchObject({ NOMAD_MEMORY_LIMIT: "256", NOMAD_MEMORY_MAX_LIMIT: "1024" });
+    const plain = nomadTaskConfig(o);
+    expect(plain.resources?.linuxResources?.memoryLimitBytes).toBe(256n * 1024n * 1024n);
+    expect(plain.env).not.toHaveProperty("NOMAD_MEMORY_MAX_LIMIT");
+  });
 });
