@@ -123,8 +123,8 @@ function readText(path: string): string {
  * `.stderr.fifo`, mode 0600) and starts reading them, as Nomad's logmon does before StartTask:
  * everything written is copied to `<task>.stdout.0` / `<task>.stderr.0` until EOF, which comes
  * once every writer closed the FIFO. Nothing else holds a write end, so a driver that closes the
- * FIFO and opens it again later finds no reader, as under Nomad. Call `close()` when the task is
- * gone. Throws when a FIFO cannot be made.
+ * FIFO and opens it again later finds no reader here (logmon may keep its read end after EOF, but
+ * a driver must not rely on either: open each FIFO once). Call `close()` when the task is gone. Throws when a FIFO cannot be made.
  *
  * @example
  * ```ts
