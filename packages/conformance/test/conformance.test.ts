@@ -11,6 +11,9 @@ import { CGROUP_ROOT, canMakeCgroups, removeCgroupTree, testCgroups, v2Host } fr
 
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
 const broken = fileURLToPath(new URL("./fixtures/broken-driver.mjs", import.meta.url));
+// One behaviour each, chosen by BUG_MODE: real processes (modes-driver) or the generated handlers (modes-raw).
+const modesDriver = fileURLToPath(new URL("./fixtures/modes-driver.mjs", import.meta.url));
+const modesRaw = fileURLToPath(new URL("./fixtures/modes-raw.mjs", import.meta.url));
 const isRoot = process.getuid?.() === 0;
 // Nomad's bounds (2 s shutdown, a prompt first fingerprint) are checked generously here: the
 // project's tests run on busy machines; the CLI and the API default to Nomad's values.
@@ -178,5 +181,30 @@ describe("conformance catches a broken plugin", () => {
       expect(crash["no-cookie"]!.status).toBe("skip");
     },
     60_000,
+  );
+});
+
+describe("conformance judges what Nomad relies on, not what the kit happens to do", () => {
+  // modes-raw runs no process that would print the default task's pid: it gets a task config of its own.
+  const run = (fixture: string, mode: string, checks: string[]) =>
+    runConformance({
+      plugin: process.execPath,
+      args: [fixture],
+      env: { BUG_MODE: mode },
+      cgroupParent,
+      ...generous,
+      checks,
+      ...(fixture === modesRaw ? { taskConfig: { command: "/bin/sleep" } } : {}),
+    });
+
+  it(
+    "accepts a non-setup first exec message failed with status Unknown, as Nomad's Go plugin server fails it",
+    async () => {
+      const report = await run(modesRaw, "go-setup-first", ["exec-setup-first"]);
+      const row = byName(report)["exec-setup-first"]!;
+      expect(row.status, formatReport(report)).toBe("pass");
+      expect(row.message).toMatch(/^status Unknown \(2\): .*first message should always be setup.*; the plugin stays SERVING$/);
+    },
+    120_000,
   );
 });
