@@ -207,4 +207,16 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     },
     120_000,
   );
+
+  it(
+    "destroys the exited task with force = true, as Nomad's task runner always does",
+    async () => {
+      // The driver kills the (reaped) pid on force and throws ESRCH; with force = false it never did.
+      const report = await run(modesDriver, "destroy-force", ["destroy-task"]);
+      const row = byName(report)["destroy-task"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toContain("DestroyTask(force = true)");
+    },
+    120_000,
+  );
 });
