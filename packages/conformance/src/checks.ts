@@ -100,6 +100,9 @@ function stdin(data: string): ExecRequest {
   return { stdin: { data: te.encode(data) } };
 }
 
+/** TaskStats' collection_interval. */
+const STATS_INTERVAL_MS = 200;
+
 /** StopTask's signal: the task's kill_signal, which Nomad sends as is, "" when the job sets none. */
 const STOP_SIGNAL = "";
 
@@ -381,7 +384,7 @@ export const CHECKS: readonly Check[] = [
       const signal = AbortSignal.any([ac.signal, s.signal, AbortSignal.timeout(s.opts.callTimeoutMs)]);
       const samples: TaskStats[] = [];
       try {
-        for await (const r of running(s).driver.taskStats({ taskId: s.main!.id, collectionInterval: { nanos: 200_000_000 } }, { signal })) {
+        for await (const r of running(s).driver.taskStats({ taskId: s.main!.id, collectionInterval: { nanos: STATS_INTERVAL_MS * 1e6 } }, { signal })) {
           for (const pid of Object.keys(r.stats?.resourceUsageByPid ?? {})) if (/^\d+$/.test(pid)) s.learnPid(Number(pid));
           const problems = statsProblems(r.stats);
           expect(problems.length === 0, `sample ${samples.length + 1}: ${problems.join("; ")}`);
@@ -396,6 +399,10 @@ export const CHECKS: readonly Check[] = [
       const ta = timestampDate(a.timestamp!).getTime();
       const tb = timestampDate(b.timestamp!).getTime();
       expect(tb >= ta, "the second sample's timestamp is older than the first");
+      // Nomad asks for one sample per collection_interval (its executor collects on a timer). Only a
+      // lower bound, on the driver's own collection times: a busy host may delay a sample, never hasten it.
+      const min = STATS_INTERVAL_MS / 2;
+      expect(tb - ta >= min, `samples ${tb - ta} ms apart, want at least ${min} ms (half the collection_interval of ${STATS_INTERVAL_MS} ms)`);
       const cpu = b.aggResourceUsage!.cpu!;
       const mem = b.aggResourceUsage!.memory!;
       return `cpu ${cpu.percent.toFixed(1)}% total_ticks ${cpu.totalTicks.toFixed(1)}, rss ${mem.rss} B`;

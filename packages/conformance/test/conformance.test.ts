@@ -219,4 +219,15 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     },
     120_000,
   );
+
+  it(
+    "reports TaskStats samples sent faster than the collection interval",
+    async () => {
+      const report = await run(modesRaw, "stats-flood", ["task-stats"]);
+      const row = byName(report)["task-stats"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/samples \d+ ms apart, want at least 100 ms \(half the collection_interval of 200 ms\)/);
+    },
+    120_000,
+  );
 });
