@@ -13,7 +13,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
 import { SIGNAL_MARKER, type Suite, type SuiteTask } from "./suite.js";
-import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, show, waitUntil } from "./util.js";
+import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
 
 /** A named step of the suite. Returns a short message on success; throws to fail or skip. */
 export interface Check {
@@ -598,12 +598,25 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "stop-task",
-    title: "StopTask as Nomad sends it without kill_signal (signal \"\", timeout) ends the task; WaitTask returns its exit",
+    title: "StopTask as Nomad sends it without kill_signal (signal \"\", timeout) ends the task; WaitTask, pending until then, returns its exit",
     needs: ["start-task"],
     async run(s) {
       const task = s.main!;
       let pid: number | undefined;
       if (s.defaultTask) pid = await s.taskPid(task);
+      // The task runs until stopped: the WaitTask call made as it started must still be pending (Nomad
+      // takes its answer as the task's exit). A negative check only: the grace lets an early answer
+      // arrive (in a short selection of checks WaitTask may have been sent just now); a correct
+      // driver's never arrives, however long the host takes.
+      expect(task.waiting, `no WaitTask call is pending for ${task.id}`);
+      let grace: NodeJS.Timeout | undefined;
+      const early = await Promise.race([task.waiting, new Promise<undefined>((res) => (grace = setTimeout(() => res(undefined), 250)))]);
+      clearTimeout(grace);
+      if (early !== undefined) {
+        const what = early instanceof Error ? `failed (${describe(early)})` : `returned (${describeExit(early)})`;
+        const still = pid !== undefined && !processGone(pid) ? `, while the task's process ${pid} still runs` : "";
+        throw new CheckFailure(`WaitTask ${what} before StopTask${still}: Nomad would take the running task as exited`);
+      }
       // The task's kill_signal, which most jobs leave unset: the driver picks its default (Nomad's
       // executor SIGINT, docker the image's STOPSIGNAL), so any way the task ended is accepted.
       await running(s).driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 10n } }, s.co());

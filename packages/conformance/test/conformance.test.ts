@@ -230,4 +230,15 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     },
     120_000,
   );
+
+  it(
+    "reports a WaitTask that returns while the task still runs",
+    async () => {
+      const report = await run(modesDriver, "wait-early", ["inspect-task", "task-stats", "stop-task"]);
+      const row = byName(report)["stop-task"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toContain("WaitTask returned (exit_code 0) before StopTask");
+    },
+    120_000,
+  );
 });
