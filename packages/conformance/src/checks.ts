@@ -738,13 +738,36 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "fingerprint-stream",
+    title: "the Fingerprint stream stays open until Shutdown (Nomad takes its end or an error as a lost driver)",
+    needs: ["init"],
+    async run(s) {
+      const faults = s.streamFaults.filter((f) => f.stream === "Fingerprint");
+      expect(faults.length === 0, faults.map((f) => f.message).join("; "));
+      return `open, ${s.fingerprints} response(s)`;
+    },
+  },
+  {
     name: "task-events",
-    title: "TaskEvents stream stays open without errors",
+    title: "TaskEvents stream stays open until Shutdown; each event names a started task (task_id, alloc_id, task_name) and has a timestamp",
     needs: ["init"],
     async run(s) {
       if (s.events.unimplemented) throw new SkipCheck("TaskEvents is unimplemented");
-      if (s.events.error) throw new Error(`the TaskEvents stream failed: ${describe(s.events.error)}`);
-      return `${s.events.count} event(s) received`;
+      const faults = s.streamFaults.filter((f) => f.stream === "TaskEvents");
+      expect(faults.length === 0, faults.map((f) => f.message).join("; "));
+      // Nomad routes an event to its task runner by alloc_id and task_name, and drops it otherwise.
+      s.events.list.forEach((e, i) => {
+        const what = `event ${i + 1} (${JSON.stringify(e.message)})`;
+        const task = s.tasks.find((t) => t.id === e.taskId);
+        expect(task, `${what}: task_id ${JSON.stringify(e.taskId)} is not a task the suite started`);
+        expect(
+          e.allocId === task.allocId && e.taskName === task.name,
+          `${what}: alloc_id ${JSON.stringify(e.allocId)} and task_name ${JSON.stringify(e.taskName)} are not those of task ${task.id} ` +
+            `(${JSON.stringify(task.allocId)}, ${JSON.stringify(task.name)})`,
+        );
+        expect(e.timestamp, `${what}: timestamp is missing`);
+      });
+      return `open, ${s.events.count} event(s) received`;
     },
   },
   {
@@ -754,6 +777,8 @@ export const CHECKS: readonly Check[] = [
     async run(s) {
       const p = running(s);
       let note = "Driver.Shutdown ok";
+      // From here on the plugin is being stopped: its streams may end with it.
+      s.expectExit(p);
       try {
         await p.driver.shutdown({}, { timeoutMs: s.opts.shutdownTimeoutMs });
       } catch (err) {

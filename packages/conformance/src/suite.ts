@@ -22,6 +22,7 @@ import {
   DriverCapabilities_FSIsolation,
   TaskState,
   type DriverCapabilities,
+  type DriverTaskEvent,
   type InspectTaskResponse,
   type NetworkIsolationSpec,
   type TaskConfigSchema,
@@ -31,7 +32,7 @@ import {
 import type { Spec } from "@nomadkit/protocol/hclspec";
 import { encodeCheckedConfig } from "./config.js";
 import type { ConformanceOptions } from "./types.js";
-import { descendants, hasProc, isGone, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
+import { describe, descendants, hasProc, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
 
 /** Options with every default applied. */
 export interface ResolvedOptions extends ConformanceOptions {
@@ -145,7 +146,15 @@ export class Suite {
   caps?: DriverCapabilities | undefined;
   main?: SuiteTask;
   firstFingerprint?: Promise<{ health: number; description: string; attributes: number } | Error>;
-  events = { count: 0, error: undefined as unknown, unimplemented: false };
+  /** Fingerprint responses received, over every run plugin. */
+  fingerprints = 0;
+  /** What the TaskEvents streams sent (the first hundred events are kept for the check). */
+  events = { count: 0, list: [] as DriverTaskEvent[], unimplemented: false };
+  /**
+   * How a long-lived stream ended or failed while its plugin was meant to run: Nomad keeps both open
+   * for the plugin's whole life, and takes an end or an error of Fingerprint as a lost driver.
+   */
+  readonly streamFaults: { stream: "Fingerprint" | "TaskEvents"; message: string }[] = [];
   /** Why tasks get no cgroup (set once creating one failed, or taskCgroup is false); undefined while they get one. */
   noCgroup?: string;
 
@@ -319,27 +328,43 @@ export class Suite {
   }
 
   /**
-   * Opens the two long-lived streams Nomad keeps on a driver: Fingerprint (the first response is
-   * remembered) and TaskEvents. Errors caused by the plugin going away are expected and ignored.
+   * Opens the two long-lived streams Nomad keeps on a driver, Fingerprint (the first response is
+   * remembered) and TaskEvents, and reads them for the plugin's whole life. An end or an error
+   * before the suite stops the plugin (Shutdown, kill, cleanup) is recorded in `streamFaults`; one
+   * caused by that stop is the stream ending with its plugin, as it must.
    */
   openStreams(p: PluginClient): void {
-    const fp = p.driver.fingerprint({}, { signal: p.exitSignal });
-    this.firstFingerprint = (async () => {
+    const fault = (stream: "Fingerprint" | "TaskEvents", err?: unknown) => {
+      if (this.intentional.has(p) || this.closing.signal.aborted) return;
+      const how = err === undefined ? "ended" : "failed";
+      this.streamFaults.push({ stream, message: `the ${stream} stream ${how} during ${this.current}${err === undefined ? "" : `: ${describe(err)}`}` });
+    };
+    let first!: (r: { health: number; description: string; attributes: number } | Error) => void;
+    this.firstFingerprint = new Promise((res) => (first = res));
+    void (async () => {
+      let n = 0;
       try {
-        for await (const r of fp) {
-          return { health: r.health, description: r.healthDescription, attributes: Object.keys(r.attributes).length };
+        for await (const r of p.driver.fingerprint({}, { signal: p.exitSignal })) {
+          this.fingerprints++;
+          if (n++ === 0) first({ health: r.health, description: r.healthDescription, attributes: Object.keys(r.attributes).length });
         }
-        return new Error("the Fingerprint stream ended without a response");
+        first(new Error("the Fingerprint stream ended without a response"));
+        fault("Fingerprint");
       } catch (err) {
-        return err instanceof Error ? err : new Error(String(err));
+        first(err instanceof Error ? err : new Error(String(err)));
+        fault("Fingerprint", err);
       }
     })();
     void (async () => {
       try {
-        for await (const _ of p.driver.taskEvents({}, { signal: p.exitSignal })) this.events.count++;
+        for await (const e of p.driver.taskEvents({}, { signal: p.exitSignal })) {
+          this.events.count++;
+          if (this.events.list.length < 100) this.events.list.push(e);
+        }
+        fault("TaskEvents");
       } catch (err) {
         if (isUnimplemented(err)) this.events.unimplemented = true;
-        else if (!isGone(err) && !p.exitSignal.aborted) this.events.error ??= err;
+        else fault("TaskEvents", err);
       }
     })();
   }

@@ -241,4 +241,34 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     },
     120_000,
   );
+
+  it.each([
+    ["fp-error", /the Fingerprint stream failed during .*runtime socket unreachable/],
+    ["fp-close", /the Fingerprint stream ended during /],
+  ])(
+    "reports a Fingerprint stream that fails or ends after its first response (%s)",
+    async (mode, message) => {
+      const report = await run(modesRaw, mode, ["fingerprint", "task-stats", "fingerprint-stream", "shutdown"]);
+      const rows = byName(report);
+      expect(rows.fingerprint!.status, formatReport(report)).toBe("pass");
+      expect(rows["fingerprint-stream"]!.status, formatReport(report)).toBe("fail");
+      expect(rows["fingerprint-stream"]!.message).toMatch(message);
+      expect(rows.shutdown!.status).toBe("pass");
+    },
+    120_000,
+  );
+
+  it(
+    "reports a TaskEvents stream that ends before Shutdown, and events Nomad cannot route",
+    async () => {
+      // task-stats takes 200 ms at least: an end or an event sent as the task starts has arrived by then.
+      const closed = await run(modesRaw, "ev-close", ["task-stats", "task-events", "shutdown"]);
+      expect(byName(closed)["task-events"]!.status, formatReport(closed)).toBe("fail");
+      expect(byName(closed)["task-events"]!.message).toMatch(/the TaskEvents stream ended during /);
+      const noalloc = await run(modesRaw, "ev-noalloc", ["start-task", "task-stats", "task-events", "shutdown"]);
+      expect(byName(noalloc)["task-events"]!.status, formatReport(noalloc)).toBe("fail");
+      expect(byName(noalloc)["task-events"]!.message).toMatch(/^event 1 \("Started"\): alloc_id "" and task_name "" are not those of task /);
+    },
+    120_000,
+  );
 });
