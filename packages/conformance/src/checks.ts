@@ -12,7 +12,7 @@ import {
   type WaitTaskResponse,
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
-import { SIGNAL_MARKER, type Suite, type SuiteTask } from "./suite.js";
+import { SIGNAL_MARKER, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
 import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
 
 /** A named step of the suite. Returns a short message on success; throws to fail or skip. */
@@ -99,6 +99,9 @@ function setup(task: SuiteTask, command: string[], tty = false): ExecRequest {
 function stdin(data: string): ExecRequest {
   return { stdin: { data: te.encode(data) } };
 }
+
+/** How long after StopTask's 1 s timeout a task that ignores the stop signal may still run (a busy host). */
+const STOP_TIMEOUT_SLACK_MS = 10_000;
 
 /** TaskStats' collection_interval. */
 const STATS_INTERVAL_MS = 200;
@@ -694,6 +697,41 @@ export const CHECKS: readonly Check[] = [
       expect(err !== undefined, "InspectTask still knows the destroyed task");
       if (pid !== undefined) await s.pidGone(pid, `task pid ${pid} to be killed`);
       return pid !== undefined ? `pid ${pid} killed and forgotten` : "forgotten";
+    },
+  },
+  {
+    name: "stop-timeout",
+    title: "StopTask with a 1 s timeout kills a task that ignores INT, TERM and HUP (Nomad's kill_timeout)",
+    needs: ["start-task"],
+    async run(s) {
+      if (!s.defaultTask) throw new SkipCheck("needs the default task (a custom taskConfig cannot be made to ignore the stop signals)");
+      const p = running(s);
+      const task = s.newTask("stubborn", { taskConfig: stubbornTaskConfig(s.opts.execShell) });
+      await s.startTask(p, task);
+      const pid = await s.taskPid(task);
+      // Deterministic: only an upper bound far above the 1 s timeout. StopTask may return before
+      // the task is gone or only after it: the task must be gone in time either way.
+      const t0 = performance.now();
+      const stop = p.driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 1n } }, s.co()).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      const destroy = () => p.driver.destroyTask({ taskId: task.id, force: true }, s.co()).then(() => void (task.destroyed = true));
+      try {
+        await waitUntil(() => processGone(pid), `task pid ${pid} to be gone`, 1000 + STOP_TIMEOUT_SLACK_MS, s.signal);
+      } catch (err) {
+        // The task still runs: DestroyTask(force) ends it now, as Nomad's task runner would (cleanup otherwise).
+        void destroy().catch(() => undefined);
+        if (s.signal.aborted) throw err;
+        throw new CheckFailure(`the task (pid ${pid}) ignores INT, TERM and HUP and still runs ${formatMs(1000 + STOP_TIMEOUT_SLACK_MS)} after StopTask(timeout 1 s): the driver never killed it`);
+      }
+      const ms = performance.now() - t0;
+      const err = await stop;
+      if (err instanceof PluginShutdownError) throw err;
+      if (err !== undefined) throw new CheckFailure(`StopTask failed: ${describe(err)}`);
+      const r = await settled(s, task);
+      await destroy();
+      return `gone ${formatMs(ms)} after StopTask; ${describeExit(r)}`;
     },
   },
   {

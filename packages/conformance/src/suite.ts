@@ -72,6 +72,15 @@ export function defaultTaskConfig(shell: string, signal: string): Record<string,
   };
 }
 
+/**
+ * A task that ignores the usual stop signals (INT, TERM, HUP: the drivers' defaults when the job
+ * sets no kill_signal): only the kill after StopTask's timeout ends it. It prints its pid as the
+ * default task does.
+ */
+export function stubbornTaskConfig(shell: string): Record<string, unknown> {
+  return { command: shell, args: ["-c", `trap '' INT TERM HUP; echo "${START_MARKER} $$"; while :; do sleep 0.1; done`] };
+}
+
 /** A task the suite started. */
 export interface SuiteTask {
   id: string;
@@ -370,13 +379,13 @@ export class Suite {
   }
 
   /** Creates an allocation directory and the TaskConfig Nomad would send for a new task. */
-  newTask(name: string, opts: { allocId?: string; network?: NetworkIsolationSpec | undefined } = {}): SuiteTask {
+  newTask(name: string, opts: { allocId?: string; network?: NetworkIsolationSpec | undefined; taskConfig?: Record<string, unknown> } = {}): SuiteTask {
     // Cleanup closes the readers of the tasks it knows: none may be opened after it.
     this.refuseWhenClosing("start a task");
     const allocId = opts.allocId ?? randomUUID();
     const dirs = createTaskDirs(join(this.root, allocId), name);
     const allocDir = dirs.allocDir;
-    const taskConfig = this.opts.taskConfig ?? defaultTaskConfig(this.opts.execShell, this.opts.signal);
+    const taskConfig = opts.taskConfig ?? this.opts.taskConfig ?? defaultTaskConfig(this.opts.execShell, this.opts.signal);
     const msgpackDriverConfig = encodeCheckedConfig(this.taskSpec, taskConfig, "the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema");
     // Logmon's FIFOs, read from before StartTask until EOF: a driver must open them for writing
     // (a regular file would let it reopen, truncate or seek, which a FIFO without a reader refuses).

@@ -271,4 +271,18 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     },
     120_000,
   );
+
+  it(
+    "reports a StopTask that never kills a task ignoring the stop signal once the timeout passes",
+    async () => {
+      const report = await run(modesDriver, "no-escalate", ["stop-timeout"]);
+      const row = byName(report)["stop-timeout"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/^the task \(pid \d+\) ignores INT, TERM and HUP and still runs 11\.0s after StopTask\(timeout 1 s\): the driver never killed it$/);
+      // Without the bug the fixture escalates after the timeout: the check passes.
+      const good = await run(modesDriver, "", ["stop-timeout"]);
+      expect(byName(good)["stop-timeout"]!.status, formatReport(good)).toBe("pass");
+    },
+    120_000,
+  );
 });
