@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync, readFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -135,11 +135,32 @@ describe("nomadTaskConfig", () => {
     expect(nomadTaskConfig({ ...o, totalComputeMhz: 4000 }).resources?.linuxResources?.PercentTicks).toBe(0.125);
     const cores = nomadAgentConfig().driver!.Topology!.cores!;
     expect(cores).toHaveLength(cpus().length);
-    const total = cores.reduce((sum, c) => sum + Number(c.baseSpeed || c.guessSpeed), 0);
+    const total = cores.reduce((sum, c) => sum + Number(c.baseSpeed || c.maxSpeed || c.guessSpeed), 0);
     expect(total).toBe(nodeTotalComputeMhz());
     expect(nomadTaskConfig(o).resources?.linuxResources?.PercentTicks).toBe(500 / total);
     expect(nomadAgentConfig({ minPort: 1, maxPort: 2, overrideTotalComputeMhz: 9000 }).driver).toMatchObject({ ClientMinPort: 1, ClientMaxPort: 2, Topology: { overrideTotalCompute: 9000n } });
     expect(nodeTotalComputeMhz({ overrideTotalComputeMhz: 9000 })).toBe(9000);
+  });
+
+  it("reads the cores' speeds as Nomad's numalib does: cpufreq base and max, the /proc/cpuinfo average as the guess", () => {
+    const dir = root();
+    const cpuinfo = join(dir, "cpuinfo");
+    writeFileSync(cpuinfo, cpus().map((_, i) => `processor\t: ${i}\ncpu MHz\t\t: ${i % 2 ? "2400.500" : "2599.500"}\n`).join("\n"));
+    const sysfs = join(dir, "cpu");
+    // Core 0 tells its base frequency, core 1 (if any) only its max: kHz, as sysfs has them.
+    mkdirSync(join(sysfs, "cpu0/cpufreq"), { recursive: true });
+    writeFileSync(join(sysfs, "cpu0/cpufreq/base_frequency"), "2000000\n");
+    mkdirSync(join(sysfs, "cpu1/cpufreq"), { recursive: true });
+    writeFileSync(join(sysfs, "cpu1/cpufreq/cpuinfo_max_freq"), "3700000\n");
+    const o = { sysfsCpuRoot: sysfs, cpuinfoPath: cpuinfo };
+    const mhz = cpus().map((_, i) => (i % 2 ? 2400.5 : 2599.5));
+    const guess = BigInt(Math.round(mhz.reduce((a, b) => a + b, 0) / mhz.length));
+    const cores = nomadAgentConfig(o).driver!.Topology!.cores!;
+    expect(cores[0]).toMatchObject({ baseSpeed: 2000n, maxSpeed: 0n, guessSpeed: guess });
+    const expected = cpus().map((_, i) => (i === 0 ? 2000 : i === 1 ? 3700 : Number(guess))).reduce((a, b) => a + b, 0);
+    expect(nodeTotalComputeMhz(o)).toBe(expected);
+    // Nothing readable at all: Nomad's fallback, 1000 MHz a core.
+    expect(nodeTotalComputeMhz({ sysfsCpuRoot: join(dir, "none"), cpuinfoPath: join(dir, "none") })).toBe(1000 * cpus().length);
   });
 
   it("passes the host's environment minus Nomad's denylist, and shows isolated tasks their directories inside", () => {
