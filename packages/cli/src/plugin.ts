@@ -256,6 +256,13 @@ export async function rpcError(c: Connected, rpc: string, err: unknown, note = "
   return error;
 }
 
+/** `call`'s result; its failure as {@link rpcError} describes it. */
+export function orRpcError<T>(c: Connected, rpc: string, call: Promise<T>): Promise<T> {
+  return call.catch(async (e: unknown) => {
+    throw await rpcError(c, rpc, e);
+  });
+}
+
 async function describeRpcError(c: Connected, rpc: string, err: unknown): Promise<CliError> {
   const name = c.name;
   if (err instanceof CliError) return err;

@@ -19,6 +19,7 @@ import {
   type JsonOption,
 } from "../files.js";
 import {
+  orRpcError,
   rpcError,
   withPlugin,
   type Connected,
@@ -36,12 +37,8 @@ export async function infoCommand(
 ): Promise<void> {
   await withPlugin(plugin, g, async (c) => {
     const { plugin: p, call } = c;
-    const info = await p.basePlugin.pluginInfo({}, call).catch(async (e: unknown) => {
-      throw await rpcError(c, "BasePlugin.PluginInfo", e);
-    });
-    const schema = await p.basePlugin.configSchema({}, call).catch(async (e: unknown) => {
-      throw await rpcError(c, "BasePlugin.ConfigSchema", e);
-    });
+    const info = await orRpcError(c, "BasePlugin.PluginInfo", p.basePlugin.pluginInfo({}, call));
+    const schema = await orRpcError(c, "BasePlugin.ConfigSchema", p.basePlugin.configSchema({}, call));
     const out: Record<string, unknown> = {
       ...(toJson(PluginInfoResponseSchema, info) as object),
       configSchema:
@@ -70,9 +67,7 @@ export async function capabilitiesCommand(
 ): Promise<void> {
   await withPlugin(plugin, g, async (c) => {
     const { plugin: p, call } = c;
-    const res = await p.driver.capabilities({}, call).catch(async (e: unknown) => {
-      throw await rpcError(c, "Driver.Capabilities", e);
-    });
+    const res = await orRpcError(c, "Driver.Capabilities", p.driver.capabilities({}, call));
     const json = toJson(CapabilitiesResponseSchema, res, {
       alwaysEmitImplicit: true,
     }) as { capabilities?: unknown };
@@ -89,9 +84,7 @@ export async function configure(
   c: Connected,
   config: JsonOption | undefined,
 ): Promise<void> {
-  const { spec } = await c.plugin.basePlugin.configSchema({}, c.call).catch(async (e: unknown) => {
-    throw await rpcError(c, "BasePlugin.ConfigSchema", e);
-  });
+  const { spec } = await orRpcError(c, "BasePlugin.ConfigSchema", c.plugin.basePlugin.configSchema({}, c.call));
   const msgpack = await encodeOperatorConfig(config?.source ?? "the plugin config (no --config given)", spec, config?.value ?? {});
   try {
     await c.plugin.basePlugin.setConfig(

@@ -30,6 +30,7 @@ import {
 import {
   checkCgroupParent,
   connectPlugin,
+  orRpcError,
   rpcError,
   type Connected,
   type GlobalOptions,
@@ -174,11 +175,7 @@ export async function runCommand(
   });
   try {
     await configure(c, config);
-    const { spec: taskSpec } = await c.plugin.driver
-      .taskConfigSchema({}, c.call)
-      .catch(async (e: unknown) => {
-        throw await rpcError(c, "Driver.TaskConfigSchema", e);
-      });
+    const { spec: taskSpec } = await orRpcError(c, "Driver.TaskConfigSchema", c.plugin.driver.taskConfigSchema({}, c.call));
     const msgpackDriverConfig = await encodeOperatorConfig(
       taskConfig?.source ?? "task config (no --task-config given)",
       taskSpec,
