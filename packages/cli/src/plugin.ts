@@ -1,4 +1,5 @@
 import { accessSync, constants, readFileSync, statSync } from "node:fs";
+import { constants as osConstants } from "node:os";
 import { extname, resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -134,6 +135,20 @@ export function checkCgroupParent(parent: string | undefined): void {
   const levels = parent.split("/").filter((l) => l !== "" && l !== ".");
   if (levels.length === 0 || levels.includes("..") || parent.includes("\0"))
     throw new CliError(`--cgroup-parent ${JSON.stringify(parent)}: must name a cgroup below the root, without ".."`);
+}
+
+/**
+ * A signal flag as the name Nomad sends (`SIGTERM`): Nomad's executor looks names up exactly, so
+ * `TERM`, `term` and `15` are turned into that name here rather than sent as typed.
+ */
+export function signalFlag(flag: string, value: string, example: string): string {
+  const v = value.trim().toUpperCase();
+  const name = /^\d+$/.test(v)
+    ? Object.keys(osConstants.signals).find((n) => (osConstants.signals as Record<string, number>)[n] === Number(v))
+    : v.startsWith("SIG") ? v : `SIG${v}`;
+  if (name === undefined || !Object.hasOwn(osConstants.signals, name))
+    throw new CliError(`${flag} ${JSON.stringify(value)}: not a signal (a name such as ${example}, or a number)`);
+  return name;
 }
 
 /** A flag's positive number of milliseconds, checked; `undefined` when not given. */

@@ -125,7 +125,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .option(
       "--kill-signal <signal>",
-      'the task\'s kill_signal, sent with StopTask on Ctrl-C; default "" (none, as in a job without kill_signal: the driver picks, SIGINT for Nomad\'s executor)',
+      'the task\'s kill_signal (SIGTERM, TERM or 15; sent as SIGTERM), sent with StopTask on Ctrl-C; default "" (none, as in a job without kill_signal: the driver picks, SIGINT for Nomad\'s executor)',
       "",
     )
     .option(

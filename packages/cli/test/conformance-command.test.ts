@@ -118,6 +118,6 @@ describe("nomadkit conformance", () => {
     expect(array.stderr).toBe("nomadkit: --plugin-config: expected a JSON object, got an array\n");
     const signal = await nomadkit(["conformance", rawexec, "--signal", "BOGUS"]);
     expect(signal.code).toBe(1);
-    expect(signal.stderr).toBe('nomadkit: --signal "BOGUS": not a signal name (for example SIGHUP, SIGUSR1)\n');
+    expect(signal.stderr).toBe('nomadkit: --signal "BOGUS": not a signal (a name such as SIGHUP, or a number)\n');
   });
 });

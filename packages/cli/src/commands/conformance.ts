@@ -1,10 +1,9 @@
-import { constants } from "node:os";
 import type { Command } from "commander";
 import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
 import { readJsonOption } from "../files.js";
 import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
-import { checkCgroupParent, pluginCommand, positiveMs, stderrLogger, type GlobalOptions } from "../plugin.js";
+import { checkCgroupParent, pluginCommand, positiveMs, signalFlag, stderrLogger, type GlobalOptions } from "../plugin.js";
 
 interface ConformanceFlags {
   pluginConfig?: string;
@@ -32,15 +31,14 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     return;
   }
   if (!plugin) throw new CliError("missing argument <plugin> (the driver executable to test)");
-  if (!Object.hasOwn(constants.signals, flags.signal))
-    throw new CliError(`--signal ${JSON.stringify(flags.signal)}: not a signal name (for example SIGHUP, SIGUSR1)`);
+  const signal = signalFlag("--signal", flags.signal, "SIGHUP");
   if (flags.taskCgroup) checkCgroupParent(flags.cgroupParent);
   const { cmd, args } = pluginCommand(plugin);
   const options: ConformanceOptions = {
     plugin: cmd,
     args,
     execShell: flags.execShell,
-    signal: flags.signal,
+    signal,
     logger: g.logLevel === "off" ? undefined : stderrLogger(g.logLevel, plugin),
     autoMTLS: g.automtls === true,
     taskCgroup: flags.taskCgroup,
@@ -105,7 +103,7 @@ export function registerConformanceCommand(program: Command): void {
       'a long-running task\'s driver config as JSON, inline or a file (default: {"command":"/bin/sh","args":["-c",<loop>]})',
     )
     .option("--exec-shell <path>", "shell inside the task for the exec checks (<shell> -c <script>)", "/bin/sh")
-    .option("--signal <name>", "signal the signal-task check sends (the default task traps it)", "SIGHUP")
+    .option("--signal <name>", "signal the signal-task check sends, by name or number (the default task traps it)", "SIGHUP")
     .option("--user <user>", "run the tasks as this user (TaskConfig.user); start-task checks the task's uid, gid and groups")
     .option("--name <name>", "expected plugin name (the job's driver = \"...\")")
     .option("--checks <names>", "comma-separated checks to run (plus what they need); see --list")

@@ -9,7 +9,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { constants as osConstants, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
 import {
   createTaskCgroup,
@@ -32,6 +32,7 @@ import {
   connectPlugin,
   orRpcError,
   rpcError,
+  signalFlag,
   type Connected,
   type GlobalOptions,
   type RunState,
@@ -78,8 +79,7 @@ export async function runCommand(
       `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-" (not "." or "..")`,
     );
   // Checked here: a signal the driver refuses would only surface as a StopTask failure at Ctrl-C.
-  if (opts.killSignal !== "" && !Object.hasOwn(osConstants.signals, opts.killSignal))
-    throw new CliError(`--kill-signal ${JSON.stringify(opts.killSignal)}: not a signal name (for example SIGTERM, SIGINT)`);
+  const killSignal = opts.killSignal === "" ? "" : signalFlag("--kill-signal", opts.killSignal, "SIGTERM");
   const parent = opts.cgroupParent;
   if (opts.taskCgroup) checkCgroupParent(parent);
 
@@ -141,7 +141,7 @@ export async function runCommand(
         .stopTask({
           taskId,
           timeout: { seconds: 5n, nanos: 0 },
-          signal: opts.killSignal,
+          signal: killSignal,
         })
         .catch(report("Driver.StopTask"));
     } else if (interrupts === 2) {
