@@ -1,11 +1,14 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import {
   PluginLaunchError,
+  PluginShutdownError,
   launchPlugin,
   parseHandshake,
   parseLogLine,
@@ -226,6 +229,28 @@ describe("reattachPlugin", () => {
     await expect(
       reattachPlugin({ pid: 4_194_305, network: "unix", address: "/x" }),
     ).rejects.toThrow(/no process with pid/);
+  });
+  it("takes a zombie for an exited plugin, at reattach and while attached", async () => {
+    // `sh` execs a `sleep` that never reaps the server started before it: once killed, the server
+    // stays a zombie, which kill(pid, 0) still finds.
+    const sock = join(tmpdir(), `nk-zombie-${process.pid}.sock`);
+    const server = `const h=require("node:http2").createServer();h.on("stream",(s,hd)=>{if(hd[":path"].includes("Health"))return s.respond({":status":200,"content-type":"application/grpc","grpc-status":"12"},{endStream:true});s.respond({":status":200,"content-type":"application/grpc"});});h.listen(${JSON.stringify(sock)},()=>console.log("ready"));`;
+    const parent = spawn("sh", ["-c", `"$0" -e '${server}' & echo $!; exec sleep 60`, process.execPath], { stdio: ["ignore", "pipe", "inherit"] });
+    try {
+      const lines = createInterface({ input: parent.stdout! })[Symbol.asyncIterator]();
+      const pid = Number((await lines.next()).value);
+      expect((await lines.next()).value).toBe("ready");
+      const p = await reattachPlugin({ pid, network: "unix", address: sock }, { pollIntervalMs: 10 });
+      const call = p.basePlugin.pluginInfo({}).catch((e: unknown) => e); // never answered
+      process.kill(pid, "SIGKILL");
+      expect(await call).toBeInstanceOf(PluginShutdownError);
+      expect(await p.exited).toEqual({ code: null, signal: null });
+      expect(readFileSync(`/proc/${pid}/stat`, "utf8")).toMatch(/\) Z /);
+      await expect(reattachPlugin({ pid, network: "unix", address: sock })).rejects.toThrow(`no process with pid ${pid}`);
+    } finally {
+      parent.kill("SIGKILL");
+      rmSync(sock, { force: true });
+    }
   });
   it("refuses a bad network", async () => {
     await expect(

@@ -657,13 +657,17 @@ function processState(pid: number): "running" | "exiting" | undefined {
   return state === "Z" || state === "X" || (Number(flags) & PF_EXITING) !== 0 ? "exiting" : "running";
 }
 
+/**
+ * Whether `pid` is a live process. A zombie still answers `kill(pid, 0)`: a plugin whose parent
+ * (another Nomad agent, a shell that exec'd) does not reap it would otherwise pass for running forever.
+ */
 function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
+    if ((err as NodeJS.ErrnoException).code !== "EPERM") return false;
   }
+  return processState(pid) !== "exiting";
 }
 
 /** Options for {@link reattachPlugin}. */
