@@ -1,8 +1,12 @@
 // The exec engine in-process (no gRPC): the consumption-driven backpressure contract, the raw
 // form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { PassThrough, Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
 import { ExecTaskStreamingRequestSchema, type ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
 import { describe, expect, it } from "vitest";
 import { TerminalResizes, execStreaming, runExecCommand, type ExecTaskStream } from "../src/exec/index.js";
@@ -205,6 +209,21 @@ describe("runExecCommand", () => {
     await expect(
       runExecCommand({ command: ["definitely-not-a-command-xyz"] }, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr }),
     ).rejects.toMatchObject({ rawMessage: 'command[0]: executable "definitely-not-a-command-xyz" not found in PATH' });
+  });
+
+  it("reports a working directory deleted under the task as such, not as a missing command (pipes and tty)", async () => {
+    const gone = mkdtempSync(join(tmpdir(), "nomadkit-gone-"));
+    rmSync(gone, { recursive: true });
+    for (const tty of [false, true]) {
+      const io = { stdin: new PassThrough(), stdout: new PassThrough(), stderr: new PassThrough() };
+      io.stdout.resume();
+      io.stderr.resume();
+      // Before: "exec \"/bin/sh\": spawn /bin/sh ENOENT" without a tty, node-pty's "chdir(2) failed." and exit 1 with one.
+      await expect(runExecCommand({ command: ["sh", "-c", "exit 0"], tty, cwd: gone }, io), `tty ${tty}`).rejects.toMatchObject({
+        code: Code.FailedPrecondition,
+        rawMessage: `cwd: ${JSON.stringify(gone)} does not exist`,
+      });
+    }
   });
 
   it("without env, runs the command in the plugin's environment minus go-plugin's variables", async () => {

@@ -48,3 +48,11 @@ describe("a command the kernel refuses when it starts", () => {
     expect(await refusal(execInContext(ctx, "/bin/echo", [huge]))).toMatch(/^cmd: cannot start "\/bin\/echo": spawn E2BIG/);
   });
 });
+
+describe("the task's working directory", () => {
+  it("prepareTaskContext names task_dir or work_dir when it is missing or not a directory", async () => {
+    expect(await refusal(prepareTaskContext({ env: [PATH], taskDir: "/nonexistent-nomadkit-dir" }))).toBe('task_dir: "/nonexistent-nomadkit-dir" does not exist');
+    expect(await refusal(prepareTaskContext({ env: [PATH], taskDir: "/etc", workDir: "passwd" }))).toBe('work_dir: "/etc/passwd" is not a directory');
+    expect((await prepareTaskContext({ env: [PATH], taskDir: "/etc", workDir: "." })).cwd).toBe("/etc");
+  });
+});

@@ -42,6 +42,22 @@ function search(file: string, env: Readonly<Record<string, string>>, cwd: string
   return skipped === undefined ? {} : { notExecutable: skipped };
 }
 
+/**
+ * Throws `code` naming `field` unless `dir` is a directory. Checked before a spawn: Node reports a
+ * missing cwd as ENOENT of the command ("spawn /bin/sh ENOENT"), and node-pty as the command's own
+ * output and exit status 1, so a task directory deleted under a task would read as a missing shell.
+ */
+export function assertDirectory(dir: string, field: string, code: Code): void {
+  let why = "does not exist";
+  try {
+    if (statSync(dir).isDirectory()) return;
+    why = "is not a directory";
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") why = `cannot be read (${(err as NodeJS.ErrnoException).code})`;
+  }
+  throw new ConnectError(`${field}: ${JSON.stringify(dir)} ${why}`, code);
+}
+
 function isFile(path: string): boolean {
   try {
     return statSync(path).isFile();

@@ -10,7 +10,7 @@ import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
-import { findExecutable } from "./find-executable.js";
+import { assertDirectory, findExecutable } from "./find-executable.js";
 import { closeHandedOutputs, type HandedOutputs } from "./handoff.js";
 import { openOutputPipes, type OutputPipes } from "./output-pipes.js";
 import { retainsChunks } from "./read-buffers.js";
@@ -143,6 +143,8 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
       throw new ConnectError("outputs cannot be used with a tty", Code.InvalidArgument);
     }
     const env = options.env ?? withoutGoPluginVariables(process.env);
+    // The task's directory may have been deleted under it: say so, not that the command is missing.
+    if (options.cwd !== undefined) assertDirectory(options.cwd, "cwd", Code.FailedPrecondition);
     const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
     const args = options.command.slice(1);
     if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");

@@ -1,8 +1,7 @@
 import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
-import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { findExecutable } from "../exec/find-executable.js";
+import { assertDirectory, findExecutable } from "../exec/find-executable.js";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
 import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
@@ -57,16 +56,7 @@ export async function prepareTaskContext(options: TaskContextOptions): Promise<T
   let cwd: string | undefined;
   if (options.workDir) cwd = options.taskDir ? resolve(options.taskDir, options.workDir) : resolve(options.workDir);
   else if (options.taskDir) cwd = resolve(options.taskDir);
-  if (cwd !== undefined) {
-    const field = options.workDir ? "work_dir" : "task_dir";
-    let isDir = false;
-    try {
-      isDir = statSync(cwd).isDirectory();
-    } catch {
-      // reported below
-    }
-    if (!isDir) throw new ConnectError(`${field}: ${JSON.stringify(cwd)} is not a directory`, Code.InvalidArgument);
-  }
+  if (cwd !== undefined) assertDirectory(cwd, options.workDir ? "work_dir" : "task_dir", Code.InvalidArgument);
   let user: ResolvedUser | undefined;
   if (options.user) {
     user = await resolveUser(options.user, "user");
