@@ -250,6 +250,7 @@ export function rawexecTask(
     dirs,
     allocId,
     cpusetCgroup: cgroup?.path,
+    cgroupParent: cgroup?.parent,
     msgpackDriverConfig: encode({ args: [], ...driverConfig }),
     stdoutPath: join(dirs.logsDir, `${name}.stdout.0`),
     stderrPath: join(dirs.logsDir, `${name}.stderr.0`),

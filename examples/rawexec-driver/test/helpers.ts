@@ -99,6 +99,7 @@ export function newTask(
       stderrPath,
       memoryMb: 64,
       cpusetCgroup: cgroup?.path,
+      cgroupParent: cgroup?.parent,
     }),
     ...rest,
   } as TaskConfigInit;

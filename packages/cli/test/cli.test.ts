@@ -253,7 +253,7 @@ describe("nomadkit", () => {
     "run gives the task a cgroup as Nomad's client does and removes it after DestroyTask; --no-task-cgroup does not (reference driver, root)",
     async () => {
       const task = join(dir, "cgroup-task.json");
-      writeFileSync(task, JSON.stringify({ command: "/bin/cat", args: ["/proc/self/cgroup"] }));
+      writeFileSync(task, JSON.stringify({ command: "/bin/sh", args: ["-c", 'cat /proc/self/cgroup; echo "parent=$NOMAD_PARENT_CGROUP"'] }));
       const parent = `nomadkit-test-${process.pid}-run`;
       const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "web", "--cgroup-parent", parent);
       const [, path] = /started task \S+ \(cpuset_cgroup (\S+)\)/.exec(r.stderr) ?? [];
@@ -268,6 +268,7 @@ describe("nomadkit", () => {
           expect(r.stdout).toContain(`:cpuset:${path!.slice("/sys/fs/cgroup/cpuset".length)}\n`);
           expect(r.stdout).toMatch(new RegExp(`:freezer:/${parent}/[0-9a-f-]+\\.web\n`));
         }
+        expect(r.stdout).toContain(`parent=${parent}\n`); // NOMAD_PARENT_CGROUP, Nomad's cgroup_parent
         // Gone after DestroyTask, with the parent levels the run made.
         expect(existsSync(path!)).toBe(false);
         expect(testCgroups(parent)).toEqual([]);
@@ -278,6 +279,7 @@ describe("nomadkit", () => {
       expect(off.code, off.stderr).toBe(0);
       expect(off.stderr).toMatch(/started task \S+ \(no task cgroup \(--no-task-cgroup\)\)/);
       expect(off.stdout).not.toContain(parent);
+      expect(off.stdout).toContain("parent=\n");
       expect(testCgroups(parent)).toEqual([]);
     },
     60_000,

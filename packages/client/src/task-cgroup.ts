@@ -41,6 +41,11 @@ export interface TaskCgroup {
   readonly path: string;
   /** The host's cgroup mode. */
   readonly version: 1 | 2;
+  /**
+   * The parent as given (or the default), what Nomad's client puts in the task's
+   * `NOMAD_PARENT_CGROUP` (its `cgroup_parent`): pass it to `nomadTaskConfig` as `cgroupParent`.
+   */
+  readonly parent: string;
   /** Every directory of the task (on v1 one per controller: cpuset, then freezer, cpu, memory where mounted). */
   readonly paths: readonly string[];
   /** The processes in the task's cgroups and their sub-cgroups (none once destroyed). */
@@ -156,7 +161,7 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
         }
         setup.mkdir(path);
       });
-      return new Cgroup(2, path, [path], parentLevelsOf(root, levels, made, ownParent));
+      return new Cgroup(2, parent, path, [path], parentLevelsOf(root, levels, made, ownParent));
     }
     const cpusetRoot = join(root, "cpuset");
     if (!existsSync(join(cpusetRoot, "cgroup.procs"))) {
@@ -184,7 +189,7 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
       ...parentLevelsOf(cpusetRoot, cpusetLevels, made, ownParent),
       ...others.flatMap((c) => parentLevelsOf(join(root, c), parentLevels, made, ownParent)),
     ];
-    return new Cgroup(1, path, paths, parents, others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined);
+    return new Cgroup(1, parent, path, paths, parents, others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined);
   } catch (err) {
     for (const d of made.reverse()) tryRmdir(d);
     if (err instanceof TaskCgroupUnavailableError) throw err;
@@ -265,6 +270,7 @@ class Cgroup implements TaskCgroup {
 
   constructor(
     readonly version: 1 | 2,
+    readonly parent: string,
     readonly path: string,
     readonly paths: readonly string[],
     /** Parent levels to remove when empty, deepest first. */

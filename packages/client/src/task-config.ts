@@ -76,6 +76,11 @@ export interface NomadTaskConfigOptions {
    * client (>= 1.7) makes one for every task. Default none: the driver then uses cgroups of its own.
    */
   cpusetCgroup?: string;
+  /**
+   * The client's `cgroup_parent`, set as `NOMAD_PARENT_CGROUP` (Nomad's raw_exec reads it to find
+   * the task's cgroup under a custom parent): the `parent` of the `createTaskCgroup` result. Default none.
+   */
+  cgroupParent?: string;
 }
 
 /** Host variables Nomad never passes to a task (its client's default `env.denylist`). */
@@ -150,6 +155,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
       NOMAD_NAMESPACE: namespace,
       NOMAD_REGION: o.region ?? "global",
       NOMAD_DC: o.datacenter ?? "dc1",
+      ...(o.cgroupParent !== undefined && { NOMAD_PARENT_CGROUP: o.cgroupParent }),
       NOMAD_CPU_LIMIT: String(cpuShares),
       NOMAD_MEMORY_LIMIT: String(memoryMb),
       ...(memoryMaxMb > 0n && { NOMAD_MEMORY_MAX_LIMIT: String(memoryMaxMb) }),

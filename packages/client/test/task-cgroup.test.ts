@@ -126,6 +126,8 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     // Nomad's cgroup_parent as written in its v1 default, `/nomad`: the leading slash is not a path from /.
     const slashed = make({ allocId: "alloc2", task: "web", parent: `/${parent}` });
     expect(slashed.path).toBe(first.path.replace("/alloc1.web", "/alloc2.web"));
+    // The parent as the client's config names it, for NOMAD_PARENT_CGROUP.
+    expect([first.parent, slashed.parent]).toEqual([parent, `/${parent}`]);
   });
 
   it("says why when it cannot: a read-only cgroup filesystem, no cgroup filesystem; nothing is left behind", () => {
@@ -191,6 +193,14 @@ describe("nomadTaskConfig", () => {
     const path = `/sys/fs/cgroup/cpuset/${DEFAULT_CGROUP_PARENTS.v1}/share/a1.web`;
     expect(nomadTaskConfig({ ...o, cpusetCgroup: path }).resources?.linuxResources?.cpusetCgroup).toBe(path);
     expect(nomadTaskConfig(o).resources?.linuxResources).not.toHaveProperty("cpusetCgroup");
+  });
+
+  it("sets NOMAD_PARENT_CGROUP to the cgroup parent when given one, as Nomad's task env builder does", () => {
+    const alloc = mkdtempSync(join(tmpdir(), "nk-taskcg-"));
+    cleanups.push(() => rmSync(alloc, { recursive: true, force: true }));
+    const o = { name: "web", dirs: createTaskDirs(alloc, "web"), msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e", hostEnv: {} };
+    expect(nomadTaskConfig({ ...o, cgroupParent: "custom.slice" }).env?.NOMAD_PARENT_CGROUP).toBe("custom.slice");
+    expect(nomadTaskConfig(o).env).not.toHaveProperty("NOMAD_PARENT_CGROUP");
   });
 
   it("with memory_max, the hard limit is the larger of the two and the reservation stays memory (Nomad's buildTaskConfig)", () => {

@@ -407,6 +407,7 @@ export class Suite {
       // As Nomad's task dir hook: the directories as the driver shows them to its task.
       fsIsolation: FS_ISOLATION[this.caps?.fsIsolation ?? DriverCapabilities_FSIsolation.NONE] ?? "none",
       cpusetCgroup: cgroup?.path,
+      cgroupParent: cgroup?.parent,
     });
     const id = config.id;
     const task: SuiteTask = { id, name, allocId, allocDir, stdoutPath, stderrPath, logs, cgroup, config, destroyed: false };

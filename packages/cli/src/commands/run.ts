@@ -208,6 +208,7 @@ export async function runCommand(
       dirs,
       allocId,
       cpusetCgroup: cgroup?.path,
+      cgroupParent: cgroup?.parent,
       msgpackDriverConfig,
       stdoutPath: out.stdoutPath,
       stderrPath: out.stderrPath,
