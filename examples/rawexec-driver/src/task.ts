@@ -102,10 +102,10 @@ class StatsFeed {
   }
 
   /**
-   * The next sample for the stream whose call `signal` belongs to; rejects when the executor cannot
-   * deliver one or `signal` aborts.
+   * The next sample for the stream whose call `signal` belongs to, undefined once the task has
+   * exited; rejects when the executor cannot deliver one or `signal` aborts.
    */
-  async next(signal: AbortSignal): Promise<ExecutorStats> {
+  async next(signal: AbortSignal): Promise<ExecutorStats | undefined> {
     for (;;) {
       if (this.latest !== undefined && (this.seen.get(signal) ?? 0) < this.seq) {
         this.seen.set(signal, this.seq);
@@ -116,7 +116,7 @@ class StatsFeed {
         this.error = undefined;
         throw err;
       }
-      if (this.stop.signal.aborted) throw new Error("task stats: the task is not running");
+      if (this.stop.signal.aborted) return undefined; // the task exited: the stream ends
       this.start();
       await new Promise<void>((resolve, reject) => {
         const onAbort = () => reject(signal.reason);
@@ -147,9 +147,12 @@ class TaskStatsFeeds {
 
   constructor(private readonly exe: ExecutorHandle) {}
 
-  /** The next sample for the TaskStats stream of `signal`, from the executor stream with `intervalMs`. */
-  next(intervalMs: number, signal: AbortSignal): Promise<ExecutorStats> {
-    if (this.closed) return Promise.reject(new Error("task stats: the task is not running"));
+  /**
+   * The next sample for the TaskStats stream of `signal`, from the executor stream with `intervalMs`;
+   * undefined once the task has exited (Nomad's drivers end the stream then: their executor is gone).
+   */
+  next(intervalMs: number, signal: AbortSignal): Promise<ExecutorStats | undefined> {
+    if (this.closed) return Promise.resolve(undefined);
     let feed = this.feeds.get(intervalMs);
     if (feed === undefined) this.feeds.set(intervalMs, (feed = new StatsFeed(this.exe, intervalMs)));
     if (!feed.readers.has(signal) && !signal.aborted) {

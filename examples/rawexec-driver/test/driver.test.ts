@@ -338,6 +338,24 @@ describe("stats at the collection_interval", () => {
   });
 });
 
+describe("stats when the task exits", () => {
+  it("ends an open stream cleanly when its task exits, and a stream opened afterwards at once (Nomad's client logs an error status at ERROR)", async () => {
+    const t = await run(sh("while [ ! -e go ]; do sleep 0.05; done")); // exits when the test says so
+    const samples: number[] = [];
+    const open = (async () => {
+      for await (const r of p.driver.taskStats({ taskId: t.id, collectionInterval: { nanos: 100_000_000 } })) samples.push(Number(r.stats!.timestamp!.seconds));
+    })();
+    await until(() => samples.length >= 2, "two samples");
+    writeFileSync(join(t.taskDir, "go"), "");
+    await p.driver.waitTask({ taskId: t.id });
+    await expect(open).resolves.toBeUndefined(); // before: Unknown "task stats: the task is not running"
+    const after: unknown[] = [];
+    for await (const r of p.driver.taskStats({ taskId: t.id, collectionInterval: { nanos: 100_000_000 } })) after.push(r);
+    expect(after).toEqual([]);
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+});
+
 describe("stats on the agent's topology", () => {
   it("computes total_ticks in the executor from the compute Nomad's SetConfig gave, not from this host", async () => {
     const q = await startPlugin();

@@ -499,7 +499,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
         for (;;) {
           // Held only until it is sent, not by this frame while it waits for the next interval: a
           // suspended generator keeps its local variables (the driver's sample) alive.
-          yield { stats: normalizeTaskStats(req.taskId, await taskStats(req.taskId, ctx), context.hostCompute) };
+          const sample = await taskStats(req.taskId, ctx);
+          if (sample === undefined) return; // the task exited: end the stream (OK), as Go drivers do
+          yield { stats: normalizeTaskStats(req.taskId, sample, context.hostCompute) };
           if (!(await waits.next(intervalMs))) return;
           requireTask(req.taskId);
         }

@@ -416,9 +416,12 @@ export interface Driver<PC = unknown, TC = unknown> {
   execTaskStreamingRaw?(stream: ExecTaskStream, ctx: CallContext<PC, TC>): Promise<void>;
   /**
    * One resource usage sample; the SDK calls it every `collection_interval` (`ctx.intervalMs`), with
-   * the same `ctx.signal` for every call of one stream. Throw `RecoverableError` as for start.
+   * the same `ctx.signal` for every call of one stream. Return `undefined` once the task has exited:
+   * the stream then ends cleanly, as Nomad's own drivers end it (their executor is gone) and Nomad
+   * reopens it with a backoff; an error instead is logged by Nomad's client at ERROR level. Throw
+   * `RecoverableError` as for start.
    */
-  taskStats?(taskId: string, ctx: TaskStatsContext<PC, TC>): Promise<TaskStatsInput> | TaskStatsInput;
+  taskStats?(taskId: string, ctx: TaskStatsContext<PC, TC>): Promise<TaskStatsInput | undefined> | TaskStatsInput | undefined;
   /** Create (or find) the allocation's network namespace; must be idempotent (`created: false` when it existed). */
   createNetwork?(allocId: string, hostname: string, ctx: CallContext<PC, TC>): Promise<CreateNetworkResult>;
   /** Remove the allocation's network namespace; succeed when it is already gone. */
