@@ -223,6 +223,19 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
   });
 });
 
+describe("kill", () => {
+  it("sends SIGKILL killTimeoutMs after a Shutdown the plugin drops without exiting, not after the runtime's shutdown grace too", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-drop-"));
+    try {
+      // A grace longer than the test's timeout: kill() waited it out before its own timeout began.
+      const p = await launchPlugin(process.execPath, [fake], { env: { FAKE_DROP_ON_SHUTDOWN: dir }, killTimeoutMs: 500, shutdownGraceMs: 600_000 });
+      expect(await p.kill()).toEqual({ code: null, signal: "SIGKILL" });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 20_000);
+});
+
 describe("reattachPlugin", () => {
   it("refuses a pid that does not exist", async () => {
     // pid_max is at most 2^22 on Linux.

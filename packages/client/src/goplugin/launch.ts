@@ -291,7 +291,10 @@ function buildClient(parts: ClientParts): PluginClient {
       const timeoutMs = parts.options.killTimeoutMs ?? DEFAULT_KILL_TIMEOUT_MS;
       if (!parts.exitSignal.aborted) {
         try {
-          await controller.shutdown(
+          // On the raw transport: go-plugin's Shutdown stops the server before it answers, so the
+          // call fails as a dropped connection, and the runtime would wait out its shutdown grace
+          // (3 s) for the exit before the kill timeout below even started.
+          await new GRPCControllerClient(transport).shutdown(
             {},
             { timeoutMs, signal: parts.exitSignal },
           );
