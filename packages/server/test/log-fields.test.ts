@@ -1,7 +1,7 @@
 // Fields of the hclog JSON lines a plugin writes to stderr, which go-plugin's host parses: it reads
 // @level, @message, @timestamp and @module with unchecked string casts (the last key of a name
 // wins), so a field under one of those names with another type would panic the Nomad agent.
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createLogger } from "../src/log/index.js";
 
 function capture(): { lines: () => Record<string, unknown>[]; destination: { write(s: string): boolean } } {
@@ -28,5 +28,23 @@ describe("log fields", () => {
     const c = capture();
     createLogger({ name: "drv", destination: c.destination }).error("failed", { causes: [new Error("disk full"), { inner: new Error("EIO"), n: 5n }] });
     expect(c.lines()[0]).toMatchObject({ causes: ["disk full", { inner: "EIO", n: "5" }] });
+  });
+});
+
+describe("log timestamps", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it("follow the wall clock when it is stepped (NTP at boot, a VM resumed), as hclog's time.Now() does", () => {
+    const c = capture();
+    const log = createLogger({ name: "drv", destination: c.destination });
+    log.info("before");
+    const real = Date.now.bind(Date);
+    const hour = 3_600_000;
+    vi.spyOn(Date, "now").mockImplementation(() => real() + hour);
+    log.info("after");
+    const [before, after] = c.lines().map((l) => Date.parse(String(l["@timestamp"])));
+    // About an hour apart, not the few microseconds between the two calls.
+    expect(after! - before!).toBeGreaterThan(hour - 60_000);
+    expect(after! - before!).toBeLessThan(hour + 60_000);
   });
 });

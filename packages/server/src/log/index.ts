@@ -95,13 +95,21 @@ export function formatHclogTimestamp(epochMs: number): string {
   );
 }
 
-// Microseconds, as hclog writes them: Date.now() has only milliseconds, so the wall clock read
-// once is advanced by the monotonic clock (as performance.timeOrigin + performance.now() would be,
-// but the `performance` global loads perf_hooks, 1-2 ms of every plugin's start-up).
-const clockStartMs = Date.now();
-const clockStartNs = process.hrtime.bigint();
+// Microseconds, as hclog writes them: Date.now() has only milliseconds, so a wall clock reading is
+// advanced by the monotonic clock (as performance.timeOrigin + performance.now() would be, but the
+// `performance` global loads perf_hooks, 1-2 ms of every plugin's start-up). Re-read whenever the
+// two disagree by a millisecond: the wall clock was stepped (NTP at boot, a VM resumed), and an
+// executor lives as long as its task, so its lines would carry the old offset for weeks.
+let anchorMs = Date.now();
+let anchorNs = process.hrtime.bigint();
 function nowMs(): number {
-  return clockStartMs + Number(process.hrtime.bigint() - clockStartNs) / 1e6;
+  const ns = process.hrtime.bigint();
+  const wall = Date.now();
+  const est = anchorMs + Number(ns - anchorNs) / 1e6;
+  if (Math.abs(est - wall) < 1) return est;
+  anchorMs = wall;
+  anchorNs = ns;
+  return wall;
 }
 
 // hclog renders errors (and anything with a custom String method) as text, not as nested objects.
