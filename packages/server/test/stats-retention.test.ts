@@ -56,4 +56,30 @@ describe("TaskStats stream", () => {
       await host.close();
     }
   });
+
+  it("ends cleanly (no error) when the driver's taskStats returns undefined: the task exited", async () => {
+    let calls = 0;
+    const host = createDriverHandlers(
+      defineDriver({
+        name: "ending",
+        version: "0.0.1",
+        fingerprint: () => ({ health: "healthy" }),
+        startTask: () => {},
+        waitTask: () => new Promise<never>(() => {}),
+        stopTask: () => {},
+        destroyTask: () => {},
+        taskStats: () => (++calls <= 2 ? { cpu: { percent: 1 } } : undefined),
+      }),
+    );
+    try {
+      await host.driver.startTask!({ task: { id: "t1", name: "t" } } as never, {} as HandlerContext);
+      const got: unknown[] = [];
+      const hc = { signal: new AbortController().signal } as HandlerContext;
+      for await (const r of host.driver.taskStats!(create(TaskStatsRequestSchema, { taskId: "t1", collectionInterval: { nanos: 10_000_000 } }), hc)) got.push(r);
+      expect(got).toHaveLength(2);
+      expect(calls).toBe(3);
+    } finally {
+      await host.close();
+    }
+  });
 });

@@ -108,6 +108,28 @@ describe("normalizing a TaskStats sample", () => {
       .map(({ timestamp, ...rest }) => create(TaskStatsSchema, { ...rest, timestamp: { seconds: BigInt(Math.floor(timestamp.getTime() / 1000)) } })),
   );
 
+  it("lists in measured_fields what a sample gives when it lists nothing (Nomad shows and publishes only listed fields)", () => {
+    const C = CPUUsage_Fields;
+    const M = MemoryUsage_Fields;
+    const fields = (t: ReturnType<typeof normalizeTaskStats>) => [t.aggResourceUsage!.cpu!.measuredFields, t.aggResourceUsage!.memory!.measuredFields];
+    // Plain objects: what they set, 0 included (an idle task); total_ticks when derived.
+    expect(fields(normalizeTaskStats("t", { cpu: { percent: 0, userMode: 1 }, memory: { rss: 5n, swap: 0n } }, host))).toEqual([
+      [C.USER_MODE, C.PERCENT],
+      [M.RSS, M.SWAP],
+    ]);
+    expect(fields(normalizeTaskStats("t", { cpu: { percent: 50 } }, host))).toEqual([[C.PERCENT, C.TOTAL_TICKS], []]);
+    expect(fields(normalizeTaskStats("t", { agg: { memory: { usage: 7n, cache: 0n } } }, host))).toEqual([[], [M.CACHE, M.USAGE]]);
+    // A list the driver gave is kept as it is.
+    expect(fields(normalizeTaskStats("t", { cpu: { percent: 50, measuredFields: [C.PERCENT] }, memory: { rss: 1n, measuredFields: [M.SWAP] } }, host))).toEqual([
+      [C.PERCENT],
+      [M.SWAP],
+    ]);
+    // Messages (unset reads 0): the non-zero fields.
+    const msg = create(TaskStatsSchema, { aggResourceUsage: { cpu: { systemMode: 2 }, memory: { rss: 9n } } });
+    expect(fields(normalizeTaskStats("t", msg, host))).toEqual([[C.SYSTEM_MODE], [M.RSS]]);
+    expect(msg.aggResourceUsage!.cpu!.measuredFields).toEqual([]); // the caller's message untouched
+  });
+
   it("makes a complete TaskStats from every shape of sample, sent as protobuf-es would, without touching the sample", () => {
     fc.assert(
       fc.property(input, (sample) => {

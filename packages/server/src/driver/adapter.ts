@@ -46,6 +46,7 @@ import type {
   TaskInspection,
   TaskStateName,
   TaskStatsContext,
+  TaskStatsInput,
 } from "./types.js";
 import { anySignal, StreamWaits } from "./util.js";
 import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
@@ -481,6 +482,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
 
   if (driver.taskStats !== undefined) {
     const taskStats = driver.taskStats.bind(driver);
+    // The sample is only ever an argument here, never a local of the generator below.
+    const normalizeOrEnd = (taskId: string, sample: TaskStatsInput | undefined, host: HostCompute) =>
+      sample === undefined ? undefined : normalizeTaskStats(taskId, sample, host);
     // A subclass, not Object.create(call(hc)): the signal getter reads a private field of its receiver.
     class DriverStatsContext extends DriverCallContext {
       constructor(
@@ -498,10 +502,10 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       try {
         for (;;) {
           // Held only until it is sent, not by this frame while it waits for the next interval: a
-          // suspended generator keeps its local variables (the driver's sample) alive.
-          const sample = await taskStats(req.taskId, ctx);
-          if (sample === undefined) return; // the task exited: end the stream (OK), as Go drivers do
-          yield { stats: normalizeTaskStats(req.taskId, sample, context.hostCompute) };
+          // suspended generator keeps its live local variables (the driver's sample) alive.
+          const stats = normalizeOrEnd(req.taskId, await taskStats(req.taskId, ctx), context.hostCompute);
+          if (stats === undefined) return; // the task exited: end the stream (OK), as Go drivers do
+          yield { stats };
           if (!(await waits.next(intervalMs))) return;
           requireTask(req.taskId);
         }

@@ -1,13 +1,16 @@
 /**
  * TaskStats streams: the SDK owns the interval (`collection_interval`, default 1 s) and makes every
  * sample safe for Nomad's Go client: `timestamp` always set, `agg_resource_usage` with both `cpu` and
- * `memory`, and `total_ticks` derived from `percent` when the driver left it out.
+ * `memory`, `total_ticks` derived from `percent` when the driver left it out, and `measured_fields`
+ * listing what the driver gave when it listed nothing.
  */
 import { clone, create, isMessage, type MessageInitShape } from "@bufbuild/protobuf";
 import { TimestampSchema, timestampFromDate, timestampNow, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { ClientTopology } from "@nomadkit/protocol/base";
 import {
+  CPUUsage_Fields,
   CPUUsageSchema,
+  MemoryUsage_Fields,
   MemoryUsageSchema,
   TaskResourceUsageSchema,
   TaskStatsSchema,
@@ -60,13 +63,52 @@ export function computeFromTopology(topology: ClientTopology | undefined): HostC
   return hostCompute({ totalComputeMhz: mhz, numCores: topology.cores.length });
 }
 
+// Nomad shows (`alloc status -verbose`) and publishes as metrics only the fields a sample lists
+// in measured_fields: Go drivers list what they read.
+const CPU_FIELDS = [
+  ["systemMode", CPUUsage_Fields.SYSTEM_MODE],
+  ["userMode", CPUUsage_Fields.USER_MODE],
+  ["totalTicks", CPUUsage_Fields.TOTAL_TICKS],
+  ["throttledPeriods", CPUUsage_Fields.THROTTLED_PERIODS],
+  ["throttledTime", CPUUsage_Fields.THROTTLED_TIME],
+  ["percent", CPUUsage_Fields.PERCENT],
+] as const;
+const MEMORY_FIELDS = [
+  ["rss", MemoryUsage_Fields.RSS],
+  ["cache", MemoryUsage_Fields.CACHE],
+  ["swap", MemoryUsage_Fields.SWAP],
+  ["usage", MemoryUsage_Fields.USAGE],
+  ["maxUsage", MemoryUsage_Fields.MAX_USAGE],
+  ["kernelUsage", MemoryUsage_Fields.KERNEL_USAGE],
+  ["kernelMaxUsage", MemoryUsage_Fields.KERNEL_MAX_USAGE],
+] as const;
+
+/**
+ * The measured fields of a sample that lists none: the fields a plain object sets (0 included: an
+ * idle task's 0 % is a measurement), or a message's non-zero ones (its unset fields read 0 too).
+ */
+function measured<F>(fields: readonly (readonly [string, F])[], given: object | undefined, values: object): F[] {
+  const g = given as Record<string, unknown> | undefined;
+  const v = values as Record<string, unknown>;
+  return fields.filter(([k]) => (g !== undefined ? g[k] !== undefined : v[k] !== 0 && v[k] !== 0n)).map(([, f]) => f);
+}
+
 function usage(input: ResourceUsageInput | MessageInitShape<typeof TaskResourceUsageSchema> | undefined, host: HostCompute): TaskResourceUsage {
   // Never mutate the caller's message (it may be forwarded from an executor or reused).
-  const u = isMessage(input, TaskResourceUsageSchema) ? clone(TaskResourceUsageSchema, input) : create(TaskResourceUsageSchema, input ?? {});
+  const message = isMessage(input, TaskResourceUsageSchema);
+  const u = message ? clone(TaskResourceUsageSchema, input) : create(TaskResourceUsageSchema, input ?? {});
+  const givenCpu = message || input?.cpu === undefined || isMessage(input.cpu, CPUUsageSchema) ? undefined : input.cpu;
+  const givenMemory = message || input?.memory === undefined || isMessage(input.memory, MemoryUsageSchema) ? undefined : input.memory;
+  const cpuListed = (u.cpu?.measuredFields.length ?? 0) > 0;
   u.cpu ??= create(CPUUsageSchema);
   u.memory ??= create(MemoryUsageSchema);
+  if (!cpuListed) u.cpu.measuredFields = measured(CPU_FIELDS, givenCpu, u.cpu);
+  if (u.memory.measuredFields.length === 0) u.memory.measuredFields = measured(MEMORY_FIELDS, givenMemory, u.memory);
   // Derived, so computed whenever missing; a value the driver (or an executor) set is kept as is.
-  if (u.cpu.totalTicks === 0 && u.cpu.percent > 0) u.cpu.totalTicks = totalTicks(u.cpu.percent, host);
+  if (u.cpu.totalTicks === 0 && u.cpu.percent > 0) {
+    u.cpu.totalTicks = totalTicks(u.cpu.percent, host);
+    if (!cpuListed && !u.cpu.measuredFields.includes(CPUUsage_Fields.TOTAL_TICKS)) u.cpu.measuredFields.push(CPUUsage_Fields.TOTAL_TICKS);
+  }
   return u;
 }
 
