@@ -443,7 +443,7 @@ describe("nomadkit", () => {
           "--",
           "sh",
           "-c",
-          "read line; echo got:$line; exit 5",
+          "printf 'x\\ny\\n'; read line; echo got:$line; exit 5",
         ],
         {
           cols: 100,
@@ -480,6 +480,10 @@ describe("nomadkit", () => {
       term.write("abc\n");
       await seen("got:abc");
       expect(await exit).toBe(5);
+      // The command's bytes as it wrote them: our terminal adds no "\r" (Nomad's alloc exec clears OPOST).
+      expect(out).toContain("x\ny\n");
+      expect(out).toContain("got:abc\n");
+      expect(out).not.toContain("\r");
     } finally {
       run.child.kill("SIGINT");
       await run.done;

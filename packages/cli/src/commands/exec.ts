@@ -1,4 +1,5 @@
 // nomadkit exec: ExecTaskStreaming with a real terminal.
+import { spawnSync } from "node:child_process";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { RequestQueue } from "@nomadkit/client";
 import type { ExecTaskStreamingRequestSchema } from "@nomadkit/protocol/driver";
@@ -49,8 +50,13 @@ export async function execCommand(
     requests.push(size());
     process.stdout.on("resize", onResize);
   }
+  // Node's raw mode keeps output processing (OPOST, so "\n" is written as "\r\n"): the remote
+  // terminal's bytes must reach ours unchanged, as Nomad's `alloc exec` makes them (moby/term's
+  // MakeRaw clears OPOST). Node has no termios call; stty sets it, and puts it back after.
+  const savedOutput = rawMode && process.stdout.isTTY ? stty(["-g"]) : undefined;
   if (interactive) {
     if (rawMode) stdin.setRawMode(true);
+    if (savedOutput !== undefined) stty(["-opost"]);
     stdin.on("data", onData);
     stdin.once("end", onEnd);
     stdin.resume();
@@ -87,6 +93,7 @@ export async function execCommand(
       stdin.off("data", onData);
       stdin.off("end", onEnd);
       if (rawMode) stdin.setRawMode(false);
+      if (savedOutput !== undefined) stty([savedOutput]);
       stdin.pause();
     }
     await c.release();
@@ -96,6 +103,12 @@ export async function execCommand(
       `plugin ${c.name}: exec stream ended without an exit status`,
     );
   process.exitCode = exitCode;
+}
+
+/** Runs `stty args` on our stdout's terminal; its output (`-g`: the settings), undefined when it fails. */
+function stty(args: string[]): string | undefined {
+  const r = spawnSync("stty", args, { stdio: [process.stdout, "pipe", "ignore"], encoding: "utf8" });
+  return r.status === 0 ? r.stdout.trim() : undefined;
 }
 
 /** Writes `data` to `out`; resolves once `out` takes more (drain), fails or closes, or `signal` aborts. */
