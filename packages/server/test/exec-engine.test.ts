@@ -211,6 +211,24 @@ describe("runExecCommand", () => {
     ).rejects.toMatchObject({ rawMessage: 'command[0]: executable "definitely-not-a-command-xyz" not found in PATH' });
   });
 
+  it("with a tty, reports an argument the kernel refuses (E2BIG) as an error, as without one, not as the command's exit 1", async () => {
+    for (const tty of [false, true]) {
+      const io = { stdin: new PassThrough(), stdout: new PassThrough(), stderr: new PassThrough() };
+      io.stdout.resume();
+      io.stderr.resume();
+      const huge = "x".repeat(128 * 1024);
+      await expect(runExecCommand({ command: ["/bin/echo", huge], tty }, io), `tty ${tty}`).rejects.toMatchObject({
+        code: Code.FailedPrecondition,
+        rawMessage: expect.stringMatching(/^exec "\/bin\/echo": spawn E2BIG/),
+      });
+    }
+    // One byte less fits (the NUL makes 128 KiB).
+    const io = { stdin: new PassThrough(), stdout: new PassThrough(), stderr: new PassThrough() };
+    io.stdout.resume();
+    io.stderr.resume();
+    expect((await runExecCommand({ command: ["/bin/true", "x".repeat(128 * 1024 - 1)], tty: true }, io)).exitCode).toBe(0);
+  });
+
   it("reports a working directory deleted under the task as such, not as a missing command (pipes and tty)", async () => {
     const gone = mkdtempSync(join(tmpdir(), "nomadkit-gone-"));
     rmSync(gone, { recursive: true });

@@ -296,7 +296,16 @@ async function loadNodePty(): Promise<typeof import("node-pty")> {
   }
 }
 
+/** Linux's limit on one argument or environment string, its terminating NUL included. */
+const MAX_ARG_STRLEN = 32 * 4096;
+
 async function runPty(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+  // node-pty forks before it execs: a command the kernel refuses would only show as the child's
+  // "execvp(3) failed." and exit status 1. findExecutable foresees the rest; E2BIG for a string
+  // over MAX_ARG_STRLEN (32 pages, its NUL included) is said here as the pipes path says it.
+  if ([...args, ...Object.entries(env).map(([k, v]) => `${k}=${v}`)].some((x) => Buffer.byteLength(x) >= MAX_ARG_STRLEN)) {
+    throw new ConnectError(`exec ${JSON.stringify(file)}: spawn E2BIG (an argument or environment variable of 128 KiB or more)`, Code.FailedPrecondition);
+  }
   const pty = await loadNodePty();
   const size = io.resize?.latest;
   const name = options.term ?? env.TERM ?? "xterm";
