@@ -191,13 +191,18 @@ export class ClientRuntime {
       if (outer?.aborted) onAbort();
       else outer?.addEventListener("abort", onAbort, { once: true });
       let finished = false;
+      // Once the status has arrived the call is over, whatever the request side still has to send
+      // (grpc-go's client ends the stream then too): the requests end there. Left alone, requests
+      // that never end (an exec session's stdin that stays open, as Nomad never half-closes) kept
+      // the HTTP/2 stream, and all the server holds for it, open for the life of the connection.
+      const over = new AbortController();
       try {
         const res = await rt.transport.stream(
           method,
           call.signal,
           opts.timeoutMs,
           opts.headers,
-          requests,
+          endedBy(requests, over.signal),
           opts.contextValues,
         );
         opts.onHeader?.(res.header);
@@ -210,6 +215,7 @@ export class ClientRuntime {
       } finally {
         outer?.removeEventListener("abort", onAbort);
         if (!finished) call.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
+        over.abort();
       }
     };
     return { [Symbol.asyncIterator]: () => run(this) };
@@ -227,6 +233,39 @@ export class ClientRuntime {
  */
 export function clientRuntime(transport: Transport | ClientRuntime, options?: ClientOptions): ClientRuntime {
   return transport instanceof ClientRuntime ? transport : new ClientRuntime(transport, options);
+}
+
+/**
+ * `source`, ending when `end` aborts even while a `next()` is pending. An async generator's own
+ * `return()` waits for what it awaits, so it cannot end one blocked on input that never comes.
+ */
+function endedBy<T>(source: AsyncIterable<T>, end: AbortSignal): AsyncIterable<T> {
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<T> {
+      const it = source[Symbol.asyncIterator]();
+      const ended = new Promise<IteratorResult<T>>((resolve) => {
+        const finish = () => {
+          resolve({ done: true, value: undefined });
+          // Let the source clean up once it can; nobody waits for it.
+          it.return?.().catch(() => {});
+        };
+        if (end.aborted) finish();
+        else end.addEventListener("abort", finish, { once: true });
+      });
+      return {
+        next: () => (end.aborted ? ended : Promise.race([it.next(), ended])),
+        return: (value?: unknown) => {
+          void Promise.resolve(it.return?.(value)).catch(() => {});
+          return Promise.resolve({ done: true, value: value as T });
+        },
+        // As a generator that does not catch it; the source gets it without anyone waiting.
+        throw: (err?: unknown) => {
+          void Promise.resolve(it.throw !== undefined ? it.throw(err) : it.return?.()).catch(() => {});
+          return Promise.reject(err);
+        },
+      };
+    },
+  };
 }
 
 async function* once<T>(value: T): AsyncIterable<T> {

@@ -1,0 +1,64 @@
+// A streaming call is over once its status arrives, whatever the request side still has to send
+// (grpc-go's client ends the stream then too). A request iterable that never ends (an exec
+// session's stdin that stays open, as Nomad's never half-closes) must not keep the HTTP/2 stream,
+// and all the server holds for it, open for the life of the connection.
+import { once } from "node:events";
+import * as http2 from "node:http2";
+import { join } from "node:path";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { afterAll, describe, expect, it } from "vitest";
+import { driver } from "@nomadkit/protocol";
+import { RequestQueue, reattachPlugin } from "../src/index.js";
+import { tempDir } from "./helpers.js";
+
+const tmp = tempDir();
+afterAll(() => tmp.cleanup());
+
+describe("a finished streaming call", () => {
+  it("closes its HTTP/2 stream when the status arrives, though its requests never end", async () => {
+    const exited = toBinary(driver.ExecTaskStreamingResponseSchema, create(driver.ExecTaskStreamingResponseSchema, { exited: true, result: { exitCode: 0 } }));
+    const body = Buffer.alloc(5 + exited.length);
+    body.writeUInt32BE(exited.length, 1);
+    body.set(exited, 5);
+    const closed: Promise<unknown>[] = [];
+    const server = http2.createServer();
+    // The client's close at the end (GOAWAY CANCEL) is not this test's business.
+    server.on("session", (session) => session.on("error", () => {}));
+    server.on("stream", (s, h) => {
+      s.on("error", () => {});
+      // reattachPlugin's health check: no health service here.
+      if (h[":path"]!.includes("Health")) return s.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "12" }, { endStream: true });
+      if (!h[":path"]!.endsWith("/ExecTaskStreaming")) return; // GRPCStdio: reattachPlugin's
+      closed.push(once(s, "close"));
+      s.resume(); // reads the requests as a gRPC server does
+      // Answers at once, without waiting for the client's half-close.
+      s.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+      s.once("wantTrailers", () => s.sendTrailers({ "grpc-status": "0" }));
+      s.end(body);
+    });
+    const sock = join(tmp.dir, "end.sock");
+    await new Promise<void>((r) => server.listen(sock, r));
+    // A plugin connection, as launchPlugin makes it (its own HTTP/2 sessions).
+    const plugin = await reattachPlugin({ pid: process.pid, network: "unix", address: sock });
+    const client = plugin.driver;
+    // An async generator waiting for input that never comes (an exec session's open stdin): its
+    // return() waits for that input too, so the call cannot end the request side through it.
+    const stdin = new RequestQueue<Uint8Array>();
+    const requests = (async function* () {
+      yield { setup: { taskId: "t", command: ["true"] } };
+      for await (const data of stdin) yield { stdin: { data } };
+    })();
+    try {
+      const got = [];
+      for await (const r of client.execTaskStreaming(requests)) got.push(r.exited);
+      expect(got).toEqual([true]);
+      // Before: the stream stayed half-closed (remote) on our side, open on the server's, until the
+      // connection went away.
+      await Promise.all(closed);
+      expect(closed).toHaveLength(1);
+    } finally {
+      plugin.close();
+      server.close();
+    }
+  }, 20_000);
+});
