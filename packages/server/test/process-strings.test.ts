@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { execInContext } from "../src/executor/exec.js";
 import { prepareTaskContext } from "../src/executor/context.js";
 import { TaskProcess } from "../src/executor/process.js";
+import { resolveUser } from "../src/executor/user.js";
 
 const PATH = `PATH=${process.env.PATH}`;
 
@@ -54,5 +55,16 @@ describe("the task's working directory", () => {
     expect(await refusal(prepareTaskContext({ env: [PATH], taskDir: "/nonexistent-nomadkit-dir" }))).toBe('task_dir: "/nonexistent-nomadkit-dir" does not exist');
     expect(await refusal(prepareTaskContext({ env: [PATH], taskDir: "/etc", workDir: "passwd" }))).toBe('work_dir: "/etc/passwd" is not a directory');
     expect((await prepareTaskContext({ env: [PATH], taskDir: "/etc", workDir: "." })).cwd).toBe("/etc");
+  });
+});
+
+describe("a numeric task user", () => {
+  it("is refused beyond 32 bits or at (uid_t)-1, naming user: setpriv truncated 4294967296 to 0, root", async () => {
+    for (const user of ["4294967296", "4294967296:4294967296", "65534:4294967296", "4294967295", "99999999999999999999"]) {
+      expect(await refusal(resolveUser(user)), user).toMatch(/^user: ".*": (uid|gid) \d+ is not a valid id \(0 to 4294967294\)$/);
+      expect(await refusal(TaskProcess.launch({ cmd: "/bin/true", env: [PATH], user })), user).toMatch(/^user: /);
+    }
+    expect(await resolveUser("4294967294:4294967294")).toMatchObject({ uid: 4294967294, gid: 4294967294 });
+    expect(await resolveUser("0:0")).toMatchObject({ uid: 0, gid: 0 });
   });
 });

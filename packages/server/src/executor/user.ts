@@ -34,28 +34,44 @@ export interface ResolvedUser {
 export async function resolveUser(user: string, field = "user"): Promise<ResolvedUser> {
   const numeric = /^(\d+)(?::(\d+))?$/.exec(user);
   if (numeric?.[2] !== undefined) {
-    const gid = Number(numeric[2]);
-    return { name: user, uid: Number(numeric[1]), gid, groups: [gid], home: "/" };
+    const gid = id32(numeric[2], "gid", user, field);
+    return { name: user, uid: id32(numeric[1]!, "uid", user, field), gid, groups: [gid], home: "/" };
   }
+  // Before the lookup: getent takes a number for a uid and truncates it as well (4294967296 is root).
+  if (numeric) id32(numeric[1]!, "uid", user, field);
   const line = await run("getent", ["passwd", user]).catch(() => undefined);
   if (line) {
     const [name, , uid, gid, , home] = line.split(":");
     if (name !== undefined && uid !== undefined && gid !== undefined) {
-      return { name, uid: Number(uid), gid: Number(gid), groups: await groupIds(name, Number(gid)), home: home || "/" };
+      const g = id32(gid, "gid", user, field);
+      return { name, uid: id32(uid, "uid", user, field), gid: g, groups: await groupIds(name, g), home: home || "/" };
     }
   }
   if (numeric) {
     // A uid without a passwd entry: run with the same gid, as `runuser` would refuse but Nomad allows.
-    const uid = Number(numeric[1]);
+    const uid = id32(numeric[1]!, "uid", user, field);
     return { name: user, uid, gid: uid, groups: [uid], home: "/" };
   }
   throw new ConnectError(`${field}: unknown user ${JSON.stringify(user)}`, Code.InvalidArgument);
 }
 
+/** The largest id a process can take: 2^32-1 is (uid_t)-1, "leave unchanged", to setresuid(2). */
+const MAX_ID = 2 ** 32 - 2;
+
+/**
+ * A uid or gid as the kernel takes it, else InvalidArgument naming `field` (Nomad: "unable to convert
+ * userid to uint32"). Unchecked, setpriv truncated 4294967296 to 32 bits: the task ran as root.
+ */
+function id32(digits: string, what: "uid" | "gid", user: string, field: string): number {
+  const n = /^\d+$/.test(digits) ? Number(digits) : Number.NaN;
+  if (!(n <= MAX_ID)) throw new ConnectError(`${field}: ${JSON.stringify(user)}: ${what} ${digits} is not a valid id (0 to ${MAX_ID})`, Code.InvalidArgument);
+  return n;
+}
+
 /** The user's group ids as getgrouplist(3) has them (Nomad: user.GroupIds()), primary group included. */
 async function groupIds(name: string, gid: number): Promise<number[]> {
   const out = await run("id", ["-G", "--", name]).catch(() => undefined);
-  const ids = (out ?? "").split(/\s+/).filter((s) => /^\d+$/.test(s)).map(Number);
+  const ids = (out ?? "").split(/\s+/).filter((s) => /^\d+$/.test(s)).map(Number).filter((n) => n <= MAX_ID);
   return ids.includes(gid) ? ids : [gid, ...ids];
 }
 
