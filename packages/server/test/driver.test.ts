@@ -303,6 +303,16 @@ describe("Driver", () => {
     await plugin.driver.destroyTask({ taskId: b.id, force: true });
   });
 
+  it("answers a failure with a huge message with its code and the message shortened, not a reset stream (Internal)", async () => {
+    // The message names the 64 KiB id: percent-encoded in the trailers, it would not fit Node's 64 KiB header block.
+    for (const taskId of ["x".repeat(64 * 1024), "\u{1F600}".repeat(16 * 1024), "é".repeat(8191) + "\u{1F600}".repeat(10)]) {
+      const err = await plugin.driver.waitTask({ taskId }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: Code.NotFound, rawMessage: expect.stringMatching(/… \(\d+ more characters\)$/) });
+    }
+    // The plugin goes on serving.
+    await expect(plugin.driver.waitTask({ taskId: "ghost" })).rejects.toMatchObject({ code: Code.NotFound });
+  });
+
   it("runs buffered ExecTask on top of the high-level exec form", async () => {
     const cfg = taskConfig({ command: "sleep", args: ["60"] });
     await plugin.driver.startTask({ task: cfg });

@@ -138,6 +138,10 @@ export class ServerRuntime {
    * comment. Exposed for hand-written handlers outside `registerX`.
    */
   toConnectError(err: unknown, method: DescMethod, context: HandlerContext): ConnectError {
+    return capMessage(this.#toConnectError(err, method, context));
+  }
+
+  #toConnectError(err: unknown, method: DescMethod, context: HandlerContext): ConnectError {
     const rpc = `${method.parent.typeName}/${method.name}`;
     // Only the caller's own cancellation: an AbortError from a controller of the handler's (a
     // deadline of its own, say) is a failure, reported and logged like any other.
@@ -218,4 +222,20 @@ function describeFailure(err: unknown): string {
   const cause: unknown = err.cause;
   if (isCancellation(err) && cause !== undefined) return `${err.message}: ${cause instanceof Error ? cause.message : String(cause)}`;
   return err.message;
+}
+
+/**
+ * Longest status message sent, in characters. grpc-message travels percent-encoded (up to 3 bytes
+ * a character) in the trailers, and Node refuses a header block over 64 KiB: the stream is reset
+ * (FRAME_SIZE_ERROR) and the caller gets Internal instead of the code and the field's name.
+ */
+const MAX_STATUS_MESSAGE = 8 * 1024;
+
+function capMessage(err: ConnectError): ConnectError {
+  const m = err.rawMessage;
+  if (m.length <= MAX_STATUS_MESSAGE) return err;
+  // Not between the halves of a surrogate pair: a lone one cannot be percent-encoded.
+  const at = /[\uD800-\uDBFF]/.test(m[MAX_STATUS_MESSAGE - 1]!) ? MAX_STATUS_MESSAGE - 1 : MAX_STATUS_MESSAGE;
+  const cut = `${m.slice(0, at)}… (${m.length - at} more characters)`;
+  return new ConnectError(cut, err.code, err.metadata, err.details as ConstructorParameters<typeof ConnectError>[3], err.cause);
 }
