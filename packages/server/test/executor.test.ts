@@ -380,6 +380,10 @@ describe("executor: exec and stats", () => {
     // Past its deadline the command is killed: -1, as Nomad's ExecScript (WaitStatus.ExitStatus()).
     const late = await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: timestampFromDate(new Date(Date.now() + 200)) });
     expect(late.exitCode).toBe(-1);
+    // Deadlines beyond a Date's range, which Go takes: far ahead is no deadline, far back has passed.
+    const far = await exe.client.exec({ cmd: "echo", args: ["done"], deadline: { seconds: 1_000_000_000_000_000n } });
+    expect([far.exitCode, Buffer.from(far.output).toString()]).toEqual([0, "done\n"]);
+    expect((await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: { seconds: -1_000_000_000_000_000n } })).exitCode).toBe(-1);
     // So is any death by signal; an exit status stays as it is.
     expect((await exe.client.exec({ cmd: "sh", args: ["-c", "kill -TERM $$"] })).exitCode).toBe(-1);
     expect((await exe.client.exec({ cmd: "sh", args: ["-c", "exit 143"] })).exitCode).toBe(143);

@@ -200,7 +200,13 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   async exec(req: ExecRequest, ctx: HandlerContext) {
     const task = this.requireTask("exec");
     const opts: Parameters<typeof execInContext>[3] = { signal: ctx.signal };
-    if (req.deadline) opts.deadline = timestampDate(req.deadline);
+    if (req.deadline) {
+      // Go takes any time; a Date only ±8.64e15 ms. Beyond that the deadline is Invalid (NaN), which
+      // killed the command at once: a deadline that far ahead is none, one that far back has passed.
+      const at = timestampDate(req.deadline);
+      if (!Number.isNaN(at.getTime())) opts.deadline = at;
+      else if (req.deadline.seconds < 0n) opts.deadline = new Date(0);
+    }
     if (this.options.execOutputLimit !== undefined) opts.outputLimit = this.options.execOutputLimit;
     const r = await execInContext(task.context, req.cmd, req.args, opts);
     return {
