@@ -2,7 +2,7 @@
 // Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
 // re-attaches from the reattach info kept in TaskHandle.driver_state.
 import { join } from "node:path";
-import { defineDriver, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
+import { defineDriver, failedPrecondition, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
 import {
   decodeExecutorState,
   forwardExecStream,
@@ -145,7 +145,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       } catch (err) {
         // Nomad starts the task again when recovery fails: the old one must not run on beside it.
         const killed = driver !== undefined && killOrphanedTask(driver.pid, task.allocId);
-        throw new Error(
+        throw failedPrecondition(
           `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
         );
       }
@@ -169,7 +169,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
 
     async destroyTask(taskId, { force }) {
       const t = get(taskId);
-      if (!t.exit && !force) throw new Error(`cannot destroy running task ${taskId}: stop it first or use force`);
+      if (!t.exit && !force) throw failedPrecondition(`cannot destroy running task ${taskId}: stop it first or use force`);
       if (isProcessAlive(t.exe.pid)) {
         // Kill the task (if still running) and anything it left in its process group, then the executor.
         await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
@@ -192,7 +192,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
 
     async signalTask(taskId, signal) {
       const t = get(taskId);
-      if (t.exit) throw new Error(`task ${taskId} has already exited`);
+      if (t.exit) throw failedPrecondition(`task ${taskId} has already exited`);
       await t.exe.client.signal({ signal: signalNumber(signal) });
     },
 

@@ -129,6 +129,8 @@ describe("task lifecycle", () => {
     const after = await p.driver.inspectTask({ taskId: t.id });
     expect(after.task?.state).toBe(2);
     expect(after.task?.completedAt).toBeDefined();
+    // FailedPrecondition, not Unknown: the task is not in a state the call can act on.
+    expect(code(await failure(() => p.driver.signalTask({ taskId: t.id, signal: "SIGHUP" })))).toBe(9);
 
     await p.driver.destroyTask({ taskId: t.id, force: false });
     expect(code(await failure(() => p.driver.inspectTask({ taskId: t.id })))).toBe(5); // NotFound
@@ -148,6 +150,7 @@ describe("task lifecycle", () => {
     const pid = Number((await p.driver.inspectTask({ taskId: t.id })).driver?.attributes.pid);
     const refused = await failure(() => p.driver.destroyTask({ taskId: t.id, force: false }));
     expect(refused.message).toContain("running");
+    expect(code(refused)).toBe(9); // FailedPrecondition
     expect(alive(pid)).toBe(true);
     await p.driver.destroyTask({ taskId: t.id, force: true });
     expect(alive(pid)).toBe(false);

@@ -131,6 +131,7 @@ describe("recover after a plugin crash", () => {
       err = e as Error;
     }
     expect(err?.message).toContain(`cannot reattach to its executor (pid ${state.executor.pid})`);
+    expect((err as Error & { code?: number }).code).toBe(9); // FailedPrecondition
     expect((await second.health.check({ service: "plugin" })).status).toBe(1);
     const bad = { ...handle, driverState: new TextEncoder().encode("{nope") };
     const badErr = await second.driver.recoverTask({ taskId: t.id, handle: bad }).then(

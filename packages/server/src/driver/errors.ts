@@ -55,3 +55,16 @@ export function taskNotFound(taskId: string): ConnectError {
 export function invalidArgument(field: string, problem: string): ConnectError {
   return new ConnectError(`${field}: ${problem}`, Code.InvalidArgument);
 }
+
+/**
+ * FailedPrecondition: the task is not in the state the call needs, such as destroying a running
+ * task without `force` or signalling one that has exited. (A plain Error answers Unknown.)
+ *
+ * @example
+ * ```ts
+ * if (task.exited) throw failedPrecondition(`task ${taskId} has already exited`);
+ * ```
+ */
+export function failedPrecondition(message: string): ConnectError {
+  return new ConnectError(message, Code.FailedPrecondition);
+}

@@ -33,6 +33,6 @@ export {
 } from "./types.js";
 export { createDriverHandlers, DRIVER_PLUGIN_API_VERSION, type DriverHandlerOptions, type DriverHost } from "./adapter.js";
 export { serveDriver, type ServeDriverOptions, type ServedDriver } from "./serve.js";
-export { RecoverableError, recoverable, unrecoverable, taskNotFound, invalidArgument } from "./errors.js";
+export { RecoverableError, recoverable, unrecoverable, taskNotFound, invalidArgument, failedPrecondition } from "./errors.js";
 export { normalizeTaskStats, computeFromTopology, statsIntervalMs, DEFAULT_STATS_INTERVAL_MS } from "./stats.js";
 export { toFingerprintResponse, toAttribute, DEFAULT_FINGERPRINT_INTERVAL_MS } from "./fingerprint.js";
