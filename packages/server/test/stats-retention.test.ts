@@ -82,4 +82,40 @@ describe("TaskStats stream", () => {
       await host.close();
     }
   });
+
+  it("lets one TaskStats stream per task stay open for many tasks without a listener-leak warning", async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on("warning", onWarning);
+    const host = createDriverHandlers(
+      defineDriver({
+        name: "many",
+        version: "0.0.1",
+        fingerprint: () => ({ health: "healthy" }),
+        startTask: () => {},
+        waitTask: () => new Promise<never>(() => {}),
+        stopTask: () => {},
+        destroyTask: () => {},
+        taskStats: () => ({ cpu: { percent: 1 } }),
+      }),
+    );
+    const calls: AbortController[] = [];
+    try {
+      const firsts = [];
+      for (let i = 0; i < 20; i++) {
+        await host.driver.startTask!({ task: { id: `t${i}`, name: "t" } } as never, {} as HandlerContext);
+        const call = new AbortController(); // each call has its own, as over gRPC
+        calls.push(call);
+        const it = host.driver.taskStats!(create(TaskStatsRequestSchema, { taskId: `t${i}`, collectionInterval: { seconds: 3600n } }), { signal: call.signal } as HandlerContext)[Symbol.asyncIterator]();
+        firsts.push(it.next().then(() => it.next())); // the first sample, then waiting for the next
+      }
+      await new Promise((r) => setTimeout(r, 50)); // warnings are emitted on the next tick
+      expect(warnings.map((w) => w.name)).not.toContain("MaxListenersExceededWarning");
+      for (const c of calls) c.abort();
+      await Promise.allSettled(firsts);
+    } finally {
+      process.off("warning", onWarning);
+      await host.close();
+    }
+  });
 });

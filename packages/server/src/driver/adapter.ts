@@ -4,6 +4,7 @@
  * ids, bad signal names, missing fields) happens here, once, so every driver answers bad requests
  * the same way; error mapping (RecoverableError, cancellation) is the server runtime's job.
  */
+import { setMaxListeners } from "node:events";
 import { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
@@ -232,6 +233,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
 
   const logger = options.logger ?? createLogger({ level: "error", destination: { write: () => true } });
   const lifetime = new AbortController();
+  // Every open Fingerprint, TaskEvents and TaskStats stream listens on it: Nomad keeps one TaskStats
+  // per task, so 8 tasks passed Node's default of 10 and it warned of a leak on stderr.
+  setMaxListeners(0, lifetime.signal);
   const tasks = new Map<string, TaskRecord<TC | undefined>>();
   let config: PC | undefined;
   let nomadConfig: NomadConfig | undefined;
