@@ -1,5 +1,6 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
 import { spawn } from "node:child_process";
+import * as http2 from "node:http2";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import {
   PluginLaunchError,
   PluginShutdownError,
+  isCancellation,
   launchPlugin,
   parseHandshake,
   parseLogLine,
@@ -231,6 +233,38 @@ describe("kill", () => {
       const p = await launchPlugin(process.execPath, [fake], { env: { FAKE_DROP_ON_SHUTDOWN: dir }, killTimeoutMs: 500, shutdownGraceMs: 600_000 });
       expect(await p.kill()).toEqual({ code: null, signal: "SIGKILL" });
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 20_000);
+});
+
+describe("close", () => {
+  it("fails calls in flight at once as cancellations, not after the grace for a plugin exit", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-close-"));
+    const sock = join(dir, "p.sock");
+    const server = http2.createServer();
+    server.on("session", (session) => session.on("error", () => {}));
+    server.on("stream", (s, h) => {
+      s.on("error", () => {});
+      // Health Unimplemented (reattachPlugin's ping accepts it); every other call is never answered.
+      if (h[":path"]!.includes("Health")) s.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "12" }, { endStream: true });
+    });
+    await new Promise<void>((r) => server.listen(sock, r));
+    try {
+      // A grace longer than the test's timeout: the calls waited it out before.
+      const p = await reattachPlugin({ pid: process.pid, network: "unix", address: sock }, { shutdownGraceMs: 600_000 });
+      const unary = p.driver.waitTask({ taskId: "t" }).catch((e: unknown) => e);
+      const stream = (async () => {
+        for await (const _ of p.driver.taskEvents({})) void _;
+      })().catch((e: unknown) => e);
+      await new Promise((r) => setTimeout(r, 100)); // both reach the server
+      p.close();
+      for (const err of await Promise.all([unary, stream])) {
+        expect(isCancellation(err), String(err)).toBe(true);
+        expect((err as Error).message).toContain("the connection to the plugin was closed on this side");
+      }
+    } finally {
+      server.close();
       rmSync(dir, { recursive: true, force: true });
     }
   }, 20_000);

@@ -256,17 +256,23 @@ interface ClientParts {
 
 function buildClient(parts: ClientParts): PluginClient {
   const { transport, sessions } = createTransport(parts.params);
+  const closeController = new AbortController();
+  // close() with the plugin still running: calls in flight fail at once as cancellations, not
+  // after the grace for a plugin exit that is not coming. (Closed after an exit, they stay
+  // PluginShutdownError.)
+  const closedHere = new AbortController();
   const runtime = new ClientRuntime(transport, {
     pluginExited: parts.exitSignal,
     shutdownGraceMs: parts.options.shutdownGraceMs,
+    connectionClosed: closedHere.signal,
   });
   const controller = new GRPCControllerClient(runtime);
   const stdio = new GRPCStdioClient(runtime);
-  const closeController = new AbortController();
   let closed = false;
   const close = () => {
     if (closed) return;
     closed = true;
+    if (!parts.exitSignal.aborted) closedHere.abort();
     closeController.abort();
     sessions.abort();
     parts.onClose?.();

@@ -3,7 +3,8 @@
  * `serverStream`, `clientStream` or `bidiStream`, which run the call on a connect `Transport` and
  * normalise every failure the same way (Nomad's `HandleReqCtxGrpcErr`, applied to all methods):
  *
- * 1. caller cancelled (its AbortSignal fired)      -> cancellation error (`isCancellation(err)`)
+ * 1. caller cancelled (its AbortSignal fired, or the connection was closed on this side)
+ *                                                    -> cancellation error (`isCancellation(err)`)
  * 2. FailedPrecondition with a RecoverableError detail -> `RecoverableError`
  * 3. transport failure and the plugin's exit signal fires within the grace period
  *                                                    -> `PluginShutdownError` (cause: the original)
@@ -56,6 +57,11 @@ export interface ClientOptions {
   shutdownGraceMs?: number;
   /** Defaults merged under each call's options (per-call values win; headers are not merged). */
   callOptions?: CallOptions;
+  /**
+   * Fires when this side closes the connection itself: calls that fail afterwards are
+   * cancellations at once, without waiting `shutdownGraceMs` for a plugin exit that is not coming.
+   */
+  connectionClosed?: AbortSignal;
 }
 
 /**
@@ -75,12 +81,14 @@ export class ClientRuntime {
   readonly #exit: ExitWatch | undefined;
   readonly #graceMs: number;
   readonly #defaults: CallOptions | undefined;
+  readonly #closed: AbortSignal | undefined;
 
   constructor(transport: Transport, options: ClientOptions = {}) {
     this.transport = transport;
     this.#exit = options.pluginExited === undefined ? undefined : new ExitWatch(options.pluginExited);
     this.#graceMs = options.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
     this.#defaults = options.callOptions;
+    this.#closed = options.connectionClosed;
   }
 
   /** Call a unary method. */
@@ -151,6 +159,7 @@ export class ClientRuntime {
   async normalizeError(err: unknown, callerSignal?: AbortSignal): Promise<unknown> {
     if (isCancellation(err)) return err;
     if (callerSignal?.aborted) return cancellationError(err);
+    if (this.#closed?.aborted) return cancellationError(err, "the connection to the plugin was closed on this side");
     const ce = err instanceof ConnectError ? err : undefined;
     if (ce === undefined) return err;
     const rec = recoverableFrom(ce);
