@@ -7,12 +7,13 @@
 import { setMaxListeners } from "node:events";
 import { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate, type Duration } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { PluginType, type NomadConfig } from "@nomadkit/protocol/base";
 import {
   DriverCapabilities_FSIsolation,
+  DriverCapabilitiesSchema,
   ExecTaskStreamingRequestSchema,
   ExitResultSchema,
   NetworkIsolationSpec_NetworkIsolationMode,
@@ -124,6 +125,47 @@ function signalNum(s: number | string | null | undefined): number {
 
 function taskExitResult(e: TaskExit): MessageInitShape<typeof ExitResultSchema> {
   return { exitCode: e.exitCode, signal: signalNum(e.signal), oomKilled: e.oomKilled === true };
+}
+
+/**
+ * Capabilities that encode, else an Internal error naming the driver's `capabilities`: protobuf-es
+ * refuses `fsIsolation: "chroot"` only when serializing ("invalid int32: NaN").
+ */
+function checkedCapabilities(caps: MessageInitShape<typeof DriverCapabilitiesSchema>): MessageInitShape<typeof DriverCapabilitiesSchema> {
+  try {
+    toBinary(DriverCapabilitiesSchema, create(DriverCapabilitiesSchema, caps));
+  } catch (err) {
+    throw new ConnectError(
+      `capabilities: ${(err as Error).message} (enum fields take the generated enums, such as DriverCapabilities_FSIsolation.CHROOT)`,
+      Code.Internal,
+    );
+  }
+  return caps;
+}
+
+/**
+ * What a driver method returned as a TaskExit, checked: a plain JS driver resolving `5` or
+ * `{ code: 5 }` would otherwise report exit 0, a failed task as a success. Internal naming `from`.
+ */
+function checkedExit(e: unknown, from: string): TaskExit {
+  if (typeof e === "object" && e !== null && Number.isInteger((e as TaskExit).exitCode)) return e as TaskExit;
+  throw new ConnectError(`${from}: expected a TaskExit ({ exitCode: <integer>, signal?, oomKilled?, err? }), got ${shown(e)}`, Code.Internal);
+}
+
+/** A driver-given Date, checked (an ISO string would fail deep in timestampFromDate). */
+function checkedDate(d: unknown, from: string): Date {
+  if (d instanceof Date && !Number.isNaN(d.getTime())) return d;
+  throw new ConnectError(`${from}: expected a valid Date, got ${shown(d)}`, Code.Internal);
+}
+
+function shown(v: unknown): string {
+  if (v === undefined) return "undefined (a missing return?)";
+  if (v instanceof Date) return "an invalid Date";
+  try {
+    return JSON.stringify(v)?.slice(0, 200) ?? String(v);
+  } catch {
+    return typeof v;
+  }
 }
 
 const STATE: Record<TaskStateName, TaskState> = {
@@ -248,6 +290,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   const fingerprint = new FingerprintSource(
     driver.fingerprint !== undefined ? () => driver.fingerprint!(context) : undefined,
     options.fingerprintIntervalMs ?? DEFAULT_FINGERPRINT_INTERVAL_MS,
+    logger,
   );
 
   const context: DriverContext<PC, TC> = {
@@ -348,8 +391,16 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   // with SetConfig (e.g. must_create_network from an agent option).
   const capabilitiesNow = () => {
     const own = typeof driver.capabilities === "function" ? driver.capabilities(config) : driver.capabilities;
-    return { ...defaultCaps, ...own };
+    return checkedCapabilities({ ...defaultCaps, ...own });
   };
+  // A fixed object is checked now: the plugin then fails as it starts, not at Nomad's first task.
+  if (typeof driver.capabilities !== "function") {
+    try {
+      capabilitiesNow();
+    } catch (err) {
+      throw new TypeError((err as ConnectError).rawMessage);
+    }
+  }
 
   const handlers: Partial<DriverHandlers> = {
     async init(_req, hc) {
@@ -401,7 +452,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       const record = requireTask(req.taskId);
       // Like Nomad's Go shim: answer as soon as Nomad stops waiting, even if the driver's waitTask
       // does not watch ctx.signal (a task's exit promise rarely does).
-      const exit = await untilAborted(Promise.resolve(driver.waitTask(req.taskId, call(hc))), hc.signal);
+      const exit = checkedExit(await untilAborted(Promise.resolve(driver.waitTask(req.taskId, call(hc))), hc.signal), "waitTask");
       record.exit = { result: exit, at: new Date() };
       return { result: taskExitResult(exit), err: exit.err ?? "" };
     },
@@ -427,14 +478,14 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       const r: TaskInspection = driver.inspectTask !== undefined ? await driver.inspectTask(req.taskId, call(hc)) : {};
       const stateIn = r.state ?? (record.exit !== undefined ? "exited" : "running");
       const state = typeof stateIn === "number" ? stateIn : STATE[stateIn];
-      const exit = r.exit ?? record.exit?.result;
-      const completedAt = r.completedAt ?? record.exit?.at;
+      const exit = r.exit !== undefined ? checkedExit(r.exit, "inspectTask: exit") : record.exit?.result;
+      const completedAt = r.completedAt !== undefined ? checkedDate(r.completedAt, "inspectTask: completedAt") : record.exit?.at;
       return {
         task: {
           id: req.taskId,
           name: record.task.name,
           state,
-          startedAt: timestampFromDate(r.startedAt ?? record.startedAt),
+          startedAt: timestampFromDate(r.startedAt !== undefined ? checkedDate(r.startedAt, "inspectTask: startedAt") : record.startedAt),
           // Always both, as Nomad's Go server sends them (Go's zero time, an empty result): its client
           // fails on a missing timestamp and dereferences the result.
           completedAt: completedAt !== undefined ? timestampFromDate(completedAt) : GO_ZERO_TIME,

@@ -6,6 +6,7 @@
 import { create, equals, type MessageInitShape } from "@bufbuild/protobuf";
 import { AttributeSchema } from "@nomadkit/protocol/structs";
 import { FingerprintResponseSchema, FingerprintResponse_HealthState, type FingerprintResponse } from "@nomadkit/protocol/driver";
+import type { Logger } from "../log/index.js";
 import type { AttributeValue, Fingerprint, FingerprintControl } from "./types.js";
 import { StreamWaits } from "./util.js";
 
@@ -33,6 +34,8 @@ const DESCRIPTION: Record<number, string> = {
  * ```
  */
 export function toAttribute(v: AttributeValue): MessageInitShape<typeof AttributeSchema> {
+  const bad = () =>
+    new TypeError(`expected a string, boolean, number, bigint or { float | int | string | bool, unit? }, got ${typeof v === "object" ? JSON.stringify(v) : String(v)}`);
   switch (typeof v) {
     case "string":
       return { value: { case: "stringVal", value: v } };
@@ -43,11 +46,14 @@ export function toAttribute(v: AttributeValue): MessageInitShape<typeof Attribut
     case "number":
       return Number.isSafeInteger(v) ? { value: { case: "intVal", value: BigInt(v) } } : { value: { case: "floatVal", value: v } };
   }
+  // Plain JS drivers: anything else was taken for `{ bool }`, so `{ foo: 1 }` became false.
+  if (typeof v !== "object" || v === null) throw bad();
   const unit = v.unit ?? "";
-  if ("float" in v) return { value: { case: "floatVal", value: v.float }, unit };
-  if ("int" in v) return { value: { case: "intVal", value: BigInt(v.int) }, unit };
-  if ("string" in v) return { value: { case: "stringVal", value: v.string }, unit };
-  return { value: { case: "boolVal", value: v.bool }, unit };
+  if ("float" in v && typeof v.float === "number") return { value: { case: "floatVal", value: v.float }, unit };
+  if ("int" in v && (typeof v.int === "number" || typeof v.int === "bigint")) return { value: { case: "intVal", value: BigInt(v.int) }, unit };
+  if ("string" in v && typeof v.string === "string") return { value: { case: "stringVal", value: v.string }, unit };
+  if ("bool" in v && typeof v.bool === "boolean") return { value: { case: "boolVal", value: v.bool }, unit };
+  throw bad();
 }
 
 /**
@@ -62,7 +68,15 @@ export function toFingerprintResponse(fp: Fingerprint): FingerprintResponse {
   const health = typeof fp.health === "number" ? fp.health : HEALTH[fp.health];
   if (health === undefined) throw new TypeError(`fingerprint health must be healthy, unhealthy or undetected, got ${JSON.stringify(fp.health)}`);
   const attributes: Record<string, MessageInitShape<typeof AttributeSchema>> = {};
-  for (const [k, v] of Object.entries(fp.attributes ?? {})) attributes[k] = toAttribute(v);
+  for (const [k, v] of Object.entries(fp.attributes ?? {})) {
+    // Left out, as a Go driver leaves out what it does not know (`{ version: process.env.X }`).
+    if (v === undefined || v === null) continue;
+    try {
+      attributes[k] = toAttribute(v);
+    } catch (err) {
+      throw new TypeError(`fingerprint attribute ${JSON.stringify(k)}: ${(err as Error).message}`);
+    }
+  }
   return create(FingerprintResponseSchema, {
     health,
     healthDescription: fp.description ?? DESCRIPTION[health] ?? "",
@@ -79,10 +93,22 @@ export class FingerprintSource implements FingerprintControl {
   /** The driver's fingerprint() being computed, shared by every stream that asks meanwhile. */
   #inflight: Promise<FingerprintResponse> | undefined;
 
+  /** The last failure logged: a fingerprint that keeps failing the same way is logged once. */
+  #lastFailure: string | undefined;
+
   constructor(
     private readonly compute: (() => Fingerprint | Promise<Fingerprint>) | undefined,
     private readonly intervalMs: number,
+    private readonly logger?: Logger,
   ) {}
+
+  /** The unhealthy answer for a failed fingerprint, logged (Nomad shows only the description). */
+  #failed(err: unknown): FingerprintResponse {
+    const r = failed(err);
+    if (r.err !== this.#lastFailure) this.logger?.warn("fingerprint failed; the driver is reported unhealthy", { error: r.err });
+    this.#lastFailure = r.err;
+    return r;
+  }
 
   /** Push `fingerprint` (used until the driver's next periodic fingerprint), or re-run `fingerprint()`. */
   update(fingerprint?: Fingerprint): void {
@@ -96,7 +122,7 @@ export class FingerprintSource implements FingerprintControl {
     try {
       return fn();
     } catch (err) {
-      return failed(err);
+      return this.#failed(err);
     }
   }
 
@@ -110,9 +136,11 @@ export class FingerprintSource implements FingerprintControl {
     if (compute === undefined) return toFingerprintResponse({ health: "healthy" });
     this.#inflight ??= (async () => {
       try {
-        return toFingerprintResponse(await compute());
+        const r = toFingerprintResponse(await compute());
+        this.#lastFailure = undefined;
+        return r;
       } catch (err) {
-        return failed(err);
+        return this.#failed(err);
       } finally {
         this.#inflight = undefined;
       }

@@ -30,7 +30,7 @@ const MIN_STATS_INTERVAL_MS = 10;
  *
  * @example
  * ```ts
- * statsIntervalMs({ seconds: 2n, nanos: 0 }); // 2000
+ * statsIntervalMs(create(DurationSchema, { seconds: 2n })); // 2000
  * ```
  */
 export function statsIntervalMs(d: Duration | undefined): number {

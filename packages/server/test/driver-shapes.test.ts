@@ -1,0 +1,90 @@
+// What a plain JS driver gets wrong about the shapes it returns is answered naming the method and
+// field, not passed on as a wrong value (an exit 0 for a failed task) or as a low-level message.
+import { create } from "@bufbuild/protobuf";
+import { Code, type HandlerContext } from "@connectrpc/connect";
+import { FingerprintRequestSchema, FingerprintResponse_HealthState, WaitTaskRequestSchema, InspectTaskRequestSchema } from "@nomadkit/protocol/driver";
+import { describe, expect, it } from "vitest";
+import { createDriverHandlers, defineDriver, type Driver } from "../src/driver/index.js";
+import { createLogger } from "../src/log/index.js";
+
+const hc = () => ({ signal: new AbortController().signal }) as HandlerContext;
+
+function host(overrides: Partial<Driver<unknown, unknown>>, logLines?: string[]) {
+  const logger = logLines && createLogger({ name: "shapes", level: "warn", destination: { write: (l: string) => (logLines.push(l), true) } });
+  return createDriverHandlers(
+    defineDriver({
+      name: "shapes",
+      version: "0.0.1",
+      startTask: () => {},
+      waitTask: () => ({ exitCode: 0 }),
+      stopTask: () => {},
+      destroyTask: () => {},
+      ...overrides,
+    } as Driver<unknown, unknown>),
+    logger ? { logger } : {},
+  );
+}
+
+describe("driver results of the wrong shape", () => {
+  it("a waitTask that does not resolve a TaskExit is an error naming waitTask, not exit 0", async () => {
+    for (const [value, shown] of [
+      [5, "5"],
+      [{ code: 5 }, '{"code":5}'],
+      [undefined, "undefined (a missing return?)"],
+      [{ exitCode: "1" }, '{"exitCode":"1"}'],
+    ] as const) {
+      const h = host({ waitTask: () => value as never });
+      await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());
+      await expect(h.driver.waitTask!(create(WaitTaskRequestSchema, { taskId: "t" }), hc())).rejects.toMatchObject({
+        code: Code.Internal,
+        rawMessage: `waitTask: expected a TaskExit ({ exitCode: <integer>, signal?, oomKilled?, err? }), got ${shown}`,
+      });
+      await h.close();
+    }
+  });
+
+  it("an inspectTask date that is not a Date names the field", async () => {
+    const h = host({ inspectTask: () => ({ startedAt: "2026-01-01T00:00:00Z" as never }) });
+    await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());
+    await expect(h.driver.inspectTask!(create(InspectTaskRequestSchema, { taskId: "t" }), hc())).rejects.toMatchObject({
+      code: Code.Internal,
+      rawMessage: 'inspectTask: startedAt: expected a valid Date, got "2026-01-01T00:00:00Z"',
+    });
+    await h.close();
+  });
+
+  it("capabilities that cannot be encoded fail at startup when fixed, and at the call when computed", async () => {
+    expect(() => host({ capabilities: { fsIsolation: "chroot" as never } })).toThrow(/^capabilities: .*DriverCapabilities_FSIsolation\.CHROOT/);
+    const h = host({ capabilities: () => ({ fsIsolation: "chroot" as never }) });
+    expect(() => h.driver.capabilities!({} as never, hc())).toThrow(expect.objectContaining({ code: Code.Internal, rawMessage: expect.stringMatching(/^capabilities: /) }));
+    await h.close();
+  });
+});
+
+describe("fingerprint attributes", () => {
+  async function first(attributes: Record<string, unknown>, log?: string[]) {
+    const h = host({ fingerprint: () => ({ health: "healthy", attributes: attributes as never }) }, log);
+    const ac = new AbortController();
+    const it = h.driver.fingerprint!(create(FingerprintRequestSchema), { signal: ac.signal } as HandlerContext)[Symbol.asyncIterator]();
+    const r = (await it.next()).value!;
+    ac.abort();
+    await h.close();
+    return r;
+  }
+
+  it("leave out undefined and null values, as a Go driver leaves out what it does not know", async () => {
+    const r = await first({ "driver.shapes.version": undefined, "driver.shapes.x": null, "driver.shapes.ok": "yes" });
+    expect(r.health).toBe(FingerprintResponse_HealthState.HEALTHY);
+    expect(Object.keys(r.attributes)).toEqual(["driver.shapes.ok"]);
+  });
+
+  it("name the attribute whose value is not one (it was taken for `{ bool: false }`), and the plugin logs it once", async () => {
+    const log: string[] = [];
+    const r = await first({ "driver.shapes.obj": { foo: 1 } }, log);
+    expect(r.health).toBe(FingerprintResponse_HealthState.UNHEALTHY);
+    expect(r.healthDescription).toBe(
+      'fingerprint failed: fingerprint attribute "driver.shapes.obj": expected a string, boolean, number, bigint or { float | int | string | bool, unit? }, got {"foo":1}',
+    );
+    expect(log.filter((l) => l.includes("fingerprint failed"))).toHaveLength(1);
+  });
+});
