@@ -725,6 +725,31 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     }
   });
 
+  it("Ctrl-C during a StartTask that never answers stops the plugin and removes what the run made", async () => {
+    const tmp = mkdtempSync(join(tmpdir(), "nk-cli-tmp-"));
+    const mark = `hang-start-${process.pid}`;
+    const entered = join(dir, `hang-start-${process.pid}`);
+    try {
+      const run = start(["run", driver, "--task-config", "task.json", "--no-task-cgroup"], undefined, {
+        TMPDIR: tmp,
+        NOMADKIT_TEST_MARK: mark,
+        TEST_PLUGIN_MODE: "hang-start",
+        TEST_RELEASE_FILE: entered,
+      });
+      await until(() => existsSync(entered)); // StartTask is in flight
+      run.child.kill("SIGINT");
+      // Before: the clean-up waited for the StartTask until its 30 s limit, then left the plugin running.
+      const r = await run.done;
+      expect(r.code, r.stderr).toBe(130);
+      expect(withEnv("NOMADKIT_TEST_MARK", mark)).toEqual([]);
+      expect(readdirSync(tmp)).toEqual([]);
+    } finally {
+      for (const pid of withEnv("NOMADKIT_TEST_MARK", mark)) process.kill(pid, "SIGKILL");
+      rmSync(tmp, { recursive: true, force: true });
+      rmSync(entered, { force: true });
+    }
+  }, 25_000);
+
   /** `nomadkit run` of the test driver with `flags`, checking that no process it started is left. */
   async function runMarked(mark: string, ...flags: string[]): Promise<Result> {
     try {

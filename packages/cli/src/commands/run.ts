@@ -160,6 +160,10 @@ export async function runCommand(
   const undo = () =>
     (undoing ??= (async () => {
       await starting?.catch(() => {});
+      if (!started && starting !== undefined && interrupted.aborted) {
+        // Cancelled mid-start: the driver may have started the task all the same.
+        await c.plugin.driver.destroyTask({ taskId, force: true }, { timeoutMs: 5000 }).catch(() => {});
+      }
       if (started && !destroyed) {
         destroyed = true;
         await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
@@ -217,7 +221,9 @@ export async function runCommand(
     });
     taskId = task.id;
     try {
-      await (starting = c.plugin.driver.startTask({ task }).then(() => {
+      // Cancelled by an interruption, as Nomad cancels a StartTask when the allocation is stopped:
+      // the clean-up waits for this call, and a driver's startTask that never answers held it.
+      await (starting = c.plugin.driver.startTask({ task }, { signal: interrupted }).then(() => {
         started = true;
       }));
     } catch (e) {
