@@ -292,7 +292,7 @@ describe("nomadkit bundle", () => {
       "nomadkit: warning: hello-tla.mjs uses top-level await, so the bundle is an ES module (hello-tla.mjs)",
     );
     expect(r.stderr).toContain(
-      'nomadkit: warning: the plugin calls itself "hello" (PluginInfo), which Nomad\'s plugin block and jobs use; name its executable the same (--name hello)',
+      'nomadkit: warning: the plugin calls itself "hello" (PluginInfo), the name jobs use, but its executable is "hello-tla", the name Nomad finds the agent\'s plugin block by; name it the same (--name hello) so one name serves both',
     );
     expect(r.stdout).toContain("(PluginInfo: hello 0.1.0)");
     // Only packages are dependencies (an ES module bundle also imports esbuild's "<runtime>"),

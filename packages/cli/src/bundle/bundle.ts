@@ -451,7 +451,7 @@ export async function bundlePlugin(
     }
     if (pluginInfo.name !== name) {
       warnings.push(
-        `the plugin calls itself ${JSON.stringify(pluginInfo.name)} (PluginInfo), which Nomad's plugin block and jobs use; name its executable the same (--name ${pluginInfo.name}) so plugin_dir says which plugin it is`,
+        `the plugin calls itself ${JSON.stringify(pluginInfo.name)} (PluginInfo), the name jobs use, but its executable is ${JSON.stringify(name)}, the name Nomad finds the agent's plugin block by; name it the same (--name ${pluginInfo.name}) so one name serves both`,
       );
     }
   }
