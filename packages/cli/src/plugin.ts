@@ -113,6 +113,25 @@ export function pluginCommand(plugin: string): { cmd: string; args: string[] } {
   return { cmd: path, args: [] };
 }
 
+/**
+ * Why Nomad could not start a JavaScript plugin file that this CLI runs with its own Node: Nomad
+ * skips files in plugin_dir without an exec bit and runs the rest directly (ENOEXEC without a `#!`).
+ */
+export function nomadLaunchProblems(plugin: string): string[] {
+  const path = resolve(plugin);
+  if (![".js", ".mjs", ".cjs"].includes(extname(path))) return [];
+  const problems: string[] = [];
+  if ((statSync(path).mode & 0o111) === 0) problems.push(`it is not executable (chmod +x ${plugin}): Nomad skips it in plugin_dir`);
+  let head = "";
+  try {
+    head = readFileSync(path, { encoding: "utf8", flag: "r" }).slice(0, 2);
+  } catch {
+    // unreadable: the launch says so
+  }
+  if (head !== "#!") problems.push("it has no #! line (#!/usr/bin/env node): Nomad runs it directly, which fails");
+  return problems;
+}
+
 /** `--start-timeout` in milliseconds, checked; `undefined` when not given. */
 export function parseStartTimeout(g: GlobalOptions): number | undefined {
   return positiveMs("--start-timeout", g.startTimeout);

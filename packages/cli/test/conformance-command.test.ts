@@ -1,12 +1,16 @@
 // `nomadkit conformance`: the suite from a shell, against the reference driver (exit 0) and a
 // deliberately broken plugin (exit 1), plus flag errors that name the flag.
 import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { alive, descendants, until } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
+const direct = fileURLToPath(new URL("../../conformance/test/fixtures/direct-driver.mjs", import.meta.url));
 const broken = fileURLToPath(new URL("../../conformance/test/fixtures/broken-driver.mjs", import.meta.url));
 
 function nomadkit(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -99,6 +103,22 @@ describe("nomadkit conformance", () => {
     },
     120_000,
   );
+
+  it("warns that Nomad could not start a .mjs driver without an exec bit or a #! line (this CLI runs it with its own Node)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-noexec-"));
+    try {
+      const copy = join(dir, "driver.mjs");
+      // A driver module without a #! line and without the exec bit.
+      writeFileSync(copy, `import ${JSON.stringify(direct)};\n`, { mode: 0o644 });
+      const r = await nomadkit(["conformance", copy, "--checks", "handshake"]);
+      expect(r.stderr).toContain(`nomadkit: warning: ${copy}: it is not executable (chmod +x ${copy}): Nomad skips it in plugin_dir\n`);
+      expect(r.stderr).toContain(`nomadkit: warning: ${copy}: it has no #! line (#!/usr/bin/env node): Nomad runs it directly, which fails\n`);
+      const plain = await nomadkit(["conformance", rawexec, "--checks", "handshake"]);
+      expect(plain.stderr).not.toContain("warning");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it("names the flag or file at fault", async () => {
     const badJson = await nomadkit(["conformance", rawexec, "--plugin-config", "{nope"]);

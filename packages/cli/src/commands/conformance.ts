@@ -3,7 +3,7 @@ import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
 import { readJsonOption } from "../files.js";
 import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
-import { checkCgroupParent, pluginCommand, positiveMs, signalFlag, stderrLogger, type GlobalOptions } from "../plugin.js";
+import { checkCgroupParent, nomadLaunchProblems, pluginCommand, positiveMs, signalFlag, stderrLogger, type GlobalOptions } from "../plugin.js";
 
 interface ConformanceFlags {
   pluginConfig?: string;
@@ -34,6 +34,8 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   const signal = signalFlag("--signal", flags.signal, "SIGHUP");
   if (flags.taskCgroup) checkCgroupParent(flags.cgroupParent);
   const { cmd, args } = pluginCommand(plugin);
+  // Run here with this Node, a .js file passes checks that Nomad could not even start it for.
+  for (const problem of nomadLaunchProblems(plugin)) process.stderr.write(`nomadkit: warning: ${plugin}: ${problem}\n`);
   const options: ConformanceOptions = {
     plugin: cmd,
     args,
