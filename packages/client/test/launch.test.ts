@@ -144,6 +144,11 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
     );
     expect(err.stderr).toContain("a plain stderr line");
     expect(err.exit).toEqual({ code: 3, signal: null });
+    expect(err.message).not.toContain("serveDriver");
+    // Status 0: a module that ran to its end without serving (a forgotten serveDriver call).
+    expect((await launchFake({ FAKE_EXIT: "0" })).message).toMatch(
+      /exited with status 0 before completing the go-plugin handshake \(a plugin serves until it is stopped: does it call serveDriver or servePlugin\?\)/,
+    );
   });
 
   it("killed by a signal before the handshake: the error says which, as data too", async () => {

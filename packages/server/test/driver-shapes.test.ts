@@ -4,6 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, type HandlerContext } from "@connectrpc/connect";
 import { FingerprintRequestSchema, FingerprintResponse_HealthState, WaitTaskRequestSchema, InspectTaskRequestSchema } from "@nomadkit/protocol/driver";
 import { describe, expect, it } from "vitest";
+import { spec } from "../src/config/index.js";
 import { createDriverHandlers, defineDriver, type Driver } from "../src/driver/index.js";
 import { createLogger } from "../src/log/index.js";
 
@@ -58,6 +59,18 @@ describe("driver results of the wrong shape", () => {
     const h = host({ capabilities: () => ({ fsIsolation: "chroot" as never }) });
     expect(() => h.driver.capabilities!({} as never, hc())).toThrow(expect.objectContaining({ code: Code.Internal, rawMessage: expect.stringMatching(/^capabilities: /) }));
     await h.close();
+  });
+});
+
+describe("schemas a plain JS driver gets wrong", () => {
+  it("a plain object where a spec belongs, and an attribute both required and defaulted, are refused naming them", () => {
+    expect(() => host({ taskConfigSchema: { command: "string" } as never })).toThrow(
+      'driver.taskConfigSchema must be built with spec (spec.object({ ... })), got {"command":"string"}',
+    );
+    // TypeScript refuses it; in JS the default could never apply (the required check comes first).
+    expect(() => spec.attr("string", { required: true, default: "x" } as never)).toThrow(
+      'attr("string"): required and default exclude each other (a default makes it optional)',
+    );
   });
 });
 

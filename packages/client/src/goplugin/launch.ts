@@ -554,7 +554,10 @@ export async function launchPlugin(
       );
       void exited.then((e) =>
         resolve({
-          error: `plugin ${name} exited ${e.signal ? `on signal ${e.signal}` : `with status ${e.code}`} before completing the go-plugin handshake`,
+          error:
+            `plugin ${name} exited ${e.signal ? `on signal ${e.signal}` : `with status ${e.code}`} before completing the go-plugin handshake` +
+            // Status 0 is a program that simply ran to its end: it never started serving.
+            (e.code === 0 ? " (a plugin serves until it is stopped: does it call serveDriver or servePlugin?)" : ""),
           exit: { code: e.code, signal: e.signal },
         }),
       );

@@ -384,6 +384,8 @@ function attr<const S extends HclTypeExpr>(type: S, options?: AttrOptions): HclS
 function attr(type: string, options: AttrOptions & { default?: unknown } = {}): HclSpec {
   const a = new AttrSpec(type, options.required === true, options.name);
   if (!("default" in options) || options.default === undefined) return a;
+  // TypeScript refuses both; in JS the required check would come first and the default never apply.
+  if (options.required === true) throw new TypeError(`attr(${JSON.stringify(type)}): required and default exclude each other (a default makes it optional)`);
   return withDefault(a, options.default);
 }
 

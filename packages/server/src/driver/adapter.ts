@@ -127,6 +127,15 @@ function taskExitResult(e: TaskExit): MessageInitShape<typeof ExitResultSchema> 
   return { exitCode: e.exitCode, signal: signalNum(e.signal), oomKilled: e.oomKilled === true };
 }
 
+/** A schema's message; a plain object where a `spec` belongs says so (not "toProto is not a function"). */
+function schemaProto(schema: { toProto(): Spec } | undefined, field: string): Spec {
+  if (schema === undefined) return EMPTY_SPEC;
+  if (typeof (schema as { toProto?: unknown }).toProto !== "function") {
+    throw new TypeError(`driver.${field} must be built with spec (spec.object({ ... })), got ${JSON.stringify(schema)?.slice(0, 100)}`);
+  }
+  return schema.toProto();
+}
+
 /**
  * Capabilities that encode, else an Internal error naming the driver's `capabilities`: protobuf-es
  * refuses `fsIsolation: "chroot"` only when serializing ("invalid int32: NaN").
@@ -270,8 +279,8 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     throw new TypeError(`driver.version must be a semantic version such as "0.1.0", got ${JSON.stringify(driver.version)}`);
   }
   // Build the schema messages now: a broken schema fails at startup, not on Nomad's first call.
-  const configSpec = driver.configSchema?.toProto() ?? EMPTY_SPEC;
-  const taskSpec = driver.taskConfigSchema?.toProto() ?? EMPTY_SPEC;
+  const configSpec = schemaProto(driver.configSchema, "configSchema");
+  const taskSpec = schemaProto(driver.taskConfigSchema, "taskConfigSchema");
 
   const logger = options.logger ?? createLogger({ level: "error", destination: { write: () => true } });
   const lifetime = new AbortController();
