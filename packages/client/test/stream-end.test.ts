@@ -8,13 +8,14 @@ import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, describe, expect, it } from "vitest";
 import { driver } from "@nomadkit/protocol";
-import { RequestQueue, reattachPlugin } from "../src/index.js";
+import { Code } from "@connectrpc/connect";
+import { DriverClient, RequestQueue, createUnixSocketTransport, reattachPlugin } from "../src/index.js";
 import { tempDir } from "./helpers.js";
 
 const tmp = tempDir();
 afterAll(() => tmp.cleanup());
 
-describe("a finished streaming call", () => {
+describe("streaming calls", () => {
   it("closes its HTTP/2 stream when the status arrives, though its requests never end", async () => {
     const exited = toBinary(driver.ExecTaskStreamingResponseSchema, create(driver.ExecTaskStreamingResponseSchema, { exited: true, result: { exitCode: 0 } }));
     const body = Buffer.alloc(5 + exited.length);
@@ -61,4 +62,24 @@ describe("a finished streaming call", () => {
       server.close();
     }
   }, 20_000);
+
+  it("a stream that outlives its timeout names the method and the timeout", async () => {
+    const server = http2.createServer();
+    server.on("session", (session) => session.on("error", () => {}));
+    server.on("stream", (s) => {
+      s.on("error", () => {});
+      s.respond({ ":status": 200, "content-type": "application/grpc" }); // and nothing more
+    });
+    const sock = join(tmp.dir, "silent.sock");
+    await new Promise<void>((r) => server.listen(sock, r));
+    const client = new DriverClient(createUnixSocketTransport(sock));
+    try {
+      const err = await (async () => {
+        for await (const _ of client.taskEvents({}, { timeoutMs: 100 })) void _;
+      })().catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: Code.DeadlineExceeded, rawMessage: "Driver.TaskEvents: no answer within 100 ms (the call's timeout)" });
+    } finally {
+      server.close();
+    }
+  });
 });

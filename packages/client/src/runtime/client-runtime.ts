@@ -109,7 +109,7 @@ export class ClientRuntime {
       opts.onTrailer?.(res.trailer);
       return res.message;
     } catch (err) {
-      throw await this.normalizeError(err, opts.signal);
+      throw await this.normalizeError(namedTimeout(err, method, opts.timeoutMs), opts.signal);
     }
   }
 
@@ -220,7 +220,7 @@ export class ClientRuntime {
         finished = true;
       } catch (err) {
         finished = true;
-        throw await rt.normalizeError(err, outer);
+        throw await rt.normalizeError(namedTimeout(err, method, opts.timeoutMs), outer);
       } finally {
         outer?.removeEventListener("abort", onAbort);
         if (!finished) call.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
@@ -242,6 +242,16 @@ export class ClientRuntime {
  */
 export function clientRuntime(transport: Transport | ClientRuntime, options?: ClientOptions): ClientRuntime {
   return transport instanceof ClientRuntime ? transport : new ClientRuntime(transport, options);
+}
+
+/**
+ * The call's own deadline, said with the method and the time ("the operation timed out" alone does
+ * not say which call of many, nor that a timeout option set it). A plugin's DeadlineExceeded is kept.
+ */
+function namedTimeout(err: unknown, method: { name: string; parent: { name: string } }, timeoutMs: number | undefined): unknown {
+  if (!(err instanceof ConnectError) || err.code !== Code.DeadlineExceeded || timeoutMs === undefined) return err;
+  if (err.rawMessage !== "the operation timed out") return err;
+  return new ConnectError(`${method.parent.name}.${method.name}: no answer within ${timeoutMs} ms (the call's timeout)`, Code.DeadlineExceeded, err.metadata, undefined, err);
 }
 
 /**
