@@ -1,7 +1,8 @@
 // A streaming call is over once its status arrives, whatever the request side still has to send
 // (grpc-go's client ends the stream then too). A request iterable that never ends (an exec
 // session's stdin that stays open, as Nomad's never half-closes) must not keep the HTTP/2 stream,
-// and all the server holds for it, open for the life of the connection.
+// and all the server holds for it, open for the life of the connection. And a stream that runs out
+// of its timeout says which call it was.
 import { once } from "node:events";
 import * as http2 from "node:http2";
 import { join } from "node:path";
