@@ -2,7 +2,13 @@
 // field, not passed on as a wrong value (an exit 0 for a failed task) or as a low-level message.
 import { create } from "@bufbuild/protobuf";
 import { Code, type HandlerContext } from "@connectrpc/connect";
-import { FingerprintRequestSchema, FingerprintResponse_HealthState, WaitTaskRequestSchema, InspectTaskRequestSchema } from "@nomadkit/protocol/driver";
+import {
+  FingerprintRequestSchema,
+  FingerprintResponse_HealthState,
+  InspectTaskRequestSchema,
+  TaskStatsRequestSchema,
+  WaitTaskRequestSchema,
+} from "@nomadkit/protocol/driver";
 import { describe, expect, it } from "vitest";
 import { spec } from "../src/config/index.js";
 import { createDriverHandlers, defineDriver, type Driver } from "../src/driver/index.js";
@@ -51,6 +57,14 @@ describe("driver results of the wrong shape", () => {
       code: Code.Internal,
       rawMessage: 'inspectTask: startedAt: expected a valid Date, got "2026-01-01T00:00:00Z"',
     });
+    await h.close();
+  });
+
+  it("a taskStats sample of the wrong shape names taskStats", async () => {
+    const h = host({ taskStats: () => ({ cpu: 5 }) as never });
+    await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());
+    const it = h.driver.taskStats!(create(TaskStatsRequestSchema, { taskId: "t" }), hc())[Symbol.asyncIterator]();
+    await expect(it.next()).rejects.toMatchObject({ code: Code.Internal, rawMessage: expect.stringMatching(/^taskStats: a sample of the wrong shape \(.*\): \{"cpu":5\}$/) });
     await h.close();
   });
 

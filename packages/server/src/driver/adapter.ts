@@ -547,8 +547,15 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   if (driver.taskStats !== undefined) {
     const taskStats = driver.taskStats.bind(driver);
     // The sample is only ever an argument here, never a local of the generator below.
-    const normalizeOrEnd = (taskId: string, sample: TaskStatsInput | undefined, host: HostCompute) =>
-      sample === undefined ? undefined : normalizeTaskStats(taskId, sample, host);
+    const normalizeOrEnd = (taskId: string, sample: TaskStatsInput | undefined, host: HostCompute) => {
+      if (sample === undefined) return undefined;
+      try {
+        return normalizeTaskStats(taskId, sample, host);
+      } catch (err) {
+        // `{ cpu: 5 }` from a plain JS driver: protobuf-es's message names no method.
+        throw new ConnectError(`taskStats: a sample of the wrong shape (${(err as Error).message}): ${shown(sample)}`, Code.Internal);
+      }
+    };
     // A subclass, not Object.create(call(hc)): the signal getter reads a private field of its receiver.
     class DriverStatsContext extends DriverCallContext {
       constructor(
