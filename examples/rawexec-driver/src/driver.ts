@@ -13,7 +13,7 @@ import {
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
-import { RawExecTask, killOrphanedTask, type RawExecState } from "./task.js";
+import { RawExecTask, killOrphanedTask, processStart, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
 export const PLUGIN_NAME = "nomadkit-rawexec";
@@ -129,7 +129,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         await exe.kill().catch(() => undefined);
         throw err;
       }
-      const state: RawExecState = { startedAt: new Date().toISOString(), pid };
+      const state: RawExecState = { startedAt: new Date().toISOString(), pid, pidStart: processStart(pid) };
       tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
       ctx.events.emit({ taskId: task.id, message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`, annotations: { pid: String(pid), executor_pid: String(exe.pid) } });
       // driver_state: the executor's reattach info plus our own fields, as JSON bytes.
@@ -144,7 +144,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         exe = await reattachExecutor(executor);
       } catch (err) {
         // Nomad starts the task again when recovery fails: the old one must not run on beside it.
-        const killed = driver !== undefined && killOrphanedTask(driver.pid, task.allocId);
+        const killed = driver !== undefined && killOrphanedTask(driver, task.allocId);
         throw failedPrecondition(
           `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
         );
@@ -174,7 +174,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         // Kill the task (if still running) and anything it left in its process group, then the executor.
         await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
         await t.exe.kill();
-      } else killOrphanedTask(t.state.pid, t.allocId);
+      } else killOrphanedTask(t.state, t.allocId);
       t.detach();
       tasks.delete(taskId);
     },

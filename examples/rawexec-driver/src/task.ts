@@ -15,21 +15,43 @@ export interface RawExecState {
   startedAt: string;
   /** The task process id. */
   pid: number;
+  /**
+   * When the kernel started that process (`/proc/<pid>/stat` starttime, clock ticks since boot):
+   * with the pid, what tells the task from a later process that got the same pid. Absent in
+   * states from before it was recorded.
+   */
+  pidStart?: string;
+}
+
+/** A process's start time as `/proc/<pid>/stat` has it (field 22); undefined when it is gone. */
+export function processStart(pid: number): string | undefined {
+  if (pid <= 0) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    // After the command name (which may hold spaces and parentheses), starttime is the 20th field.
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  } catch {
+    return undefined;
+  }
 }
 
 /**
- * SIGKILLs the task process `pid` and its process group when its executor is gone (the task would
+ * SIGKILLs the task process and its process group when its executor is gone (the task would
  * otherwise run on, unsupervised, while Nomad starts it again elsewhere), provided the process is
- * still the task: its environment names the task's allocation, so a reused pid is left alone.
- * Returns whether it was killed.
+ * still the task: the pid's start time is the one recorded at launch, and its environment names
+ * the task's allocation. A reused pid, a sibling task's process included, is left alone, and so
+ * is any pid of a state without a start time (Nomad's raw_exec kills nothing here). Returns
+ * whether it was killed.
  *
  * @example
  * ```ts
- * if (!isProcessAlive(exe.pid)) killOrphanedTask(state.pid, task.allocId);
+ * if (!isProcessAlive(exe.pid)) killOrphanedTask(state, task.allocId);
  * ```
  */
-export function killOrphanedTask(pid: number, allocId: string): boolean {
-  if (pid <= 0 || allocId === "") return false;
+export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, allocId: string): boolean {
+  const { pid } = state;
+  if (pid <= 0 || allocId === "" || state.pidStart === undefined) return false;
+  if (processStart(pid) !== state.pidStart) return false;
   let environ: string;
   try {
     environ = readFileSync(`/proc/${pid}/environ`, "latin1");
@@ -210,7 +232,7 @@ export class RawExecTask {
       },
       (err: unknown) => {
         // An executor that died leaves its task running: end it, so the exit reported is true.
-        const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state.pid, allocId);
+        const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state, allocId);
         const exit: TaskExit = {
           exitCode: 1,
           err: `executor: error waiting on the task process: ${(err as Error).message}${killed ? ` (the executor is gone; its task, pid ${state.pid}, was killed)` : ""}`,

@@ -1,10 +1,11 @@
 // Tasks outlive the plugin: SIGKILL the plugin, start a new one, RecoverTask with the persisted
 // handle, and the task is the same process, still counting, and fully controllable.
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { restoredTaskHandle } from "@nomadkit/client";
 import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
 import { afterAll, describe, expect, it } from "vitest";
-import { alive, cleanup, execStream, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
+import { alive, cleanup, execStream, isRoot, newAlloc, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
 
 afterAll(cleanup);
 
@@ -141,6 +142,44 @@ describe("recover after a plugin crash", () => {
     expect(badErr?.code).toBe(3);
     expect(badErr?.message).toContain("driver_state");
   });
+
+  it.skipIf(!isRoot || !existsSync("/proc/sys/kernel/ns_last_pid"))(
+    "a failed recovery of a dead task's handle leaves alone a sibling task's process that got its pid",
+    async () => {
+      // Nomad recovers every task with a saved handle after an agent restart, dead ones included
+      // ("RecoverTask should fail if the Task wasn't running"): the prestart task's pid may be a
+      // sibling's by then. Same allocation, so NOMAD_ALLOC_ID alone cannot tell them apart.
+      const first = await startPlugin();
+      const alloc = newAlloc();
+      const init = newTask(sh("exit 0"), { alloc, name: "init", cgroup: false });
+      const hi = await start(first, init);
+      const initPid = driverState(hi).driver.pid;
+      await first.driver.waitTask({ taskId: init.id });
+      await first.driver.destroyTask({ taskId: init.id, force: true });
+      await until(() => !alive(driverState(hi).executor.pid) && !alive(initPid), "init and its executor to be gone");
+      // The main task forks a worker that gets init's pid (ns_last_pid makes the reuse happen now).
+      const main = newTask(
+        sh(`for i in 1 2 3 4 5 6 7 8 9 10; do echo ${initPid - 1} > /proc/sys/kernel/ns_last_pid; sleep 600 & if [ $! = ${initPid} ]; then echo worker=$!; break; fi; kill $!; done; wait`),
+        { alloc, name: "main", cgroup: false },
+      );
+      const hm = await start(first, main);
+      const worker = Number(await until(() => /worker=(\d+)/.exec(read(main.stdoutPath))?.[1], "the worker to get init's pid"));
+      expect(worker).toBe(initPid);
+
+      await first.kill(); // the agent restarts
+      const second = await startPlugin();
+      await second.driver.recoverTask({ taskId: main.id, handle: restoredTaskHandle(hm) });
+      const err = await second.driver.recoverTask({ taskId: init.id, handle: restoredTaskHandle(hi) }).then(
+        () => undefined,
+        (e: Error) => e,
+      );
+      expect(err?.message).toContain("cannot reattach to its executor");
+      expect(err?.message).not.toContain("was killed");
+      expect(alive(worker)).toBe(true); // before: SIGKILLed with its process group
+      await second.driver.destroyTask({ taskId: main.id, force: true });
+    },
+    60_000,
+  );
 
   it("when the executor dies under a running task, the task is ended, not left running beside a restart", async () => {
     const p = await startPlugin();
