@@ -231,6 +231,9 @@ export class RawExecTask {
         return { exit, at: t ? new Date(Number(t.seconds) * 1000 + t.nanos / 1e6) : new Date() };
       },
       (err: unknown) => {
+        // We let go of the executor (plugin shutdown, destroy): the task runs on, or its end was
+        // already reported. There is no exit to report; the next plugin waits again.
+        if (this.detached) return new Promise<never>(() => {});
         // An executor that died leaves its task running: end it, so the exit reported is true.
         const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state, allocId);
         const exit: TaskExit = {
@@ -247,8 +250,12 @@ export class RawExecTask {
     });
   }
 
+  /** Set by detach(): a Wait that fails after it is our own doing, not the task's end. */
+  private detached = false;
+
   /** Drops the connection to the executor; the executor and the task keep running. */
   detach(): void {
+    this.detached = true;
     this.stats.close();
     this.exe.close();
   }

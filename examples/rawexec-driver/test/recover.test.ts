@@ -2,7 +2,7 @@
 // handle, and the task is the same process, still counting, and fully controllable.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { restoredTaskHandle } from "@nomadkit/client";
+import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
 import { afterAll, describe, expect, it } from "vitest";
 import { alive, cleanup, execStream, isRoot, newAlloc, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
@@ -180,6 +180,24 @@ describe("recover after a plugin crash", () => {
     },
     60_000,
   );
+
+  it("a WaitTask in flight when the plugin is stopped gets no exit (Nomad would start the task again beside it)", async () => {
+    const first = await startPlugin();
+    const tasks = [newTask(sh("exec sleep 600")), newTask(sh("exec sleep 600"))];
+    const handles = [];
+    for (const t of tasks) handles.push(await start(first, t));
+    const waits = tasks.map((t) => first.driver.waitTask({ taskId: t.id }).then((r) => r, (e: unknown) => e));
+    await new Promise((r) => setTimeout(r, 200)); // the waits reach the plugin
+    await first.kill(); // go-plugin's Kill, as Nomad's agent does when it stops
+    // Before: exit 1, "executor: error waiting on the task process: ... closed", for running tasks.
+    for (const w of await Promise.all(waits)) expect(w).toBeInstanceOf(PluginShutdownError);
+    const second = await startPlugin();
+    for (const [i, t] of tasks.entries()) {
+      await second.driver.recoverTask({ taskId: t.id, handle: handles[i]! });
+      expect(alive(driverState(handles[i]!).driver.pid)).toBe(true);
+      await second.driver.destroyTask({ taskId: t.id, force: true });
+    }
+  });
 
   it("when the executor dies under a running task, the task is ended, not left running beside a restart", async () => {
     const p = await startPlugin();

@@ -115,3 +115,19 @@ describe("fingerprint attributes", () => {
     expect(log.filter((l) => l.includes("fingerprint failed"))).toHaveLength(1);
   });
 });
+
+describe("WaitTask at plugin shutdown", () => {
+  it("is answered Unavailable, not with an exit the shutdown itself caused", async () => {
+    let release: ((e: { exitCode: number; err: string }) => void) | undefined;
+    const h = host({
+      waitTask: () => new Promise((r) => (release = r)),
+      // A driver that lets go of its tasks at shutdown, which ends their waits with an error exit.
+      shutdown: () => release?.({ exitCode: 1, err: "executor connection closed" }),
+    });
+    await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());
+    const wait = h.driver.waitTask!(create(WaitTaskRequestSchema, { taskId: "t" }), hc()).catch((e: unknown) => e);
+    await new Promise((r) => setImmediate(r));
+    await h.close();
+    expect(await wait).toMatchObject({ code: Code.Unavailable, rawMessage: "plugin shutting down" });
+  });
+});

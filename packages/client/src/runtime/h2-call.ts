@@ -82,6 +82,10 @@ function grpcTimeout(ms: number): string {
 /** Frames waiting for the consumer before the HTTP/2 stream is paused (flow control then reaches the server). */
 const MAX_QUEUED_BYTES = 1024 * 1024;
 
+function connectionClosed(): ConnectError {
+  return new ConnectError("the connection closed before the plugin answered", Code.Unavailable);
+}
+
 function resetError(rstCode: number): ConnectError {
   const name = ["NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT", "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL"][rstCode] ?? String(rstCode);
   const code = rstCode === 8 ? Code.Canceled : rstCode === 7 ? Code.Unavailable : Code.Internal;
@@ -270,12 +274,18 @@ export async function* h2Call<I extends DescMessage>(
     s.once("end", () => {
       // A connection that went away (the plugin died) ends its streams with CANCEL, not a status.
       if (s.rstCode !== undefined && s.rstCode !== 0) return fail(resetError(s.rstCode));
+      // Or with no frame at all: HTTP/2 has no response without HEADERS, so this is the connection
+      // closing under the call (a plugin that exits), which grpc-go reports as Unavailable too.
+      if (meta.header === undefined) return fail(connectionClosed());
       if (prefixGot > 0) return fail(new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument));
       ended = true;
       notify();
     });
     s.once("close", () => {
-      if (!ended) fail(s.rstCode !== undefined && s.rstCode !== 0 ? resetError(s.rstCode) : new ConnectError("http/2 stream closed before the response ended", Code.Internal));
+      if (ended) return;
+      if (s.rstCode !== undefined && s.rstCode !== 0) fail(resetError(s.rstCode));
+      else if (meta.header === undefined) fail(connectionClosed());
+      else fail(new ConnectError("http/2 stream closed before the response ended", Code.Internal));
     });
     s.on("error", (err) => fail(ConnectError.from(err, Code.Internal)));
 

@@ -462,6 +462,11 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       // Like Nomad's Go shim: answer as soon as Nomad stops waiting, even if the driver's waitTask
       // does not watch ctx.signal (a task's exit promise rarely does).
       const exit = checkedExit(await untilAborted(Promise.resolve(driver.waitTask(req.taskId, call(hc))), hc.signal), "waitTask");
+      // An exit that comes while the plugin shuts down may be the shutdown's own doing (a driver
+      // whose wait ends when it lets go of its task): Nomad would take it for the task's end and
+      // start it again beside the one still running. Unavailable is what it takes for the plugin
+      // going away, and it recovers the task and waits again.
+      if (lifetime.signal.aborted) throw new ConnectError("plugin shutting down", Code.Unavailable);
       record.exit = { result: exit, at: new Date() };
       return { result: taskExitResult(exit), err: exit.err ?? "" };
     },
