@@ -264,7 +264,11 @@ describe("close", () => {
       })().catch((e: unknown) => e);
       await new Promise((r) => setTimeout(r, 100)); // both reach the server
       p.close();
-      for (const err of await Promise.all([unary, stream])) {
+      // And calls made in the same tick as close(): they did not reach a connection yet (they made a new one).
+      const late = await reattachPlugin({ pid: process.pid, network: "unix", address: sock }, { shutdownGraceMs: 600_000 });
+      const sameTick = [late.driver.waitTask({ taskId: "t" }).catch((e: unknown) => e), late.driver.capabilities({}).catch((e: unknown) => e)];
+      late.close();
+      for (const err of await Promise.all([unary, stream, ...sameTick])) {
         expect(isCancellation(err), String(err)).toBe(true);
         expect((err as Error).message).toContain("the connection to the plugin was closed on this side");
       }

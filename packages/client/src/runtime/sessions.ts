@@ -6,6 +6,8 @@
  * than with 4 MiB) and bounds what a slow reader makes us hold.
  */
 import type * as http2 from "node:http2";
+import { constants as http2Constants } from "node:http2";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
 import { PLUGIN_CONNECTION_WINDOW, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
@@ -23,13 +25,28 @@ export class PluginSessionManager extends Http2SessionManager {
     super(url, {}, { ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
   }
 
+  #aborted = false;
+
+  /** Closes the sessions for good: a call made after (or in the same tick as) close() does not reconnect. */
+  override abort(reason?: unknown): void {
+    this.#aborted = true;
+    super.abort(reason as never);
+  }
+
   override async request(
     method: string,
     path: string,
     headers: http2.OutgoingHttpHeaders,
     options: Omit<http2.ClientSessionRequestOptions, "signal">,
   ): Promise<http2.ClientHttp2Stream> {
+    if (this.#aborted) throw closedHere();
     const stream = await super.request(method, path, headers, options);
+    // Aborted while the connection was being made: connect-node's manager would have made a new one.
+    if (this.#aborted) {
+      stream.close(http2Constants.NGHTTP2_CANCEL);
+      stream.session?.destroy();
+      throw closedHere();
+    }
     const session = stream.session;
     if (session !== undefined && !widened.has(session)) {
       widened.add(session);
@@ -46,4 +63,8 @@ export class PluginSessionManager extends Http2SessionManager {
     }
     return stream;
   }
+}
+
+function closedHere(): ConnectError {
+  return new ConnectError("the connection to the plugin was closed on this side", Code.Canceled);
 }
