@@ -5,8 +5,24 @@ import { create } from "@bufbuild/protobuf";
 import { TaskStatsRequestSchema } from "@nomadkit/protocol/driver";
 import type { HandlerContext } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { createDriverHandlers, defineDriver } from "../src/driver/index.js";
+import { createDriverHandlers, defineDriver, type Driver } from "../src/driver/index.js";
 import { exposedGc } from "./runtime-helpers.js";
+
+/** A driver whose tasks never exit, with `taskStats` as given. */
+function statsDriver(name: string, taskStats: NonNullable<Driver["taskStats"]>) {
+  return createDriverHandlers(
+    defineDriver({
+      name,
+      version: "0.0.1",
+      fingerprint: () => ({ health: "healthy" }),
+      startTask: () => {},
+      waitTask: () => new Promise<never>(() => {}),
+      stopTask: () => {},
+      destroyTask: () => {},
+      taskStats,
+    }),
+  );
+}
 
 describe("TaskStats stream", () => {
   it("does not keep the driver's last sample alive while it waits for the next interval", async () => {
@@ -15,23 +31,12 @@ describe("TaskStats stream", () => {
     let made = 0;
     let collected = 0;
     const registry = new FinalizationRegistry<void>(() => void collected++);
-    const host = createDriverHandlers(
-      defineDriver({
-        name: "retention",
-        version: "0.0.1",
-        fingerprint: () => ({ health: "healthy" }),
-        startTask: () => {},
-        waitTask: () => new Promise<never>(() => {}),
-        stopTask: () => {},
-        destroyTask: () => {},
-        taskStats: () => {
-          const sample = { cpu: { percent: 12.5 }, memory: { rss: 1n << 20n }, byPid: { "1": { cpu: { percent: 12.5 } } } };
-          made++;
-          registry.register(sample, undefined);
-          return sample;
-        },
-      }),
-    );
+    const host = statsDriver("retention", () => {
+      const sample = { cpu: { percent: 12.5 }, memory: { rss: 1n << 20n }, byPid: { "1": { cpu: { percent: 12.5 } } } };
+      made++;
+      registry.register(sample, undefined);
+      return sample;
+    });
     try {
       await host.driver.startTask!({ task: { id: "t1", name: "t" } } as never, {} as HandlerContext);
       const ac = new AbortController();
@@ -59,18 +64,7 @@ describe("TaskStats stream", () => {
 
   it("ends cleanly (no error) when the driver's taskStats returns undefined: the task exited", async () => {
     let calls = 0;
-    const host = createDriverHandlers(
-      defineDriver({
-        name: "ending",
-        version: "0.0.1",
-        fingerprint: () => ({ health: "healthy" }),
-        startTask: () => {},
-        waitTask: () => new Promise<never>(() => {}),
-        stopTask: () => {},
-        destroyTask: () => {},
-        taskStats: () => (++calls <= 2 ? { cpu: { percent: 1 } } : undefined),
-      }),
-    );
+    const host = statsDriver("ending", () => (++calls <= 2 ? { cpu: { percent: 1 } } : undefined));
     try {
       await host.driver.startTask!({ task: { id: "t1", name: "t" } } as never, {} as HandlerContext);
       const got: unknown[] = [];
@@ -87,18 +81,7 @@ describe("TaskStats stream", () => {
     const warnings: Error[] = [];
     const onWarning = (w: Error) => warnings.push(w);
     process.on("warning", onWarning);
-    const host = createDriverHandlers(
-      defineDriver({
-        name: "many",
-        version: "0.0.1",
-        fingerprint: () => ({ health: "healthy" }),
-        startTask: () => {},
-        waitTask: () => new Promise<never>(() => {}),
-        stopTask: () => {},
-        destroyTask: () => {},
-        taskStats: () => ({ cpu: { percent: 1 } }),
-      }),
-    );
+    const host = statsDriver("many", () => ({ cpu: { percent: 1 } }));
     const calls: AbortController[] = [];
     try {
       const firsts = [];
