@@ -304,6 +304,57 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect(procs(freezer)).toEqual([p!.pid]);
   });
 
+  /** Nomad's v1 layout for `alloc.task`, as its client makes it: the cpuset cgroup, and freezer, cpu and memory beside it. */
+  function nomadV1Layout(leaf: string): { cpuset: string; memory: string; cpu: string } {
+    const base = cgroup(`${V1}/cpuset/${tag}`);
+    const cpus = readFileSync(`${V1}/cpuset/cpuset.cpus`, "utf8").trim();
+    const mems = readFileSync(`${V1}/cpuset/cpuset.mems`, "utf8").trim();
+    for (const d of [base, cgroup(`${base}/share`), cgroup(`${base}/share/${leaf}`)]) {
+      writeFileSync(`${d}/cpuset.cpus`, cpus);
+      writeFileSync(`${d}/cpuset.mems`, mems);
+    }
+    cgroup(`${V1}/freezer/${tag}/${leaf}`);
+    return { cpuset: `${base}/share/${leaf}`, memory: cgroup(`${V1}/memory/${tag}/${leaf}`), cpu: cgroup(`${V1}/cpu/${tag}/${leaf}`) };
+  }
+
+  it("writes the task's limits into its cgroups as Nomad's executor does: a task over its memory is OOM-killed", async () => {
+    const cg = nomadV1Layout("alloc1.limits");
+    const exe = await executor();
+    await exe.client.launch({
+      cmd: process.execPath,
+      args: ["-e", "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));"],
+      env: [PATH],
+      resources: {
+        allocatedResources: { memory: { memoryMb: 64n } },
+        linuxResources: { cpusetCgroup: cg.cpuset, cpuShares: 500n, cpusetCpus: "0" },
+      },
+    });
+    // Before: the kernel's defaults (no memory limit, 1024 shares, every cpu), and the task ran on.
+    expect(readFileSync(`${cg.memory}/memory.limit_in_bytes`, "utf8").trim()).toBe(String(64 * 1024 * 1024));
+    expect(readFileSync(`${cg.cpu}/cpu.shares`, "utf8").trim()).toBe("500");
+    expect(readFileSync(`${cg.cpuset}/cpuset.cpus`, "utf8").trim()).toBe("0");
+    expect((await exe.client.wait({})).process).toMatchObject({ exitCode: 137, signal: 9, oomKilled: true });
+  });
+
+  it("with memory_max_mb, memory_mb is the soft limit; memory_max_mb -1 is none (Nomad's computeMemory)", async () => {
+    for (const [leaf, memoryMaxMb, hard, soft] of [
+      ["alloc1.max", 96n, String(96 * 1024 * 1024), String(32 * 1024 * 1024)],
+      ["alloc1.nolimit", -1n, "9223372036854771712", String(32 * 1024 * 1024)],
+    ] as const) {
+      const cg = nomadV1Layout(leaf);
+      const exe = await executor();
+      await exe.client.launch({
+        cmd: "sleep",
+        args: ["1000"],
+        env: [PATH],
+        resources: { allocatedResources: { memory: { memoryMb: 32n, memoryMaxMb } }, linuxResources: { cpusetCgroup: cg.cpuset, cpuShares: 100n } },
+      });
+      expect(readFileSync(`${cg.memory}/memory.limit_in_bytes`, "utf8").trim(), leaf).toBe(hard);
+      expect(readFileSync(`${cg.memory}/memory.soft_limit_in_bytes`, "utf8").trim(), leaf).toBe(soft);
+      await exe.shutdownTask("SIGKILL", 0);
+    }
+  });
+
   it("refuses cgroups that are missing, refuse the task, or hold the executor, naming the field", async () => {
     const exe = await executor();
     await expectRefused(
@@ -367,6 +418,29 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     // After the refusals the executor still launches a task.
     await exe.client.launch({ cmd: "true", env: [PATH] });
     expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+  });
+});
+
+describe("executor cgroups: the limits written on cgroup v2", () => {
+  it("memory.max (max for memory_max_mb -1), memory.low, cpu.weight from the shares as runc converts them, cpuset.cpus", () => {
+    // The files of a v2 cgroup, as regular files: this host's cgroup2 mount may lack the controllers.
+    const root = mkdtempSync(join(tmpdir(), "nk-v2limits-"));
+    cleanups.push(() => rmSync(root, { recursive: true, force: true }));
+    writeFileSync(join(root, "cgroup.controllers"), "cpuset cpu memory\n");
+    const task = join(root, "nomad.slice", "share.slice", "a.web.scope");
+    mkdirSync(task, { recursive: true });
+    for (const f of ["cgroup.procs", "cgroup.events"]) writeFileSync(join(task, f), "");
+    const cgroups = TaskCgroups.resolve({ cpusetCgroup: "nomad.slice/share.slice/a.web.scope" }, { v2: root })!;
+    const read = (f: string) => readFileSync(join(task, f), "utf8");
+    expect(cgroups.applyLimits({ memoryMb: 300n, memoryMaxMb: 0n, cpuShares: 1024n, cpusetCpus: "0-1" })).toEqual([]);
+    expect([read("memory.max"), existsSync(join(task, "memory.low")), read("cpu.weight"), read("cpuset.cpus")]).toEqual([
+      String(300 * 1024 * 1024),
+      false,
+      "39", // 1 + (1024 - 2) * 9999 / 262142
+      "0-1",
+    ]);
+    cgroups.applyLimits({ memoryMb: 100n, memoryMaxMb: -1n, cpuShares: 2n, cpusetCpus: "" });
+    expect([read("memory.max"), read("memory.low"), read("cpu.weight")]).toEqual(["max", String(100 * 1024 * 1024), "1"]);
   });
 });
 
@@ -434,6 +508,15 @@ describe.skipIf(!isRoot)("executor cgroups: v2", () => {
 });
 
 describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
+  it("gets the oom_score_adj asked for, as Nomad's executor sets it; one out of range is refused naming it", async () => {
+    const exe = await executor();
+    const { process: p } = await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], oomScoreAdj: 500 });
+    expect(readFileSync(`/proc/${p!.pid}/oom_score_adj`, "utf8").trim()).toBe("500");
+    expect(p!.exitCode).toBe(-1); // running, as Nomad's Launch answers
+    const other = await executor();
+    await expectRefused(other.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], oomScoreAdj: 2000 }), Code.InvalidArgument, "oom_score_adj", "2000");
+  });
+
   // Both gates: perl (found on this host) and the /bin/sh fallback (NOMADKIT_GATE=sh in the executor's environment).
   it.each([
     ["perl", {}],

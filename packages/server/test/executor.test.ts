@@ -110,7 +110,7 @@ async function expectCode(p: Promise<unknown>, code: Code, field: string) {
 describe("executor: launch and wait", () => {
   it("reports the exit code, version, env and working directory", async () => {
     const exe = await executor();
-    expect((await exe.client.version({})).version).toBe("1.0.0");
+    expect((await exe.client.version({})).version).toBe("2.0.0"); // Nomad's ExecutorVersionLatest
     const out = file("out");
     const { process: started } = await exe.client.launch({
       cmd: "sh",
@@ -661,7 +661,7 @@ describe("executor: outliving the driver", () => {
     const exe = await reattachExecutor(state.executor);
     handles.push(exe);
     // The executor logs after its stderr pipe broke (EPIPE) and keeps serving.
-    expect((await exe.client.version({})).version).toBe("1.0.0");
+    expect((await exe.client.version({})).version).toBe("2.0.0"); // Nomad's ExecutorVersionLatest
     const wait = exe.client.wait({});
     await exe.client.signal({ signal: 10 }); // SIGUSR1: the task's trap exits 42
     const { process: done } = await wait;

@@ -217,6 +217,47 @@ export class TaskCgroups {
     };
   }
 
+  /**
+   * Writes the task's resource limits into its cgroups before it starts, as Nomad's universal
+   * executor does (`configureCG1` / `configureCG2`): the hard memory limit (`memory_max_mb`, else
+   * `memory_mb`; a `memory_max_mb` of -1 means none), the soft one (`memory_mb` when there is a
+   * `memory_max_mb`), the cpu shares (cgroup v2: `cpu.weight`) and the cpuset's cpus. Cgroups a job
+   * names with `cgroup_v1_override` keep the limits they have, as in Nomad. A write the kernel
+   * refuses is skipped, as Nomad skips it; the refusals are returned, for the log.
+   *
+   * @example
+   * ```ts
+   * const refused = cgroups.applyLimits({ memoryMb: 256n, memoryMaxMb: 0n, cpuShares: 500n, cpusetCpus: "" });
+   * ```
+   */
+  applyLimits(limits: TaskLimits): string[] {
+    const refused: string[] = [];
+    const write = (dir: CgroupDir | undefined, file: string, value: string) => {
+      if (dir === undefined) return;
+      try {
+        writeFileSync(join(dir.path, file), value);
+      } catch (err) {
+        refused.push(`${join(dir.path, file)} = ${value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+    };
+    const { hard, soft } = memoryLimits(limits);
+    const v2 = this.dirs.find((d) => d.version === 2);
+    if (v2 !== undefined) {
+      write(v2, "memory.max", hard === undefined ? "max" : String(hard));
+      if (soft > 0n) write(v2, "memory.low", String(soft));
+      if (limits.cpuShares > 0n) write(v2, "cpu.weight", String(cpuWeight(limits.cpuShares)));
+      if (limits.cpusetCpus !== "") write(v2, "cpuset.cpus", limits.cpusetCpus);
+      return refused;
+    }
+    if (this.dirs.some((d) => d.field.startsWith("cgroup_v1_override"))) return refused;
+    const of = (c: string) => this.dirs.find((d) => d.controller === c);
+    write(of("memory"), "memory.limit_in_bytes", hard === undefined ? "-1" : String(hard));
+    if (soft > 0n) write(of("memory"), "memory.soft_limit_in_bytes", String(soft));
+    if (limits.cpuShares > 0n) write(of("cpu"), "cpu.shares", String(limits.cpuShares));
+    if (limits.cpusetCpus !== "") write(of("cpuset"), "cpuset.cpus", limits.cpusetCpus);
+    return refused;
+  }
+
   /** Moves a process (all its threads) into every cgroup of the task. */
   join(pid: number): void {
     for (const d of this.dirs) {
@@ -309,6 +350,32 @@ export class TaskCgroups {
     }
     return undefined;
   }
+}
+
+/** The resources Nomad's executor writes into a task's cgroups ({@link TaskCgroups.applyLimits}). */
+export interface TaskLimits {
+  /** `allocated_resources.memory.memory_mb`: the hard limit, or the soft one when `memoryMaxMb` is set. */
+  memoryMb: bigint;
+  /** `allocated_resources.memory.memory_max_mb`: the hard limit when set (0: none given; -1: no limit). */
+  memoryMaxMb: bigint;
+  /** `linux_resources.cpu_shares` (0: leave the cgroup's). */
+  cpuShares: bigint;
+  /** `linux_resources.cpuset_cpus`, e.g. "0-1" ("": leave the cgroup's). */
+  cpusetCpus: string;
+}
+
+const MiB = 1024n * 1024n;
+
+/** Nomad's computeMemory, in bytes; `hard` undefined is no limit. */
+function memoryLimits(l: TaskLimits): { hard: bigint | undefined; soft: bigint } {
+  if (l.memoryMaxMb === 0n) return { hard: l.memoryMb > 0n ? l.memoryMb * MiB : undefined, soft: 0n };
+  if (l.memoryMaxMb < 0n) return { hard: undefined, soft: l.memoryMb * MiB };
+  return { hard: l.memoryMaxMb * MiB, soft: l.memoryMb * MiB };
+}
+
+/** runc's ConvertCPUSharesToCgroupV2Value: shares 2..262144 onto weight 1..10000. */
+function cpuWeight(shares: bigint): bigint {
+  return 1n + ((shares - 2n) * 9999n) / 262142n;
 }
 
 function checkTaskCgroup(d: CgroupDir): void {

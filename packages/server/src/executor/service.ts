@@ -1,3 +1,4 @@
+import { writeFileSync } from "node:fs";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
@@ -20,8 +21,8 @@ import { execStreamingInTask } from "./exec-streaming.js";
 import { TaskCgroups } from "./cgroups.js";
 import { TaskProcess, type TaskExit } from "./process.js";
 
-/** Version string the executor reports (Nomad's executors answer "1.0.0" too). */
-export const EXECUTOR_VERSION = "1.0.0";
+/** Version string the executor reports (Nomad's ExecutorVersionLatest). */
+export const EXECUTOR_VERSION = "2.0.0";
 
 /** Minimal logger the executor uses (compatible with `@nomadkit/server`'s Logger). */
 export interface ExecutorLogger {
@@ -62,11 +63,25 @@ function processState(s: TaskExit | { pid: number; time: Date }): MessageInitSha
   const e = s as Partial<TaskExit>;
   return {
     pid: s.pid,
-    exitCode: e.exitCode ?? 0,
+    // Running: -1, as Nomad's Launch answers (0 would read as "exited, successfully").
+    exitCode: e.exitCode ?? -1,
     signal: e.signal ?? 0,
     time: timestampFromDate(s.time),
     oomKilled: e.oomKilled ?? false,
   };
+}
+
+/** `oom_score_adj` for this executor and so its task; -1000..1000, else InvalidArgument naming it. */
+function setOomScoreAdj(value: number, log: ExecutorLogger): void {
+  if (!Number.isInteger(value) || value < -1000 || value > 1000) {
+    throw new ConnectError(`oom_score_adj: ${value} is out of range (-1000 to 1000)`, Code.InvalidArgument);
+  }
+  try {
+    writeFileSync("/proc/self/oom_score_adj", String(value));
+  } catch (err) {
+    // Lowering it takes CAP_SYS_RESOURCE: Nomad's executor goes on without it too.
+    log.warn("cannot set oom_score_adj", { value, error: (err as Error).message });
+  }
 }
 
 function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
@@ -120,6 +135,21 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       cpusetCgroup: req.cpusetCgroup || req.resources?.linuxResources?.cpusetCgroup,
       cpusetField: req.cpusetCgroup ? "cpuset_cgroup" : "resources.linux_resources.cpuset_cgroup",
     });
+    // Nomad's universal executor: the limits go into the task's cgroups before it starts (drivers
+    // that own resource management send no linux_resources), and oom_score_adj onto the executor,
+    // which the task inherits. Refusals are logged and the task starts anyway, as in Nomad.
+    const linux = req.resources?.linuxResources;
+    if (cgroups !== undefined && linux !== undefined) {
+      const memory = req.resources?.allocatedResources?.memory;
+      const refused = cgroups.applyLimits({
+        memoryMb: memory?.memoryMb ?? 0n,
+        memoryMaxMb: memory?.memoryMaxMb ?? 0n,
+        cpuShares: linux.cpuShares,
+        cpusetCpus: linux.cpusetCpus,
+      });
+      for (const r of refused) this.log.warn("cannot set a resource limit of the task's cgroup", { write: r });
+    }
+    if (req.oomScoreAdj !== 0) setOomScoreAdj(req.oomScoreAdj, this.log);
     // Shutdown gives up a launch still waiting for a reader of its log FIFOs, as does its caller.
     this.launchAbort = new AbortController();
     this.launching = TaskProcess.launch({
