@@ -306,6 +306,26 @@ describe("executor: signals and shutdown", () => {
     await expectCode(exe.client.shutdown({ signal: "SIGNOPE", gracePeriod: 1_000_000_000n }), Code.InvalidArgument, "signal");
   });
 
+  it("Signal takes any number the kernel does (0, real-time signals), as Nomad's syscall.Signal(n)", async () => {
+    const exe = await executor();
+    // The task reports SIGRTMIN+2 (36) when it arrives.
+    const out = join(dir, "rt.out");
+    await exe.client.launch({ cmd: "perl", args: ["-e", `$SIG{RTMIN} = sub {}; $SIG{"NUM36"} = sub { open my $f, ">", "${out}"; print $f "36\n"; close $f; exit 0 }; sleep 1 while 1`], env: [PATH] });
+    await exe.client.signal({ signal: 0 }); // a check: delivers nothing
+    await new Promise((r) => setTimeout(r, 300)); // perl has set its handlers
+    await exe.client.signal({ signal: 36 });
+    expect((await exe.client.wait({})).process!.exitCode).toBe(0);
+    expect(readFileSync(out, "utf8")).toBe("36\n");
+  });
+
+  it("Shutdown with no grace period kills the task whatever the signal says (it is never sent)", async () => {
+    const exe = await executor();
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    const wait = exe.client.wait({});
+    await exe.client.shutdown({ signal: "SIGNOPE", gracePeriod: 0n }); // before: InvalidArgument, the task ran on
+    expect((await wait).process).toMatchObject({ exitCode: 137, signal: 9 });
+  });
+
   it("Shutdown sends the signal and returns when the task obeys it", async () => {
     const exe = await executor();
     await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
@@ -380,10 +400,14 @@ describe("executor: exec and stats", () => {
     // Past its deadline the command is killed: -1, as Nomad's ExecScript (WaitStatus.ExitStatus()).
     const late = await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: timestampFromDate(new Date(Date.now() + 200)) });
     expect(late.exitCode).toBe(-1);
+    // A deadline already past runs nothing (Go's exec.CommandContext refuses to start).
+    const marker = join(dir, "not-run");
+    await expectCode(exe.client.exec({ cmd: "touch", args: [marker], deadline: timestampFromDate(new Date(Date.now() - 60_000)) }), Code.DeadlineExceeded, "deadline");
+    expect(existsSync(marker)).toBe(false);
     // Deadlines beyond a Date's range, which Go takes: far ahead is no deadline, far back has passed.
     const far = await exe.client.exec({ cmd: "echo", args: ["done"], deadline: { seconds: 1_000_000_000_000_000n } });
     expect([far.exitCode, Buffer.from(far.output).toString()]).toEqual([0, "done\n"]);
-    expect((await exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: { seconds: -1_000_000_000_000_000n } })).exitCode).toBe(-1);
+    await expectCode(exe.client.exec({ cmd: "sleep", args: ["1000"], deadline: { seconds: -1_000_000_000_000_000n } }), Code.DeadlineExceeded, "deadline");
     // So is any death by signal; an exit status stays as it is.
     expect((await exe.client.exec({ cmd: "sh", args: ["-c", "kill -TERM $$"] })).exitCode).toBe(-1);
     expect((await exe.client.exec({ cmd: "sh", args: ["-c", "exit 143"] })).exitCode).toBe(143);

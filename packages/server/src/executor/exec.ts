@@ -48,6 +48,10 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
   checkProcessStrings([cmd], () => "cmd");
   checkProcessStrings(args, (i) => `args[${i}]`);
   const file = lookPath(cmd, ctx, "cmd");
+  // As Go's exec.CommandContext: a deadline already past starts nothing (the command ran before).
+  if (options.deadline !== undefined && options.deadline.getTime() <= Date.now()) {
+    throw new ConnectError(`exec: the deadline (${options.deadline.toISOString()}) has passed; the command was not run`, Code.DeadlineExceeded);
+  }
   const limit = options.outputLimit ?? DEFAULT_EXEC_OUTPUT_LIMIT;
   const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
   const tail = new OutputTail(limit);

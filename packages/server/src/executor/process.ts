@@ -208,7 +208,8 @@ export class TaskProcess {
    * (DeadlineExceeded) when the process has not exited `killWaitMs` after SIGKILL.
    */
   async shutdown(sig: string | number = DEFAULT_SHUTDOWN_SIGNAL, graceMs = 0, killWaitMs = KILL_WAIT_MS): Promise<TaskExit> {
-    const num = signalNumber(sig === "" ? DEFAULT_SHUTDOWN_SIGNAL : sig);
+    // Without a grace period the signal is never sent, so not checked (Nomad's Shutdown kills then).
+    const num = graceMs > 0 ? signalNumber(sig === "" ? DEFAULT_SHUTDOWN_SIGNAL : sig) : 0;
     if (!this.exitState && graceMs > 0) {
       try {
         process.kill(this.pid, num);

@@ -1,6 +1,8 @@
 import { constants } from "node:os";
 import { Code, ConnectError } from "@connectrpc/connect";
 
+/** Linux's SIGRTMAX. */
+const MAX_SIGNAL = 64;
 const byNumber = new Map<number, NodeJS.Signals>();
 for (const [name, num] of Object.entries(constants.signals)) {
   if (!byNumber.has(num)) byNumber.set(num, name as NodeJS.Signals);
@@ -18,7 +20,9 @@ for (const [name, num] of Object.entries(constants.signals)) {
  */
 export function signalNumber(signal: string | number, field = "signal"): number {
   if (typeof signal === "number") {
-    if (Number.isInteger(signal) && byNumber.has(signal)) return signal;
+    // Any number the kernel takes, real-time signals (32..64) and 0 (a check) included, as Nomad's
+    // executor passes syscall.Signal(n) on; only names must be known.
+    if (Number.isInteger(signal) && signal >= 0 && signal <= MAX_SIGNAL) return signal;
     throw new ConnectError(`${field}: unknown signal ${signal}`, Code.InvalidArgument);
   }
   let name = signal.trim().toUpperCase();
