@@ -515,7 +515,8 @@ export class Suite {
    * 2. Every task the suite started and did not destroy is destroyed (force) through the live run
    *    plugin; a task that plugin does not know is recovered into it first. When the run plugin is
    *    gone, a fresh one recovers the tasks and destroys them, as Nomad would.
-   * 3. Networks are destroyed, every plugin process is stopped (Shutdown, then SIGKILL).
+   * 3. Networks are destroyed (through a fresh plugin too, when the run plugin is gone), every plugin
+   *    process is stopped (Shutdown, then SIGKILL).
    * 4. Last resort, for tasks no plugin could destroy (a driver that cannot recover tasks that
    *    outlived their plugin): the processes the suite learned belong to the run are SIGKILLed —
    *    the plugins' descendants seen while they lived (Linux), pids from InspectTask's driver
@@ -530,7 +531,9 @@ export class Suite {
     for (const pl of this.plugins) this.rememberProcesses(pl);
     let p = this.run && !this.run.exitSignal.aborted ? this.run : undefined;
     const leftovers = this.tasks.filter((t) => !t.destroyed);
-    if (!p && leftovers.some((t) => t.handle)) {
+    // Networks too: only a plugin destroys them (Nomad's network hook calls DestroyNetwork on the
+    // plugin it restarts), and a plugin that died under StartTask left no task with a handle.
+    if (!p && (leftovers.some((t) => t.handle) || this.networks.size > 0)) {
       try {
         p = await this.spawn();
         this.expectExit(p);

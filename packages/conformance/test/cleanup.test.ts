@@ -2,6 +2,7 @@
 // plugin the suite SIGKILLs on purpose: every plugin, task and socket directory the suite started
 // is gone when runConformance settles. All with real plugin processes (the reference driver and a
 // fixture driver whose tasks are plain children of the plugin).
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -47,6 +48,25 @@ async function until(cond: () => boolean, timeoutMs: number): Promise<boolean> {
 function pidsIn(file: string): number[] {
   return existsSync(file) ? readFileSync(file, "utf8").split(/\s+/).filter(Boolean).map(Number) : [];
 }
+
+const netcrash = fileURLToPath(new URL("./fixtures/netcrash-driver.mjs", import.meta.url));
+// Root and iproute2: what LinuxNetnsManager needs.
+const canNetns = process.getuid?.() === 0 && spawnSync("ip", ["-V"], { stdio: "ignore" }).status === 0;
+
+describe("a plugin that dies after CreateNetwork", () => {
+  it.skipIf(!canNetns)(
+    "has the allocation's namespace destroyed by a fresh plugin, as Nomad's network hook would",
+    async () => {
+      const netns = () => (existsSync("/var/run/netns") ? readdirSync("/var/run/netns") : []);
+      const before = new Set(netns());
+      const report = await runConformance({ plugin: netcrash, checks: ["network"], ...generous });
+      expect(byName(report).network?.status).toBe("fail"); // the plugin died under StartTask
+      // Before: no task had a handle, so no plugin was started to destroy the network.
+      expect(netns().filter((n) => !before.has(n))).toEqual([]);
+    },
+    120_000,
+  );
+});
 
 describe("an interrupted run", () => {
   it(

@@ -81,6 +81,8 @@ describe("schemas a plain JS driver gets wrong", () => {
     expect(() => host({ taskConfigSchema: { command: "string" } as never })).toThrow(
       'driver.taskConfigSchema must be built with spec (spec.object({ ... })), got {"command":"string"}',
     );
+    // Nomad would call DestroyNetwork (Unimplemented) at each allocation's end: every namespace leaked.
+    expect(() => host({ createNetwork: () => ({ spec: undefined, created: true }) } as never)).toThrow(/^driver\.createNetwork needs driver\.destroyNetwork too/);
     // TypeScript refuses it; in JS the default could never apply (the required check comes first).
     expect(() => spec.attr("string", { required: true, default: "x" } as never)).toThrow(
       'attr("string"): required and default exclude each other (a default makes it optional)',

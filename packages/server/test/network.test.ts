@@ -5,7 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { NetworkIsolationSpecSchema, NetworkIsolationSpec_NetworkIsolationMode } from "@nomadkit/protocol/driver";
 import { afterAll, describe, expect, it } from "vitest";
-import { LinuxNetnsManager, isNamespaceMount, netnsCommand, validateAllocId } from "../src/network.js";
+import { LinuxNetnsManager, assertNetnsUsable, isNamespaceMount, namespaceKind, netnsCommand, validateAllocId } from "../src/network.js";
 
 const run = promisify(execFile);
 const isRoot = process.getuid?.() === 0;
@@ -50,6 +50,18 @@ describe("alloc id validation", () => {
     await expect(nets.destroy("abc", { path: "/var/run/netns/other" })).rejects.toMatchObject({
       code: Code.InvalidArgument,
       rawMessage: expect.stringContaining("isolation_spec.path"),
+    });
+  });
+});
+
+describe("assertNetnsUsable", () => {
+  it("refuses a namespace file of another kind, naming the field (nsenter --net would fail in the task's place)", async () => {
+    expect(await namespaceKind("/proc/self/ns/net")).toBe("net");
+    expect(await namespaceKind("/etc/hostname")).toBeUndefined();
+    await expect(assertNetnsUsable({ path: "/proc/self/ns/net" }, "spec.path")).resolves.toBeUndefined();
+    await expect(assertNetnsUsable({ path: "/proc/self/ns/uts" }, "spec.path")).rejects.toMatchObject({
+      code: Code.InvalidArgument,
+      rawMessage: 'spec.path: "/proc/self/ns/uts" is a uts namespace, not a network namespace',
     });
   });
 });

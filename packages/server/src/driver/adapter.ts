@@ -278,6 +278,11 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   if (typeof driver.version !== "string" || !SEMVER.test(driver.version)) {
     throw new TypeError(`driver.version must be a semantic version such as "0.1.0", got ${JSON.stringify(driver.version)}`);
   }
+  // createNetwork makes the plugin the owner of each allocation's network (must_create_network):
+  // Nomad calls DestroyNetwork when the allocation ends, and without it every namespace stays.
+  if (driver.createNetwork !== undefined && driver.destroyNetwork === undefined) {
+    throw new TypeError("driver.createNetwork needs driver.destroyNetwork too: Nomad calls DestroyNetwork when the allocation ends, and without it every network namespace the driver creates stays behind");
+  }
   // Build the schema messages now: a broken schema fails at startup, not on Nomad's first call.
   const configSpec = schemaProto(driver.configSchema, "configSchema");
   const taskSpec = schemaProto(driver.taskConfigSchema, "taskConfigSchema");

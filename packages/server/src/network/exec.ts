@@ -1,7 +1,7 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { isNamespaceMount } from "./linux.js";
+import { isNamespaceMount, namespaceKind } from "./linux.js";
 import type { NetworkIsolation } from "./types.js";
 
 /** A command line: the file to execute and its arguments. */
@@ -87,6 +87,12 @@ export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefi
   if (!needsNetns(spec)) return;
   if (!isAbsolute(spec.path) || !(await isNamespaceMount(spec.path))) {
     throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is not a mounted network namespace`, Code.InvalidArgument);
+  }
+  // Another kind of namespace file passed the check above; nsenter --net would then fail in the
+  // task's place, and the task would seem to exit 1.
+  const kind = await namespaceKind(spec.path);
+  if (kind !== "net") {
+    throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is ${kind === undefined ? "not a namespace" : `a ${kind} namespace`}, not a network namespace`, Code.InvalidArgument);
   }
 }
 
