@@ -335,6 +335,9 @@ describe("Driver", () => {
     await plugin.driver.destroyNetwork({ allocId: "alloc-net" });
     const bad = await code(plugin.driver.createNetwork({ allocId: "" }));
     expect(bad.rawMessage).toBe("alloc_id: must not be empty");
+    // A hostname with a newline would put a line of its own into a hosts file written from it.
+    const injected = await code(plugin.driver.createNetwork({ allocId: "alloc-net2", hostname: "web\n10.0.0.1 vault.service.consul" }));
+    expect(injected.rawMessage).toBe('hostname: "web\\n10.0.0.1 vault.service.consul" is not a host name');
   });
 
   it("answers the same through @grpc/grpc-js", async () => {

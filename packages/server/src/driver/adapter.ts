@@ -687,6 +687,11 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   if (driver.createNetwork !== undefined) {
     handlers.createNetwork = async (req, hc) => {
       if (req.allocId === "") throw invalidArgument("alloc_id", "must not be empty");
+      // Nomad checks it is a domain name; other callers could put lines into the hosts file a
+      // driver writes from it.
+      if (req.hostname.length > 253 || /[^A-Za-z0-9._-]/.test(req.hostname)) {
+        throw invalidArgument("hostname", `${JSON.stringify(req.hostname.slice(0, 300))} is not a host name`);
+      }
       const r = await driver.createNetwork!(req.allocId, req.hostname, call(hc));
       return { isolationSpec: r.spec, created: r.created };
     };
