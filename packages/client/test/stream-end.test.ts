@@ -4,6 +4,8 @@
 // and all the server holds for it, open for the life of the connection. And a stream that runs out
 // of its timeout says which call it was.
 import { once } from "node:events";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import * as http2 from "node:http2";
 import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
@@ -83,4 +85,58 @@ describe("streaming calls", () => {
       server.close();
     }
   });
+
+  it("holds no request message once it is sent, while the call goes on", async () => {
+    const gc = (() => {
+      setFlagsFromString("--expose-gc");
+      const fn = runInNewContext("gc") as () => void;
+      setFlagsFromString("--no-expose-gc");
+      return fn;
+    })();
+    let received = 0;
+    const server = http2.createServer();
+    server.on("session", (session) => session.on("error", () => {}));
+    server.on("stream", (s) => {
+      s.on("error", () => {});
+      s.on("data", (d: Buffer) => void (received += d.length));
+      s.respond({ ":status": 200, "content-type": "application/grpc" }); // answers only at the end
+    });
+    const sock = join(tmp.dir, "held.sock");
+    await new Promise<void>((r) => server.listen(sock, r));
+    const client = new DriverClient(createUnixSocketTransport(sock));
+    let collected = 0;
+    const registry = new FinalizationRegistry<void>(() => void collected++);
+    const COUNT = 20;
+    const SIZE = 256 * 1024;
+    const ac = new AbortController();
+    let sent!: () => void;
+    const allSent = new Promise<void>((r) => (sent = r));
+    async function* requests() {
+      yield { setup: { taskId: "t", command: ["cat"] } };
+      for (let i = 0; i < COUNT; i++) {
+        const data = new Uint8Array(SIZE);
+        registry.register(data, undefined);
+        yield { stdin: { data } };
+      }
+      sent();
+      await new Promise(() => {}); // stdin stays open, as Nomad's
+    }
+    const call = (async () => {
+      for await (const _ of client.execTaskStreaming(requests(), { signal: ac.signal })) void _;
+    })().catch(() => undefined);
+    try {
+      await allSent;
+      for (let i = 0; i < 200 && received < COUNT * SIZE; i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 20 && collected < COUNT - 2; i++) {
+        gc();
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // Before: every message stayed reachable until the call ended (a race per message on a pending promise).
+      expect(collected).toBeGreaterThanOrEqual(COUNT - 2);
+    } finally {
+      ac.abort();
+      await call;
+      server.close();
+    }
+  }, 30_000);
 });

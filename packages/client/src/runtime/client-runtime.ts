@@ -257,28 +257,47 @@ function namedTimeout(err: unknown, method: { name: string; parent: { name: stri
 /**
  * `source`, ending when `end` aborts even while a `next()` is pending. An async generator's own
  * `return()` waits for what it awaits, so it cannot end one blocked on input that never comes.
+ * Only the pending `next()` listens for the end: racing each one against a promise that stays
+ * pending for the whole call kept every message sent (an exec session's stdin) until it ended.
  */
 function endedBy<T>(source: AsyncIterable<T>, end: AbortSignal): AsyncIterable<T> {
+  const done = (value?: unknown): IteratorResult<T> => ({ done: true, value: value as T });
   return {
     [Symbol.asyncIterator](): AsyncIterator<T> {
       const it = source[Symbol.asyncIterator]();
-      const ended = new Promise<IteratorResult<T>>((resolve) => {
-        const finish = () => {
-          resolve({ done: true, value: undefined });
-          // Let the source clean up once it can; nobody waits for it.
-          it.return?.().catch(() => {});
-        };
-        if (end.aborted) finish();
-        else end.addEventListener("abort", finish, { once: true });
-      });
+      let settlePending: ((r: IteratorResult<T>) => void) | undefined;
+      const onEnd = () => {
+        settlePending?.(done());
+        settlePending = undefined;
+        // Let the source clean up once it can; nobody waits for it.
+        void Promise.resolve(it.return?.()).catch(() => {});
+      };
+      end.addEventListener("abort", onEnd, { once: true });
       return {
-        next: () => (end.aborted ? ended : Promise.race([it.next(), ended])),
+        next: () => {
+          if (end.aborted) return Promise.resolve(done());
+          return new Promise<IteratorResult<T>>((resolve, reject) => {
+            settlePending = resolve;
+            it.next().then(
+              (r) => {
+                settlePending = undefined;
+                resolve(r);
+              },
+              (err: unknown) => {
+                settlePending = undefined;
+                reject(err);
+              },
+            );
+          });
+        },
         return: (value?: unknown) => {
+          end.removeEventListener("abort", onEnd);
           void Promise.resolve(it.return?.(value)).catch(() => {});
-          return Promise.resolve({ done: true, value: value as T });
+          return Promise.resolve(done(value));
         },
         // As a generator that does not catch it; the source gets it without anyone waiting.
         throw: (err?: unknown) => {
+          end.removeEventListener("abort", onEnd);
           void Promise.resolve(it.throw !== undefined ? it.throw(err) : it.return?.()).catch(() => {});
           return Promise.reject(err);
         },
