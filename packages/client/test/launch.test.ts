@@ -243,6 +243,19 @@ describe("kill", () => {
   }, 20_000);
 });
 
+describe("kill after close", () => {
+  it("still sends GRPCController.Shutdown (on a connection of its own): the plugin exits by itself, not by SIGKILL", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-closekill-"));
+    try {
+      const p = await launchPlugin(process.execPath, [fake], { env: { FAKE_DROP_ON_SHUTDOWN: dir, FAKE_SHUTDOWN_EXITS: "1" }, killTimeoutMs: 10_000 });
+      p.close(); // a finally that lets go of the connection, then a later stop
+      expect(await p.kill()).toEqual({ code: 0, signal: null });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 20_000);
+});
+
 describe("close", () => {
   it("fails calls in flight at once as cancellations, not after the grace for a plugin exit", async () => {
     const dir = mkdtempSync(join(tmpdir(), "nk-close-"));

@@ -296,16 +296,21 @@ function buildClient(parts: ClientParts): PluginClient {
     (killing ??= (async () => {
       const timeoutMs = parts.options.killTimeoutMs ?? DEFAULT_KILL_TIMEOUT_MS;
       if (!parts.exitSignal.aborted) {
+        // After close() the connection is gone for good: a connection of its own, as go-plugin's
+        // Kill works whatever the client did before (the plugin then exits cleanly, not by SIGKILL).
+        const own = closed ? createTransport(parts.params) : undefined;
         try {
           // On the raw transport: go-plugin's Shutdown stops the server before it answers, so the
           // call fails as a dropped connection, and the runtime would wait out its shutdown grace
           // (3 s) for the exit before the kill timeout below even started.
-          await new GRPCControllerClient(transport).shutdown(
+          await new GRPCControllerClient(own?.transport ?? transport).shutdown(
             {},
             { timeoutMs, signal: parts.exitSignal },
           );
         } catch {
           // The plugin may close the connection before answering; only its exit matters.
+        } finally {
+          own?.sessions.abort();
         }
       }
       let timer: NodeJS.Timeout | undefined;
