@@ -68,6 +68,14 @@ describe("driver results of the wrong shape", () => {
     await h.close();
   });
 
+  it("null in an inspectTask field is taken as none, as undefined is", async () => {
+    const h = host({ inspectTask: () => ({ state: "running", completedAt: null, exit: null, startedAt: null }) as never });
+    await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());
+    const r = await h.driver.inspectTask!(create(InspectTaskRequestSchema, { taskId: "t" }), hc());
+    expect(r.task?.state).toBe(1);
+    await h.close();
+  });
+
   it("capabilities that cannot be encoded fail at startup when fixed, and at the call when computed", async () => {
     expect(() => host({ capabilities: { fsIsolation: "chroot" as never } })).toThrow(/^capabilities: .*DriverCapabilities_FSIsolation\.CHROOT/);
     const h = host({ capabilities: () => ({ fsIsolation: "chroot" as never }) });

@@ -124,6 +124,8 @@ describe("normalizing a TaskStats sample", () => {
       [C.PERCENT],
       [M.SWAP],
     ]);
+    // A TaskStats init shape counts as plain objects: its explicit 0 % is a measurement.
+    expect(fields(normalizeTaskStats("t", { aggResourceUsage: { cpu: { percent: 0 } } }, host))).toEqual([[C.PERCENT], []]);
     // Messages (unset reads 0): the non-zero fields.
     const msg = create(TaskStatsSchema, { aggResourceUsage: { cpu: { systemMode: 2 }, memory: { rss: 9n } } });
     expect(fields(normalizeTaskStats("t", msg, host))).toEqual([[C.SYSTEM_MODE], [M.RSS]]);

@@ -221,8 +221,8 @@ export async function runCommand(
     });
     taskId = task.id;
     try {
-      // Cancelled by an interruption, as Nomad cancels a StartTask when the allocation is stopped:
-      // the clean-up waits for this call, and a driver's startTask that never answers held it.
+      // Cancelled by an interruption: the clean-up waits for this call, and a driver's startTask
+      // that never answers held it. (Nomad never cancels StartTask; stopping the plugin ends it.)
       await (starting = c.plugin.driver.startTask({ task }, { signal: interrupted }).then(() => {
         started = true;
       }));

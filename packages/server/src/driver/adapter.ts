@@ -497,14 +497,15 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       const r: TaskInspection = driver.inspectTask !== undefined ? await driver.inspectTask(req.taskId, call(hc)) : {};
       const stateIn = r.state ?? (record.exit !== undefined ? "exited" : "running");
       const state = typeof stateIn === "number" ? stateIn : STATE[stateIn];
-      const exit = r.exit !== undefined ? checkedExit(r.exit, "inspectTask: exit") : record.exit?.result;
-      const completedAt = r.completedAt !== undefined ? checkedDate(r.completedAt, "inspectTask: completedAt") : record.exit?.at;
+      // null as undefined: a plain JS driver's "none" (as `??` took it before these checks).
+      const exit = r.exit != null ? checkedExit(r.exit, "inspectTask: exit") : record.exit?.result;
+      const completedAt = r.completedAt != null ? checkedDate(r.completedAt, "inspectTask: completedAt") : record.exit?.at;
       return {
         task: {
           id: req.taskId,
           name: record.task.name,
           state,
-          startedAt: timestampFromDate(r.startedAt !== undefined ? checkedDate(r.startedAt, "inspectTask: startedAt") : record.startedAt),
+          startedAt: timestampFromDate(r.startedAt != null ? checkedDate(r.startedAt, "inspectTask: startedAt") : record.startedAt),
           // Always both, as Nomad's Go server sends them (Go's zero time, an empty result): its client
           // fails on a missing timestamp and dereferences the result.
           completedAt: completedAt !== undefined ? timestampFromDate(completedAt) : GO_ZERO_TIME,

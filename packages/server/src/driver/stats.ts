@@ -130,8 +130,10 @@ export function normalizeTaskStats(taskId: string, input: TaskStatsInput, host: 
   if (isMessage(input, TaskStatsSchema) || "aggResourceUsage" in input || "resourceUsageByPid" in input || "$typeName" in input) {
     const m = isMessage(input, TaskStatsSchema) ? input : create(TaskStatsSchema, input as MessageInitShape<typeof TaskStatsSchema>);
     timestamp = m.timestamp;
-    agg = usage(m.aggResourceUsage, host);
-    for (const [pid, u] of Object.entries(m.resourceUsageByPid)) byPid[pid] = usage(u, host);
+    // An init shape's own usages, not the message made from it: what it sets counts as measured.
+    const init = isMessage(input, TaskStatsSchema) ? undefined : (input as MessageInitShape<typeof TaskStatsSchema>);
+    agg = usage(init?.aggResourceUsage ?? m.aggResourceUsage, host);
+    for (const [pid, u] of Object.entries(m.resourceUsageByPid)) byPid[pid] = usage(init?.resourceUsageByPid?.[pid] ?? u, host);
   } else {
     const s = input as { timestamp?: Date | Timestamp; agg?: ResourceUsageInput; byPid?: Record<string, ResourceUsageInput> } & ResourceUsageInput;
     // A Date, or the Timestamp of a TaskStats init shape that set nothing else.
