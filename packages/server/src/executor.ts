@@ -21,7 +21,7 @@ export { ExecutorService, EXECUTOR_VERSION } from "./executor/service.js";
 export type { ExecutorServiceOptions, ExecutorLogger, ExecStreamingHandler } from "./executor/service.js";
 export { TaskProcess, DEFAULT_SHUTDOWN_SIGNAL } from "./executor/process.js";
 export { TaskCgroups } from "./executor/cgroups.js";
-export type { TaskCgroupsRequest, CgroupRoots } from "./executor/cgroups.js";
+export type { TaskCgroupsRequest, CgroupRoots, TaskLimits } from "./executor/cgroups.js";
 export type { TaskExit, TaskLaunchOptions } from "./executor/process.js";
 export { prepareTaskContext, spawnInContext, commandInContext, lookPath } from "./executor/context.js";
 export { findTaskBinary } from "./exec/find-executable.js";
