@@ -231,28 +231,27 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
 });
 
 describe("kill", () => {
-  it("sends SIGKILL killTimeoutMs after a Shutdown the plugin drops without exiting, not after the runtime's shutdown grace too", async () => {
+  /** kill()'s exit for a fake plugin whose Shutdown drops the connection (and exits 0 with `exits`). */
+  async function killed(options: Parameters<typeof launchPlugin>[2], exits: boolean, before?: (p: Awaited<ReturnType<typeof launchPlugin>>) => void) {
     const dir = mkdtempSync(join(tmpdir(), "nk-drop-"));
     try {
-      // A grace longer than the test's timeout: kill() waited it out before its own timeout began.
-      const p = await launchPlugin(process.execPath, [fake], { env: { FAKE_DROP_ON_SHUTDOWN: dir }, killTimeoutMs: 500, shutdownGraceMs: 600_000 });
-      expect(await p.kill()).toEqual({ code: null, signal: "SIGKILL" });
+      const env = { FAKE_DROP_ON_SHUTDOWN: dir, ...(exits && { FAKE_SHUTDOWN_EXITS: "1" }) };
+      const p = await launchPlugin(process.execPath, [fake], { ...options, env });
+      before?.(p);
+      return await p.kill();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 20_000);
-});
+  }
 
-describe("kill after close", () => {
-  it("still sends GRPCController.Shutdown (on a connection of its own): the plugin exits by itself, not by SIGKILL", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "nk-closekill-"));
-    try {
-      const p = await launchPlugin(process.execPath, [fake], { env: { FAKE_DROP_ON_SHUTDOWN: dir, FAKE_SHUTDOWN_EXITS: "1" }, killTimeoutMs: 10_000 });
-      p.close(); // a finally that lets go of the connection, then a later stop
-      expect(await p.kill()).toEqual({ code: 0, signal: null });
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+  it("sends SIGKILL killTimeoutMs after a Shutdown the plugin drops without exiting, not after the runtime's shutdown grace too", async () => {
+    // A grace longer than the test's timeout: kill() waited it out before its own timeout began.
+    expect(await killed({ killTimeoutMs: 500, shutdownGraceMs: 600_000 }, false)).toEqual({ code: null, signal: "SIGKILL" });
+  }, 20_000);
+
+  it("after close() still sends GRPCController.Shutdown (on a connection of its own): the plugin exits by itself, not by SIGKILL", async () => {
+    // close(): a finally that lets go of the connection, then a later stop.
+    expect(await killed({ killTimeoutMs: 10_000 }, true, (p) => p.close())).toEqual({ code: 0, signal: null });
   }, 20_000);
 });
 
