@@ -14,7 +14,7 @@
  */
 export { validateAllocId } from "./network/types.js";
 export type { CreateNetworkResult, NetworkIsolation, NetworkManager } from "./network/types.js";
-export { LinuxNetnsManager, NETNS_DIR, isNamespaceMount, namespaceKind } from "./network/linux.js";
+export { LinuxNetnsManager, NETNS_DIR, isNamespaceMount } from "./network/linux.js";
 export type { LinuxNetnsManagerOptions } from "./network/linux.js";
 export { assertNetnsUsable, needsNetns, netnsCommand, nsenterPath } from "./network/exec.js";
 export type { CommandLine, NetnsCommandOptions } from "./network/exec.js";

@@ -5,7 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { NetworkIsolationSpecSchema, NetworkIsolationSpec_NetworkIsolationMode } from "@nomadkit/protocol/driver";
 import { afterAll, describe, expect, it } from "vitest";
-import { LinuxNetnsManager, assertNetnsUsable, isNamespaceMount, namespaceKind, netnsCommand, validateAllocId } from "../src/network.js";
+import { LinuxNetnsManager, assertNetnsUsable, isNamespaceMount, netnsCommand, validateAllocId } from "../src/network.js";
 
 const run = promisify(execFile);
 const isRoot = process.getuid?.() === 0;
@@ -54,14 +54,12 @@ describe("alloc id validation", () => {
   });
 });
 
-describe("assertNetnsUsable", () => {
+describe.runIf(isRoot)("assertNetnsUsable", () => {
   it("refuses a namespace file of another kind, naming the field (nsenter --net would fail in the task's place)", async () => {
-    expect(await namespaceKind("/proc/self/ns/net")).toBe("net");
-    expect(await namespaceKind("/etc/hostname")).toBeUndefined();
     await expect(assertNetnsUsable({ path: "/proc/self/ns/net" }, "spec.path")).resolves.toBeUndefined();
     await expect(assertNetnsUsable({ path: "/proc/self/ns/uts" }, "spec.path")).rejects.toMatchObject({
       code: Code.InvalidArgument,
-      rawMessage: 'spec.path: "/proc/self/ns/uts" is a uts namespace, not a network namespace',
+      rawMessage: expect.stringMatching(/^spec\.path: "\/proc\/self\/ns\/uts" is not a network namespace \(nsenter: .*Invalid argument\)$/),
     });
   });
 });

@@ -1,7 +1,8 @@
+import { execFile } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { delimiter, isAbsolute, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { isNamespaceMount, namespaceKind } from "./linux.js";
+import { isNamespaceMount } from "./linux.js";
 import type { NetworkIsolation } from "./types.js";
 
 /** A command line: the file to execute and its arguments. */
@@ -88,11 +89,16 @@ export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefi
   if (!isAbsolute(spec.path) || !(await isNamespaceMount(spec.path))) {
     throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is not a mounted network namespace`, Code.InvalidArgument);
   }
-  // Another kind of namespace file passed the check above; nsenter --net would then fail in the
-  // task's place, and the task would seem to exit 1.
-  const kind = await namespaceKind(spec.path);
-  if (kind !== "net") {
-    throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is ${kind === undefined ? "not a namespace" : `a ${kind} namespace`}, not a network namespace`, Code.InvalidArgument);
+  // A namespace file of another kind passes the check above, and nsenter --net would then fail in
+  // the task's place (the task would seem to exit 1). Nothing short of setns() tells the kind of a
+  // bind-mounted one: try it, as the launch will.
+  const refused = await new Promise<string | undefined>((resolve) => {
+    execFile(nsenterPath(), [`--net=${spec.path}`, "--", "true"], { timeout: 10_000 }, (err, _out, stderr) =>
+      resolve(err && /Invalid argument/.test(String(stderr)) ? String(stderr).trim() : undefined),
+    );
+  });
+  if (refused !== undefined) {
+    throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is not a network namespace (${refused})`, Code.InvalidArgument);
   }
 }
 

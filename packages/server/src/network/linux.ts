@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { open, readlink, statfs, unlink, type FileHandle } from "node:fs/promises";
+import { statfs, unlink } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { NetworkIsolationSpec_NetworkIsolationMode } from "@nomadkit/protocol/driver";
@@ -40,28 +40,6 @@ export async function isNamespaceMount(path: string): Promise<boolean> {
     return (await statfs(path)).type === NSFS_MAGIC;
   } catch {
     return false;
-  }
-}
-
-/**
- * The kind of the namespace file `path` ("net", "mnt", "pid", ...), as `/proc/self/fd` names an
- * open one (`net:[4026532...]`); undefined when it is not a namespace file.
- *
- * @example
- * ```ts
- * import { namespaceKind } from "@nomadkit/server/network";
- * await namespaceKind("/proc/self/ns/net"); // "net"
- * ```
- */
-export async function namespaceKind(path: string): Promise<string | undefined> {
-  let file: FileHandle | undefined;
-  try {
-    file = await open(path, "r");
-    return /^(\w+):\[\d+\]$/.exec(await readlink(`/proc/self/fd/${file.fd}`))?.[1];
-  } catch {
-    return undefined;
-  } finally {
-    await file?.close().catch(() => undefined);
   }
 }
 
