@@ -877,7 +877,8 @@ describe("a signal that kills the plugin during its launch exits 128+N in every 
     const plugin = join(dir, `${name}.mjs`);
     writeFileSync(
       plugin,
-      `import { writeFileSync } from "node:fs"; writeFileSync(${JSON.stringify(pidFile)}, String(process.pid)); setInterval(() => {}, 1e6);\n`,
+      `#!/usr/bin/env node\nimport { writeFileSync } from "node:fs"; writeFileSync(${JSON.stringify(pidFile)}, String(process.pid)); setInterval(() => {}, 1e6);\n`,
+      { mode: 0o755 },
     );
     return { plugin, pidFile };
   }

@@ -34,8 +34,6 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   const signal = signalFlag("--signal", flags.signal, "SIGHUP");
   if (flags.taskCgroup) checkCgroupParent(flags.cgroupParent);
   const { cmd, args } = pluginCommand(plugin);
-  // Run here with this Node, a .js file passes checks that Nomad could not even start it for.
-  for (const problem of nomadLaunchProblems(plugin)) process.stderr.write(`nomadkit: warning: ${plugin}: ${problem}\n`);
   const options: ConformanceOptions = {
     plugin: cmd,
     args,
@@ -63,6 +61,10 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (call !== undefined) options.callTimeoutMs = call;
   const shutdown = positiveMs("--shutdown-timeout", flags.shutdownTimeout);
   if (shutdown !== undefined) options.shutdownTimeoutMs = shutdown;
+
+  // Once the flags are good: run here with this Node, a .js file passes checks that Nomad could not
+  // even start it for.
+  for (const problem of nomadLaunchProblems(plugin)) process.stderr.write(`nomadkit: warning: ${plugin}: ${problem}\n`);
 
   const color = !flags.json && process.stdout.isTTY === true && !process.env.NO_COLOR;
   options.onResult = (r) => {
