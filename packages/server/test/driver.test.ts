@@ -202,6 +202,11 @@ describe("Driver", () => {
     expect(sig.rawMessage).toBe('signal: unknown signal "SIGFOO"');
     const stop = await code(plugin.driver.stopTask({ taskId: cfg.id, signal: "NOPE" }));
     expect(stop.rawMessage).toBe('signal: unknown signal "NOPE"');
+    // Numbers without a name (real-time signals) are the executor's Signal RPC's only: drivers get names.
+    for (const signal of ["34", "0"]) {
+      const n = await code(plugin.driver.signalTask({ taskId: cfg.id, signal }));
+      expect(n.rawMessage, signal).toBe(`signal: unknown signal ${signal}`);
+    }
     const dup = await code(plugin.driver.startTask({ task: cfg }));
     expect(dup.code).toBe(Code.AlreadyExists);
     expect(dup.rawMessage).toContain(cfg.id);

@@ -336,6 +336,38 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect((await exe.client.wait({})).process).toMatchObject({ exitCode: 137, signal: 9, oomKilled: true });
   });
 
+  it("a task without reserved cores: the shared cpuset (<parent>/share) is joined, never killed through; its own cgroups come from its env", async () => {
+    // Nomad's client sends <root>/cpuset/<parent>/share for every task without reserved cores; the
+    // task's freezer, cpu and memory cgroups are <root>/<controller>/<parent>/<alloc>.<task>.
+    const cpus = readFileSync(`${V1}/cpuset/cpuset.cpus`, "utf8").trim();
+    const mems = readFileSync(`${V1}/cpuset/cpuset.mems`, "utf8").trim();
+    const share = cgroup(`${V1}/cpuset/${tag}/share`);
+    for (const d of [`${V1}/cpuset/${tag}`, share]) {
+      writeFileSync(`${d}/cpuset.cpus`, cpus);
+      writeFileSync(`${d}/cpuset.mems`, mems);
+    }
+    const memory = cgroup(`${V1}/memory/${tag}/alloc9.web`);
+    const freezer = cgroup(`${V1}/freezer/${tag}/alloc9.web`);
+    // Another task of the node, in the same shared cpuset cgroup.
+    const other = spawn("sleep", ["1000"], { stdio: "ignore", detached: true });
+    cleanups.push(() => other.kill("SIGKILL"));
+    writeFileSync(`${share}/cgroup.procs`, String(other.pid));
+    const exe = await executor();
+    const { process: p } = await exe.client.launch({
+      cmd: "sleep",
+      args: ["1000"],
+      env: [PATH, "NOMAD_ALLOC_ID=alloc9", "NOMAD_TASK_NAME=web"],
+      resources: { allocatedResources: { memory: { memoryMb: 64n } }, linuxResources: { cpusetCgroup: share, cpuShares: 500n } },
+    });
+    expect(procs(share)).toContain(p!.pid);
+    expect(procs(freezer)).toEqual([p!.pid]);
+    expect(readFileSync(`${memory}/memory.limit_in_bytes`, "utf8").trim()).toBe(String(64 * 1024 * 1024));
+    await exe.client.shutdown({ signal: "SIGKILL", gracePeriod: 0n });
+    expect((await exe.client.wait({})).process).toMatchObject({ signal: 9 });
+    // Before: the shared cpuset was the task's own cgroup, and Shutdown killed every task in it.
+    expect(isProcessAlive(other.pid!)).toBe(true);
+  });
+
   it("with memory_max_mb, memory_mb is the soft limit; memory_max_mb -1 is none (Nomad's computeMemory)", async () => {
     for (const [leaf, memoryMaxMb, hard, soft] of [
       ["alloc1.max", 96n, String(96 * 1024 * 1024), String(32 * 1024 * 1024)],
@@ -515,6 +547,15 @@ describe.skipIf(!isRoot)("executor cgroups: what the task gets", () => {
     expect(p!.exitCode).toBe(-1); // running, as Nomad's Launch answers
     const other = await executor();
     await expectRefused(other.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], oomScoreAdj: 2000 }), Code.InvalidArgument, "oom_score_adj", "2000");
+  });
+
+  it("gets oom_score_adj 0 when it asks for none, not what the plugin and executor inherited (Nomad's agent runs at -1000)", async () => {
+    // Raised for this test process, so the executor inherits it (lowering it back would take CAP_SYS_RESOURCE).
+    writeFileSync("/proc/self/oom_score_adj", "300");
+    const exe = await executor();
+    const { process: p } = await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });
+    expect(readFileSync(`/proc/${exe.pid}/oom_score_adj`, "utf8").trim()).toBe("0");
+    expect(readFileSync(`/proc/${p!.pid}/oom_score_adj`, "utf8").trim()).toBe("0");
   });
 
   // Both gates: perl (found on this host) and the /bin/sh fallback (NOMADKIT_GATE=sh in the executor's environment).

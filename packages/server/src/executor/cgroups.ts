@@ -25,6 +25,13 @@ export interface TaskCgroupsRequest {
   cpusetCgroup?: string;
   /** Which field `cpusetCgroup` came from, for errors. */
   cpusetField?: string;
+  /**
+   * The task's allocation and name (its `NOMAD_ALLOC_ID`, `NOMAD_TASK_NAME`): on cgroup v1 a task
+   * without reserved cores gets the cpuset cgroup all such tasks share (`<parent>/share`), and its
+   * own freezer, cpu and memory cgroups are found by these, as Nomad's executor finds them.
+   */
+  allocId?: string;
+  taskName?: string;
 }
 
 /** Mount points to resolve relative paths against; the defaults are Linux's. */
@@ -42,6 +49,8 @@ interface CgroupDir {
   version: 1 | 2;
   /** v1 controller name. */
   controller?: string;
+  /** Shared with other tasks (v1 `<parent>/share`): joined, never killed through or limited. */
+  shared?: boolean;
 }
 
 /** SIGKILL rounds before {@link TaskCgroups.killAll} gives up on a process that keeps forking. */
@@ -112,12 +121,15 @@ export class TaskCgroups {
         });
       } else {
         const path = isAbsolute(cpuset) ? cpuset : join(v1Root, "cpuset", cpuset);
-        dirs.push({ path, field, version: 1, controller: "cpuset" });
-        // Nomad's v1 layout: <root>/cpuset/<parent>/{share,reserve}/<alloc>.<task> beside
+        // Nomad's v1 layout: <root>/cpuset/<parent>/reserve/<alloc>.<task> for a task with reserved
+        // cores, the shared <root>/cpuset/<parent>/share for the others, and beside either
         // <root>/<controller>/<parent>/<alloc>.<task>.
-        const m = /^(.*)\/cpuset\/(.+)\/(?:share|reserve)\/([^/]+)\/?$/.exec(path);
-        for (const controller of m ? ["freezer", "cpu", "memory"] : []) {
-          const path = `${m![1]}/${controller}/${m![2]}/${m![3]}`;
+        const own = /^(.*)\/cpuset\/(.+)\/(?:share|reserve)\/([^/]+)\/?$/.exec(path);
+        const shared = own ? undefined : /^(.*)\/cpuset\/(.+)\/share\/?$/.exec(path);
+        dirs.push({ path, field, version: 1, controller: "cpuset", ...(shared && { shared: true }) });
+        const base = own ?? (shared && req.allocId && req.taskName ? [, shared[1], shared[2], `${req.allocId}.${req.taskName}`] : undefined);
+        for (const controller of base ? ["freezer", "cpu", "memory"] : []) {
+          const path = `${base![1]}/${controller}/${base![2]}/${base![3]}`;
           if (existsSync(join(path, "cgroup.procs"))) dirs.push({ path, field, version: 1, controller });
         }
       }
@@ -254,7 +266,8 @@ export class TaskCgroups {
     write(of("memory"), "memory.limit_in_bytes", hard === undefined ? "-1" : String(hard));
     if (soft > 0n) write(of("memory"), "memory.soft_limit_in_bytes", String(soft));
     if (limits.cpuShares > 0n) write(of("cpu"), "cpu.shares", String(limits.cpuShares));
-    if (limits.cpusetCpus !== "") write(of("cpuset"), "cpuset.cpus", limits.cpusetCpus);
+    const cpuset = of("cpuset");
+    if (limits.cpusetCpus !== "" && cpuset?.shared !== true) write(cpuset, "cpuset.cpus", limits.cpusetCpus);
     return refused;
   }
 
@@ -282,7 +295,7 @@ export class TaskCgroups {
       this.dirs.find((d) => d.version === 2) ??
       this.dirs.find((d) => d.controller === "freezer") ??
       this.dirs.find((d) => d.controller === "pids") ??
-      this.dirs.find((d) => d.controller === "cpuset" && !d.field.startsWith("cgroup_v1_override"))
+      this.dirs.find((d) => d.controller === "cpuset" && !d.field.startsWith("cgroup_v1_override") && d.shared !== true)
     );
   }
 
@@ -391,6 +404,8 @@ function checkTaskCgroup(d: CgroupDir): void {
   const isRoot = d.version === 2 ? !existsSync(join(d.path, "cgroup.events")) : existsSync(join(d.path, "release_agent"));
   if (isRoot) fail("is the root of its cgroup hierarchy; a task needs a cgroup of its own");
   // Shutdown kills the cgroup's whole subtree: not if the executor (or the plugin above it) is in it.
+  // A shared one is never killed through.
+  if (d.shared === true) return;
   const own = new Set([process.pid, process.ppid].filter((p) => p > 1));
   if ((cgroupProcs(d.path) ?? []).some((p) => own.has(p))) fail("holds the executor (or its plugin) in its subtree; a task needs a cgroup of its own");
 }

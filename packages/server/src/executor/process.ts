@@ -191,7 +191,7 @@ export class TaskProcess {
    * already exited and InvalidArgument for an unknown signal.
    */
   signal(sig: number | string): void {
-    const num = signalNumber(sig);
+    const num = signalNumber(sig, "signal", { anyNumber: typeof sig === "number" });
     if (this.exitState) throw new ConnectError(`signal: process ${this.pid} has already exited`, Code.FailedPrecondition);
     try {
       process.kill(this.pid, num);

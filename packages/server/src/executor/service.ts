@@ -71,6 +71,12 @@ function processState(s: TaskExit | { pid: number; time: Date }): MessageInitSha
   };
 }
 
+/** The value of `name` in a `KEY=VALUE` list, if set. */
+function envValue(env: readonly string[], name: string): string | undefined {
+  const entry = env.find((e) => e.startsWith(`${name}=`));
+  return entry?.slice(name.length + 1) || undefined;
+}
+
 /** `oom_score_adj` for this executor and so its task; -1000..1000, else InvalidArgument naming it. */
 function setOomScoreAdj(value: number, log: ExecutorLogger): void {
   if (!Number.isInteger(value) || value < -1000 || value > 1000) {
@@ -134,6 +140,9 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       cgroupV1Override: req.cgroupV1Override,
       cpusetCgroup: req.cpusetCgroup || req.resources?.linuxResources?.cpusetCgroup,
       cpusetField: req.cpusetCgroup ? "cpuset_cgroup" : "resources.linux_resources.cpuset_cgroup",
+      // As Nomad's executor finds a task's v1 cgroups beside a shared cpuset: from its environment.
+      allocId: envValue(req.env, "NOMAD_ALLOC_ID"),
+      taskName: envValue(req.env, "NOMAD_TASK_NAME"),
     });
     // Nomad's universal executor: the limits go into the task's cgroups before it starts (drivers
     // that own resource management send no linux_resources), and oom_score_adj onto the executor,
@@ -149,7 +158,9 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       });
       for (const r of refused) this.log.warn("cannot set a resource limit of the task's cgroup", { write: r });
     }
-    if (req.oomScoreAdj !== 0) setOomScoreAdj(req.oomScoreAdj, this.log);
+    // 0 too: a task must not inherit the agent's own value (Nomad's unit runs it at -1000, so a task
+    // could never be OOM-killed); Nomad's executor writes it every time for that reason.
+    setOomScoreAdj(req.oomScoreAdj, this.log);
     // Shutdown gives up a launch still waiting for a reader of its log FIFOs, as does its caller.
     this.launchAbort = new AbortController();
     this.launching = TaskProcess.launch({

@@ -10,7 +10,8 @@ for (const [name, num] of Object.entries(constants.signals)) {
 
 /**
  * Resolves a signal given by name ("SIGTERM", "TERM", "sigterm") or number to its number.
- * Throws InvalidArgument naming `field` for unknown signals.
+ * Throws InvalidArgument naming `field` for unknown signals; `anyNumber` lets through any number
+ * from 0 to 64 (real-time signals have no name).
  *
  * @example
  * ```ts
@@ -18,11 +19,13 @@ for (const [name, num] of Object.entries(constants.signals)) {
  * signalNumber("SIGTERM"); // 15
  * ```
  */
-export function signalNumber(signal: string | number, field = "signal"): number {
+export function signalNumber(signal: string | number, field = "signal", options: { anyNumber?: boolean } = {}): number {
   if (typeof signal === "number") {
-    // Any number the kernel takes, real-time signals (32..64) and 0 (a check) included, as Nomad's
-    // executor passes syscall.Signal(n) on; only names must be known.
-    if (Number.isInteger(signal) && signal >= 0 && signal <= MAX_SIGNAL) return signal;
+    if (Number.isInteger(signal) && byNumber.has(signal)) return signal;
+    // With anyNumber (the executor's Signal RPC, as Nomad's passes syscall.Signal(n) on): any number
+    // the kernel takes, the real-time signals and 0 (a check) included. Elsewhere a number must have
+    // a name: drivers get canonical names, and Node's kill() knows no other.
+    if (options.anyNumber === true && Number.isInteger(signal) && signal >= 0 && signal <= MAX_SIGNAL) return signal;
     throw new ConnectError(`${field}: unknown signal ${signal}`, Code.InvalidArgument);
   }
   let name = signal.trim().toUpperCase();
