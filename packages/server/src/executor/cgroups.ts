@@ -26,11 +26,13 @@ export interface TaskCgroupsRequest {
   /** Which field `cpusetCgroup` came from, for errors. */
   cpusetField?: string;
   /**
-   * The task's allocation and name (its `NOMAD_ALLOC_ID`, `NOMAD_TASK_NAME`): on cgroup v1 a task
-   * without reserved cores gets the cpuset cgroup all such tasks share (`<parent>/share`), and its
-   * own freezer, cpu and memory cgroups are found by these, as Nomad's executor finds them.
+   * The task's allocation (its `NOMAD_ALLOC_ID`): on cgroup v1 a task without reserved cores gets
+   * the cpuset cgroup all such tasks share (`<parent>/share`), and its own freezer, cpu and memory
+   * cgroups, `<controller>/<parent>/<allocId>.<taskName>`, are found by it and `taskName`, as
+   * Nomad's executor finds them.
    */
   allocId?: string;
+  /** The task's name (its `NOMAD_TASK_NAME`); see `allocId`. */
   taskName?: string;
 }
 
