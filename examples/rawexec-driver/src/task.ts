@@ -3,6 +3,7 @@
 // from the reattach info kept in the task handle.
 import { readFileSync } from "node:fs";
 import { isProcessAlive, type ExecutorHandle } from "@nomadkit/server/executor";
+import { parseProcStat } from "@nomadkit/server/stats";
 import type { TaskExit } from "@nomadkit/server";
 
 type StatsResponse = ReturnType<ExecutorHandle["client"]["stats"]> extends AsyncIterable<infer R> ? R : never;
@@ -20,16 +21,14 @@ export interface RawExecState {
    * with the pid, what tells the task from a later process that got the same pid. Absent in
    * states from before it was recorded.
    */
-  pidStart?: string;
+  pidStart?: number;
 }
 
-/** A process's start time as `/proc/<pid>/stat` has it (field 22); undefined when it is gone. */
-export function processStart(pid: number): string | undefined {
+/** A process's start time as `/proc/<pid>/stat` has it (starttime); undefined when it is gone. */
+export function processStart(pid: number): number | undefined {
   if (pid <= 0) return undefined;
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
-    // After the command name (which may hold spaces and parentheses), starttime is the 20th field.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+    return parseProcStat(readFileSync(`/proc/${pid}/stat`, "latin1"))?.starttime;
   } catch {
     return undefined;
   }
