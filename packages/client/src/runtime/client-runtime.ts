@@ -211,7 +211,8 @@ export class ClientRuntime {
           call.signal,
           opts.timeoutMs,
           opts.headers,
-          endedBy(requests, over.signal),
+          // A server stream's one request ends by itself: only caller-fed requests need the end.
+          method.methodKind === "server_streaming" ? requests : endedBy(requests, over.signal),
           opts.contextValues,
         );
         opts.onHeader?.(res.header);
