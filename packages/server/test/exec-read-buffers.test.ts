@@ -5,7 +5,7 @@
 // closes its FIFOs).
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync, writeSync } from "node:fs";
 import { PassThrough, Writable } from "node:stream";
 import * as http2 from "node:http2";
 import * as net from "node:net";
@@ -183,7 +183,7 @@ describe("openOutputPipes", () => {
     const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout;
     const live = spawn("sleep", ["60"]);
     try {
-      for (const d of [`nomadkit-pipes-${gone}-AbCdEf`, `nomadkit-pipes-${live.pid}-GhIjKl`, "nomadkit-pipes-OldFmt"]) mkdirSync(join(tmp, d, "0"), { recursive: true });
+      for (const d of [`nomadkit-pipes-${gone}-AbCdEf`, `nomadkit-pipes-${live.pid}-GhIjKl`, "nomadkit-pipes-OldFmt"]) mkdirSync(join(tmp, d, "0"), { recursive: true, mode: 0o700 });
       const script = `
         import { readdirSync } from "node:fs";
         import { Writable } from "node:stream";
@@ -202,6 +202,64 @@ describe("openOutputPipes", () => {
     } finally {
       live.kill("SIGKILL");
       rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
+  it("removes only its own user's private directories, and none where other users can rename entries", () => {
+    // A shared /tmp: anyone may plant nomadkit-pipes-<dead pid>-* there, with a subdirectory swapped
+    // for a symlink while root removes it recursively; root then deletes whatever the link names.
+    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/exec/output-pipes.js");
+    if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
+    const base = mkdtempSync(join(tmpdir(), "nk-pipes-shared-"));
+    const gone = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout;
+    const run = (tmp: string) => {
+      const script = `
+        import { readdirSync } from "node:fs";
+        import { Writable } from "node:stream";
+        const { openOutputPipes } = await import(${JSON.stringify(pathToFileURL(built).href)});
+        const sink = () => new Writable({ write: (_c, _e, cb) => cb() });
+        const p = await openOutputPipes(sink(), sink());
+        process.stdout.write(JSON.stringify(readdirSync(process.env.TMPDIR).sort()));
+        p.close();`;
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { env: { PATH: process.env.PATH, TMPDIR: tmp }, encoding: "utf8" });
+      expect(r.stderr).toBe("");
+      return JSON.parse(r.stdout) as string[];
+    };
+    try {
+      const victim = join(base, "victim");
+      mkdirSync(victim);
+      writeFileSync(join(victim, "keep"), "x");
+      const sticky = join(base, "sticky");
+      mkdirSync(sticky);
+      chmodSync(sticky, 0o1777);
+      const mine = `nomadkit-pipes-${gone}-Mine00`;
+      const theirs = `nomadkit-pipes-${gone}-Theirs`;
+      const open = `nomadkit-pipes-${gone}-Open00`;
+      const link = `nomadkit-pipes-${gone}-Link00`;
+      mkdirSync(join(sticky, mine, "0"), { recursive: true, mode: 0o700 });
+      mkdirSync(join(sticky, theirs));
+      symlinkSync(victim, join(sticky, theirs, "y"));
+      mkdirSync(join(sticky, open), { mode: 0o755 });
+      symlinkSync(victim, join(sticky, link));
+      if (process.getuid!() === 0) {
+        chownSync(join(sticky, theirs), 65534, 65534);
+        chownSync(join(sticky, theirs, "y"), 65534, 65534);
+      }
+      const left = run(sticky);
+      expect(left).not.toContain(mine);
+      if (process.getuid!() === 0) expect(left).toContain(theirs);
+      expect(left).toContain(open);
+      expect(left).toContain(link);
+      expect(readdirSync(victim)).toEqual(["keep"]);
+
+      // World-writable without the sticky bit: anyone could swap even our own entries; none removed.
+      const loose = join(base, "loose");
+      mkdirSync(loose);
+      chmodSync(loose, 0o777);
+      mkdirSync(join(loose, mine, "0"), { recursive: true, mode: 0o700 });
+      expect(run(loose)).toContain(mine);
+    } finally {
+      rmSync(base, { recursive: true, force: true });
     }
   });
 

@@ -16,7 +16,7 @@
  * "every process holding the output let go".
  */
 import { spawn } from "node:child_process";
-import { closeSync, constants, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync } from "node:fs";
+import { closeSync, constants, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, statSync } from "node:fs";
 import { Socket, type SocketConstructorOpts } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -51,6 +51,8 @@ const idle: Pair[] = [];
 
 /** Prefix of a process's FIFO directory: `nomadkit-pipes-<pid>-XXXXXX` in the temporary directory. */
 const ROOT_PREFIX = "nomadkit-pipes-";
+/** S_ISVTX (Node's fs.constants lacks it). */
+const STICKY = 0o1000;
 
 /**
  * Removes the FIFO directories of processes that are gone. Each process removes its own as it
@@ -58,19 +60,32 @@ const ROOT_PREFIX = "nomadkit-pipes-";
  * Shutdown), and those would pile up in the temporary directory.
  */
 function removeOrphanedRoots(): void {
+  const tmp = tmpdir();
+  const uid = process.getuid?.();
   let names: string[];
   try {
-    names = readdirSync(tmpdir());
+    // Anyone may create entries in a shared temporary directory, and a recursive removal follows
+    // whatever it finds: a plugin runs as root, so a directory planted by another user (with a
+    // subdirectory swapped for a symlink at the right moment) would have root delete files
+    // anywhere. Only our own user's private directories are removed, and only where other users
+    // cannot rename entries (the sticky bit, as /tmp has, or no write access for them at all).
+    const st = statSync(tmp);
+    if ((st.mode & 0o022) !== 0 && (st.mode & STICKY) === 0) return;
+    names = readdirSync(tmp);
   } catch {
     return;
   }
   for (const name of names) {
     const m = /^nomadkit-pipes-(\d+)-/.exec(name);
     if (m === null || Number(m[1]) === process.pid || isProcessAlive(Number(m[1]))) continue;
+    const path = join(tmp, name);
     try {
-      rmSync(join(tmpdir(), name), { recursive: true, force: true });
+      const st = lstatSync(path);
+      // mkdtemp made ours 0700: nobody else can change what is inside.
+      if (!st.isDirectory() || (uid !== undefined && st.uid !== uid) || (st.mode & 0o077) !== 0) continue;
+      rmSync(path, { recursive: true, force: true });
     } catch {
-      // another user's: theirs to remove
+      // gone meanwhile, or not ours to remove
     }
   }
 }
