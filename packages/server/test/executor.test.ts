@@ -1,5 +1,5 @@
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { chmodSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -286,6 +286,53 @@ describe("executor: launch and wait", () => {
     expect((await exe.client.wait({})).process!.exitCode).toBe(0);
     const nobody = execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim();
     expect(readFileSync(out, "utf8").split("\n")[0]).toBe(nobody);
+  });
+});
+
+describe.runIf(isRoot)("executor: the loader's variables", () => {
+  // setpriv and nsenter run as root before the switch to the task's user: glibc's loader honours
+  // LD_PRELOAD & co. in them, so a job's env would run code as root. LD_DEBUG_OUTPUT makes every
+  // program the loader starts write a file as whoever it runs as: all must be the task user's.
+  async function rootPrograms(networkIsolation?: { path: string }) {
+    const dbg = mkdtempSync(join(tmpdir(), "nk-ld-"));
+    chmodSync(dbg, 0o777);
+    try {
+      const exe = await executor();
+      const out = file("ld");
+      const env = [PATH, "LD_DEBUG=files", `LD_DEBUG_OUTPUT=${dbg}/ld`];
+      await exe.client.launch({ cmd: "sh", args: ["-c", 'echo "$LD_DEBUG"; sleep 1000'], env, user: "nobody", stdoutPath: out, networkIsolation });
+      expect((await fileUntil(out, (t) => t.includes("\n"))).trim()).toBe("files"); // still the task's
+      const r = await exe.client.exec({ cmd: "sh", args: ["-c", 'echo "$LD_DEBUG_OUTPUT"'] });
+      expect(Buffer.from(r.output).toString().trim()).toBe(`${dbg}/ld`);
+      for (const tty of [false, true]) {
+        const q = new RequestQueue<ExecTaskStreamingRequest>();
+        q.push(req({ setup: { taskId: "t", command: ["/bin/sh", "-c", 'echo "$LD_DEBUG"'], tty } }));
+        const e = await collectExec(exe.client.execStreaming(q));
+        q.end();
+        expect(e.stdout.trim()).toBe("files");
+      }
+      const nobody = Number(execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim());
+      const written = readdirSync(dbg).map((f) => ({ uid: statSync(join(dbg, f)).uid, text: readFileSync(join(dbg, f), "utf8") }));
+      expect(written.length).toBeGreaterThan(0);
+      return written.filter((w) => w.uid !== nobody).map((w) => /needed by (\S+)/.exec(w.text)?.[1] ?? w.text.slice(0, 200));
+    } finally {
+      rmSync(dbg, { recursive: true, force: true });
+    }
+  }
+
+  it("reach the task, Exec and ExecStreaming only after the switch to the task's user (setpriv)", async () => {
+    expect(await rootPrograms()).toEqual([]);
+  });
+
+  it("and inside a network namespace (nsenter, then setpriv)", async () => {
+    const nets = new LinuxNetnsManager();
+    const allocId = `nk-ld-${process.pid}`;
+    const { spec } = await nets.create(allocId, "");
+    try {
+      expect(await rootPrograms({ path: spec.path })).toEqual([]);
+    } finally {
+      await nets.destroy(allocId, spec);
+    }
   });
 });
 

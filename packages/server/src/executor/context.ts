@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { assertDirectory, findExecutable } from "../exec/find-executable.js";
@@ -112,12 +113,14 @@ export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
  * wrapper), for runners other than `child_process.spawn` (e.g. node-pty). A task user is switched
  * to by `setpriv` (uid, gid and supplementary groups, as Nomad sets them), inside `nsenter` when the
  * task has a network namespace; only where setpriv is missing are uid/gid returned for the spawner
- * (which drops the supplementary groups).
+ * (which drops the supplementary groups). Spawn with the returned `env`: those wrappers run as root,
+ * and the dynamic loader would honour a task's `LD_PRELOAD` (and the other variables glibc ignores
+ * for setuid programs) in them, so those reach the command through `env` after the user switch.
  *
  * @example
  * ```ts
  * import { commandInContext } from "@nomadkit/server/executor";
- * const { file, args, uid, gid } = commandInContext(task.context, "/bin/sh", ["-l"]);
+ * const { file, args, env, uid, gid } = commandInContext(task.context, "/bin/sh", ["-l"]);
  * ```
  */
 export function commandInContext(
@@ -129,24 +132,60 @@ export function commandInContext(
   file: string;
   /** Its arguments. */
   args: string[];
+  /** Environment to spawn with: the task's, less what is only set after the user switch. */
+  env: Record<string, string>;
   /** uid to spawn with; only without setpriv and namespace. */
   uid?: number;
   /** gid to spawn with; only without setpriv and namespace. */
   gid?: number;
 } {
   const asUser = ctx.user ? userCommand(ctx.user, file, args) : undefined;
-  const cmd = asUser ?? { file, args: [...args] };
+  // Root runs setpriv or nsenter before the switch: the loader's variables must not reach them.
+  const wrapped = ctx.user !== undefined && ctx.user.uid !== 0 && (asUser !== undefined || needsNetns(ctx.network));
+  const after = wrapped ? afterUserSwitch(ctx.env, file, args) : undefined;
+  const env = after?.env ?? ctx.env;
+  const inner = after ?? { file, args: [...args] };
+  const cmd = ctx.user && asUser ? userCommand(ctx.user, inner.file, inner.args)! : inner;
   if (ctx.network) {
     // Entering the namespace needs root, so the user is switched to after setns.
     const ids = ctx.user && !asUser ? { uid: ctx.user.uid, gid: ctx.user.gid } : {};
-    return netnsCommand(ctx.network, cmd.file, cmd.args, ids);
+    return { ...netnsCommand(ctx.network, cmd.file, cmd.args, ids), env };
   }
-  const out: { file: string; args: string[]; uid?: number; gid?: number } = cmd;
+  const out: { file: string; args: string[]; env: Record<string, string>; uid?: number; gid?: number } = { file: cmd.file, args: cmd.args, env };
   if (ctx.user && !asUser) {
     out.uid = ctx.user.uid;
     out.gid = ctx.user.gid;
   }
   return out;
+}
+
+/**
+ * What glibc's loader and libc ignore in setuid programs (UNSECURE_ENVVARS), and every `LD_*`: in
+ * a program root runs they load code (`LD_PRELOAD`, `GCONV_PATH`) or write files (`MALLOC_TRACE`).
+ */
+const LOADER_VARIABLES = new Set([
+  "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
+  "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR",
+]);
+
+let cachedEnvPath: string | null | undefined;
+
+/**
+ * `file args` behind coreutils' `env`, which sets the loader's variables from its arguments and
+ * execs the command (same pid); the environment without them. Undefined when there are none, or
+ * no `env` (then the wrappers get them, as before).
+ */
+function afterUserSwitch(env: Record<string, string>, file: string, args: readonly string[]): { file: string; args: string[]; env: Record<string, string> } | undefined {
+  const moved = Object.keys(env).filter((k) => k.startsWith("LD_") || LOADER_VARIABLES.has(k));
+  if (moved.length === 0) return undefined;
+  if (cachedEnvPath === undefined) cachedEnvPath = ["/usr/bin/env", "/bin/env"].find((p) => existsSync(p)) ?? null;
+  if (cachedEnvPath === null) return undefined;
+  const rest = { ...env };
+  for (const k of moved) delete rest[k];
+  const assignments = moved.map((k) => `${k}=${env[k]}`);
+  // env takes an argument with "=" for one more variable: such a command goes through sh's exec.
+  const command = file.includes("=") ? ["/bin/sh", "-c", 'exec "$0" "$@"', file, ...args] : [file, ...args];
+  return { file: cachedEnvPath, args: ["--", ...assignments, ...command], env: rest };
 }
 
 /**
@@ -166,7 +205,7 @@ export function spawnInContext(ctx: TaskContext, file: string, args: readonly st
   const c = commandInContext(ctx, file, args);
   // Behind nsenter/setpriv a missing interpreter would only be an exit code: say so now.
   if (c.file !== file) checkInterpreter(file);
-  const opts: SpawnOptions = { ...options, env: ctx.env };
+  const opts: SpawnOptions = { ...options, env: c.env };
   if (ctx.cwd !== undefined) opts.cwd = ctx.cwd;
   if (c.uid !== undefined) opts.uid = c.uid;
   if (c.gid !== undefined) opts.gid = c.gid;

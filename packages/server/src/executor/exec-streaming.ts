@@ -42,7 +42,7 @@ export function execStreamingInTask(
           const file = lookPath(session.command[0]!, ctx, "setup.command[0]");
           const c = commandInContext(ctx, file, session.command.slice(1));
           options.command = [c.file, ...c.args];
-          options.env = ctx.env;
+          options.env = c.env;
           options.cwd = ctx.cwd;
           if (c.uid !== undefined) options.uid = c.uid;
           if (c.gid !== undefined) options.gid = c.gid;
