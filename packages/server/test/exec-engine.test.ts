@@ -13,6 +13,7 @@ import { TerminalResizes, execStreaming, runExecCommand, type ExecTaskStream } f
 import { RequestQueue } from "@nomadkit/client";
 import fc from "fast-check";
 import { OutputTail } from "../src/exec/output-tail.js";
+import { noteHostCookie } from "../src/goplugin/env.js";
 
 
 const req = (init: Parameters<typeof create<typeof ExecTaskStreamingRequestSchema>>[1]) => create(ExecTaskStreamingRequestSchema, init);
@@ -266,6 +267,27 @@ describe("runExecCommand", () => {
       .map((l) => l.slice(0, l.indexOf("=")));
     expect(names).toContain("NK_EXEC_MARK");
     expect(names.filter((k) => k === "NOMAD_PLUGIN_MAGIC_COOKIE" || k.startsWith("PLUGIN_"))).toEqual([]);
+  });
+
+  it("leaves out the cookie of another go-plugin host this process was served by", async () => {
+    // servePlugin({ handshake }) notes its cookie variable as it checks it.
+    noteHostCookie({ cookieKey: "NK_OTHER_HOST_COOKIE", cookieValue: "s3cr3t" });
+    process.env.NK_OTHER_HOST_COOKIE = "s3cr3t";
+    let out = "";
+    try {
+      const stdout = new Writable({
+        write(chunk: Buffer, _enc, done) {
+          out += chunk.toString();
+          done();
+        },
+      });
+      const result = await runExecCommand({ command: ["env"] }, { stdin: Readable.from([]), stdout, stderr: new PassThrough().resume() });
+      expect(result.exitCode).toBe(0);
+    } finally {
+      delete process.env.NK_OTHER_HOST_COOKIE;
+    }
+    expect(out).toContain("PATH=");
+    expect(out).not.toContain("NK_OTHER_HOST_COOKIE");
   });
 
   it("passes stdin through pipes and ends with the process", async () => {

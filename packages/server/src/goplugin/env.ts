@@ -36,8 +36,16 @@ const GO_PLUGIN_VARIABLE = /^(NOMAD_PLUGIN_MAGIC_COOKIE|PLUGIN_[A-Z_]+)$/;
  */
 export function withoutGoPluginVariables(env: NodeJS.ProcessEnv): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(env)) if (v !== undefined && !GO_PLUGIN_VARIABLE.test(k)) out[k] = v;
+  for (const [k, v] of Object.entries(env)) if (v !== undefined && !GO_PLUGIN_VARIABLE.test(k) && !hostCookieKeys.has(k)) out[k] = v;
   return out;
+}
+
+/** Cookie variables of hosts other than Nomad this process was served by (left out like Nomad's). */
+const hostCookieKeys = new Set<string>();
+
+/** Remember the cookie variable of the handshake this process serves, for {@link withoutGoPluginVariables}. */
+export function noteHostCookie(h: HandshakeConfig): void {
+  hostCookieKeys.add(h.cookieKey);
 }
 
 /** go-plugin's core protocol version; the first handshake field. */

@@ -13,6 +13,7 @@ import {
   NOMAD_HANDSHAKE,
   PluginEnvironmentError,
   hasCookie,
+  noteHostCookie,
   negotiateProtocolVersion,
   notAPluginMessage,
   type HandshakeConfig,
@@ -373,6 +374,7 @@ export function openTransport(options: TransportOptions): PluginTransport {
   const handshake = options.handshake ?? NOMAD_HANDSHAKE;
   // A human ran the binary: say so plainly, not as JSON.
   if (!hasCookie(env, handshake)) fail(notAPluginMessage(handshake), exitProcess);
+  noteHostCookie(handshake);
   const logger = options.logger ?? createLogger();
   let protocolVersion: number;
   try {
