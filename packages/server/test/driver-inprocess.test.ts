@@ -177,6 +177,12 @@ describe("createDriverHandlers on a plain h2c server", () => {
     onDebug = undefined;
   });
 
+  it("maps a bad request to a status, never a crash", async () => {
+    const err = await driver.startTask({}).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).rawMessage).toBe("task: required");
+  });
+
   it("Driver.Shutdown ends the long-lived streams (as Nomad's drivers do); shutdown runs once", async () => {
     const fp = driver.fingerprint({})[Symbol.asyncIterator]();
     await fp.next();
@@ -190,11 +196,5 @@ describe("createDriverHandlers on a plain h2c server", () => {
     await host.close();
     await host.close();
     expect(shutdowns).toBe(1);
-  });
-
-  it("maps a bad request to a status, never a crash", async () => {
-    const err = await driver.startTask({}).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(ConnectError);
-    expect((err as ConnectError).rawMessage).toBe("task: required");
   });
 });

@@ -90,6 +90,58 @@ interface TaskRecord<TC> {
   task: DriverTask<TC>;
   startedAt: Date;
   exit?: { result: TaskExit; at: Date } | undefined;
+  /** The driver's startTask or recoverTask while it runs: DestroyTask waits for it. */
+  starting?: Promise<unknown> | undefined;
+}
+
+/**
+ * Driver calls that act on tasks or networks. Once the plugin shuts down (Driver.Shutdown, the
+ * controller's Shutdown, SIGTERM) the driver has let go of its tasks: such a call would act on what
+ * it no longer manages (a task started then is left running by a plugin about to exit), and a Go
+ * plugin's stopped server refuses every call. The streams (Fingerprint, TaskEvents, TaskStats) end.
+ */
+const REFUSED_WHILE_SHUTTING_DOWN = [
+  "init", "startTask", "recoverTask", "waitTask", "stopTask", "destroyTask", "inspectTask", "signalTask",
+  "execTask", "execTaskStreaming", "createNetwork", "destroyNetwork",
+] as const satisfies readonly (keyof DriverHandlers)[];
+
+/** Codes a call may fail with because the plugin's shutdown took what it was using away. */
+const SHUTDOWN_CASUALTY = new Set([Code.Canceled, Code.Unknown, Code.Internal, Code.Aborted, Code.Unavailable]);
+
+function shuttingDown(cause?: unknown): ConnectError {
+  return new ConnectError("plugin shutting down", Code.Unavailable, undefined, undefined, cause);
+}
+
+/**
+ * Wraps the calls above: refused with Unavailable once `lifetime` ended, which Nomad (with the
+ * process gone) takes for the plugin shutting down; and one in flight that fails then fails the
+ * same way, rather than with what the teardown did to it (an exec whose executor connection the
+ * driver closed: Canceled "the connection to the plugin was closed on this side").
+ */
+function refuseWhileShuttingDown(handlers: Partial<DriverHandlers>, lifetime: AbortSignal): void {
+  const casualty = (err: unknown): unknown =>
+    lifetime.aborted && SHUTDOWN_CASUALTY.has(ConnectError.from(err).code) ? shuttingDown(err) : err;
+  const table = handlers as Record<string, ((req: unknown, hc: HandlerContext) => unknown) | undefined>;
+  for (const name of REFUSED_WHILE_SHUTTING_DOWN) {
+    const fn = table[name];
+    if (fn === undefined) continue;
+    table[name] = (req, hc) => {
+      if (lifetime.aborted) throw shuttingDown();
+      const out = fn(req, hc);
+      if (out instanceof Promise) return out.catch((err: unknown) => Promise.reject(casualty(err)));
+      const it = (out as AsyncIterable<unknown>)[Symbol.asyncIterator]();
+      // A plain iterator, not an async generator around it: one promise per message, as the
+      // runtime's own guard (exec output is the hot path).
+      return {
+        [Symbol.asyncIterator]() {
+          return {
+            next: (v?: unknown) => it.next(v).catch((err: unknown) => Promise.reject(casualty(err))),
+            return: (v?: unknown) => (it.return !== undefined ? it.return(v) : Promise.resolve({ done: true, value: v })),
+          };
+        },
+      };
+    };
+  }
 }
 
 const SEMVER = /^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
@@ -296,6 +348,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   let config: PC | undefined;
   let nomadConfig: NomadConfig | undefined;
   let compute: HostCompute | undefined = options.hostCompute;
+  let configGeneration = 0;
 
   const events = new TaskEventHub((id) => {
     const t = tasks.get(id);
@@ -376,14 +429,16 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     async setConfig(req, hc) {
       const decoded = driver.configSchema !== undefined ? decodeConfig(driver.configSchema, req.msgpackConfig, "plugin config") : (undefined as PC);
       const before = { config, nomadConfig, compute };
+      const generation = ++configGeneration;
       config = decoded;
       nomadConfig = req.nomadConfig;
       if (options.hostCompute === undefined) compute = computeFromTopology(req.nomadConfig?.driver?.Topology) ?? compute;
       try {
         await driver.setConfig?.(decoded, call(hc));
       } catch (err) {
-        // A config the driver refuses does not take effect: the previous one stays.
-        ({ config, nomadConfig, compute } = before);
+        // A config the driver refuses does not take effect: the previous one stays, unless a
+        // SetConfig that came meanwhile replaced it (then that one stays).
+        if (configGeneration === generation) ({ config, nomadConfig, compute } = before);
         throw err;
       }
       return {};
@@ -442,10 +497,12 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       tasks.set(cfg.id, record);
       let res;
       try {
-        res = await driver.startTask(record.task, call(hc));
+        res = await (record.starting = Promise.resolve(driver.startTask(record.task, call(hc))));
       } catch (err) {
         if (tasks.get(cfg.id) === record) tasks.delete(cfg.id);
         throw err;
+      } finally {
+        record.starting = undefined;
       }
       let driverState: Uint8Array;
       try {
@@ -486,7 +543,13 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     },
 
     async destroyTask(req, hc) {
-      requireTask(req.taskId);
+      const starting = requireTask(req.taskId).starting;
+      if (starting !== undefined) {
+        // Destroyed while its start (or recovery) still runs: after it, so the driver destroys the
+        // task it started rather than this record being dropped beside a task that keeps running.
+        await starting.catch(() => undefined);
+        requireTask(req.taskId);
+      }
       await driver.destroyTask(req.taskId, { force: req.force }, call(hc));
       tasks.delete(req.taskId);
       return {};
@@ -543,13 +606,17 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       const record: TaskRecord<TC | undefined> = { task, startedAt: new Date() };
       tasks.set(taskId, record);
       try {
-        await driver.recoverTask(
-          { task, driverState: handle.driverState, state: parseDriverState(handle.driverState), version: handle.version, handle },
-          call(hc),
-        );
+        await (record.starting = Promise.resolve(
+          driver.recoverTask(
+            { task, driverState: handle.driverState, state: parseDriverState(handle.driverState), version: handle.version, handle },
+            call(hc),
+          ),
+        ));
       } catch (err) {
         if (tasks.get(taskId) === record) tasks.delete(taskId);
         throw err;
+      } finally {
+        record.starting = undefined;
       }
       return {};
     },
@@ -704,6 +771,8 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       return {};
     };
   }
+
+  refuseWhileShuttingDown(handlers, lifetime.signal);
 
   return {
     base,

@@ -1,0 +1,118 @@
+// Calls that overlap as a host other than Nomad's task runner can make them, served over a real
+// unix socket: a refused SetConfig beside an accepted one, DestroyTask while StartTask still runs,
+// and calls made or in flight once the plugin shuts down.
+import { encode } from "@msgpack/msgpack";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { BasePluginClient, RequestQueue } from "@nomadkit/client";
+import type { ExecTaskStreamingRequest } from "@nomadkit/protocol/driver";
+import { afterEach, describe, expect, it } from "vitest";
+import { spec } from "../src/config/index.js";
+import { createUnixSocketTransport } from "@nomadkit/client";
+import { deferred, fakeDriver, serveTestDriver, type ServedTestDriver } from "./runtime-helpers.js";
+
+let served: ServedTestDriver | undefined;
+afterEach(async () => {
+  await served?.close();
+  served = undefined;
+});
+
+async function codeOf(p: Promise<unknown>): Promise<{ code: Code; message: string }> {
+  try {
+    await p;
+  } catch (err) {
+    const e = ConnectError.from(err);
+    return { code: e.code, message: e.rawMessage };
+  }
+  throw new Error("expected the call to fail");
+}
+
+describe("overlapping calls", () => {
+  it("a refused SetConfig's rollback leaves a SetConfig accepted meanwhile in effect", async () => {
+    const refuse = deferred();
+    served = await serveTestDriver(
+      fakeDriver("overlap", {
+        configSchema: spec.object({ tag: spec.attr("string") }),
+        async setConfig(config) {
+          if ((config as { tag?: string } | undefined)?.tag === "A") {
+            await refuse.promise;
+            throw new Error("A is refused");
+          }
+        },
+      }),
+    );
+    const base = new BasePluginClient(createUnixSocketTransport(served.server.socketPath));
+    const a = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "A" }) }));
+    await new Promise((r) => setTimeout(r, 50));
+    await base.setConfig({ msgpackConfig: encode({ tag: "B" }) });
+    refuse.resolve();
+    expect((await a).message).toContain("A is refused");
+    expect(served.host.context.config).toEqual({ tag: "B" });
+  });
+
+  it("DestroyTask during a StartTask that still runs destroys the started task once the start is done", async () => {
+    const startGate = deferred();
+    const destroyed: string[] = [];
+    served = await serveTestDriver(
+      fakeDriver("overlap", {
+        startTask: (task) => (task.id === "slow" ? startGate.promise : undefined),
+        destroyTask: (id) => void destroyed.push(id),
+      }),
+    );
+    const start = served.driver.startTask({ task: { id: "slow", name: "slow", allocId: "a2" } });
+    await new Promise((r) => setTimeout(r, 50));
+    const destroy = served.driver.destroyTask({ taskId: "slow", force: true });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(destroyed).toEqual([]); // waits for the start
+    startGate.resolve();
+    await start;
+    await destroy;
+    expect(destroyed).toEqual(["slow"]);
+    expect((await codeOf(served.driver.inspectTask({ taskId: "slow" }))).code).toBe(Code.NotFound);
+    // And the ID may be started again.
+    await served.driver.startTask({ task: { id: "slow", name: "slow", allocId: "a2" } });
+  });
+
+  it("once the plugin shuts down, calls on tasks are refused with Unavailable; the streams end", async () => {
+    const started: string[] = [];
+    served = await serveTestDriver(fakeDriver("overlap", { startTask: (task) => void started.push(task.id) }));
+    await served.driver.shutdown({});
+    for (const call of [
+      served.driver.startTask({ task: { id: "late", name: "late", allocId: "a3" } }),
+      served.driver.inspectTask({ taskId: "t1" }),
+      served.driver.stopTask({ taskId: "t1" }),
+      served.driver.destroyTask({ taskId: "t1", force: true }),
+      served.driver.waitTask({ taskId: "t1" }),
+    ]) {
+      expect(await codeOf(call)).toEqual({ code: Code.Unavailable, message: "plugin shutting down" });
+    }
+    expect(started).toEqual(["t1"]);
+    const fp = [];
+    for await (const m of served.driver.fingerprint({})) fp.push(m);
+    expect(fp).toEqual([]);
+  });
+
+  it("an exec in flight when the plugin shuts down fails with Unavailable, not what the teardown did to it", async () => {
+    const running = deferred();
+    served = await serveTestDriver(
+      fakeDriver("overlap", {
+        async execTaskStreaming(session, ctx) {
+          running.resolve();
+          // What a driver's executor connection does when its shutdown closes it.
+          await new Promise<void>((_, reject) =>
+            ctx.lifetime.addEventListener("abort", () => reject(new ConnectError("the connection to the plugin was closed on this side", Code.Canceled)), { once: true }),
+          );
+          return { exitCode: 0 };
+        },
+      }),
+    );
+    const q = new RequestQueue<ExecTaskStreamingRequest>();
+    q.push({ setup: { taskId: "t1", command: ["sh"], tty: false } } as ExecTaskStreamingRequest);
+    const exec = (async () => {
+      for await (const _ of served!.driver.execTaskStreaming(q)) void _;
+    })();
+    await running.promise;
+    await served.host.close();
+    expect(await codeOf(exec)).toEqual({ code: Code.Unavailable, message: "plugin shutting down" });
+    q.end();
+  });
+});
