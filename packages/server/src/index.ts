@@ -10,16 +10,20 @@
  * #!/usr/bin/env node
  * import { defineDriver, serveDriver, spec, type TaskExit } from "@nomadkit/server";
  *
- * const waiting = new Map<string, (exit: TaskExit) => void>();
- * await serveDriver(
+ * const exits = new Map<string, { exit: Promise<TaskExit>; end: (exit: TaskExit) => void }>();
+ * void serveDriver(
  *   defineDriver({
  *     name: "hello",
  *     version: "0.1.0",
  *     taskConfigSchema: spec.object({ message: spec.attr("string", { required: true }) }),
- *     startTask(task, ctx) { ctx.logger.info("starting", { message: task.driverConfig.message }); },
- *     waitTask: (taskId) => new Promise<TaskExit>((resolve) => waiting.set(taskId, resolve)),
- *     stopTask(taskId) { waiting.get(taskId)?.({ exitCode: 0 }); },
- *     destroyTask(taskId) { waiting.delete(taskId); },
+ *     startTask(task, ctx) {
+ *       ctx.logger.info("starting", { message: task.driverConfig.message });
+ *       let end!: (exit: TaskExit) => void;
+ *       exits.set(task.id, { exit: new Promise<TaskExit>((resolve) => (end = resolve)), end });
+ *     },
+ *     waitTask: (taskId) => exits.get(taskId)!.exit, // every WaitTask gets the same exit
+ *     stopTask(taskId) { exits.get(taskId)?.end({ exitCode: 0 }); },
+ *     destroyTask(taskId) { exits.delete(taskId); },
  *   }),
  * );
  * ```
