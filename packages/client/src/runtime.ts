@@ -15,6 +15,7 @@ export { isTransportFailure } from "./runtime/normalize.js";
 export { rawBidiStream, type RawFrame } from "./runtime/raw-stream.js";
 export { PLUGIN_STREAM_WINDOW } from "./runtime/windows.js";
 export { webHeaders } from "./runtime/headers.js";
+export { anySignal } from "./runtime/signals.js";
 export {
   RecoverableError,
   PluginShutdownError,

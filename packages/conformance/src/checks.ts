@@ -14,6 +14,7 @@ import {
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
 import { SIGNAL_MARKER, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
 import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
+import { anySignal } from "@nomadkit/client/runtime";
 
 /** A named step of the suite. Returns a short message on success; throws to fail or skip. */
 export interface Check {
@@ -384,7 +385,7 @@ export const CHECKS: readonly Check[] = [
     needs: ["start-task"],
     async run(s) {
       const ac = new AbortController();
-      const signal = AbortSignal.any([ac.signal, s.signal, AbortSignal.timeout(s.opts.callTimeoutMs)]);
+      const signal = anySignal([ac.signal, s.signal, AbortSignal.timeout(s.opts.callTimeoutMs)]);
       const samples: TaskStats[] = [];
       try {
         for await (const r of running(s).driver.taskStats({ taskId: s.main!.id, collectionInterval: { nanos: STATS_INTERVAL_MS * 1e6 } }, { signal })) {

@@ -1,6 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { DriverClient } from "@nomadkit/client";
 import type { ExecTaskStreamingRequestSchema } from "@nomadkit/protocol/driver";
+import { anySignal } from "@nomadkit/client/runtime";
 
 /** A request of ExecTaskStreaming in init form. */
 export type ExecRequest = MessageInitShape<typeof ExecTaskStreamingRequestSchema>;
@@ -66,7 +67,7 @@ export async function runExecStream(
   const signals = [AbortSignal.timeout(options.timeoutMs)];
   if (options.signal) signals.push(options.signal);
   try {
-    for await (const m of driver.execTaskStreaming(input(), { signal: AbortSignal.any(signals) })) {
+    for await (const m of driver.execTaskStreaming(input(), { signal: anySignal(signals) })) {
       if (o.exitedCount > 0) violate("a message was sent after the exited message");
       if (m.stdout) {
         if (m.stdout.data.length > 0) {

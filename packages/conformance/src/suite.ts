@@ -33,6 +33,7 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
 import { encodeCheckedConfig } from "./config.js";
 import type { ConformanceOptions } from "./types.js";
 import { describe, descendants, hasProc, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
+import { anySignal } from "@nomadkit/client/runtime";
 
 /** Options with every default applied. */
 export interface ResolvedOptions extends ConformanceOptions {
@@ -185,7 +186,7 @@ export class Suite {
    */
   async launch(): Promise<PluginClient> {
     this.refuseWhenClosing("start a plugin");
-    return this.track(this.spawn(AbortSignal.any([this.signal, this.closing.signal])));
+    return this.track(this.spawn(anySignal([this.signal, this.closing.signal])));
   }
 
   private async spawn(signal?: AbortSignal): Promise<PluginClient> {

@@ -33,6 +33,7 @@ import {
   type PluginLogEntry,
   type PluginLogger,
 } from "./hclog.js";
+import { anySignal } from "../runtime/signals.js";
 
 /** Nomad's magic cookie, the default of {@link launchPlugin}. */
 export const NOMAD_PLUGIN_COOKIE = Object.freeze({
@@ -288,7 +289,7 @@ function buildClient(parts: ClientParts): PluginClient {
   forwardStdio(
     stdio,
     parts.options,
-    AbortSignal.any([closeController.signal, parts.exitSignal]),
+    anySignal([closeController.signal, parts.exitSignal]),
   );
 
   let killing: Promise<PluginExit> | undefined;

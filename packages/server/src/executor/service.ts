@@ -20,6 +20,7 @@ import { execInContext } from "./exec.js";
 import { execStreamingInTask } from "./exec-streaming.js";
 import { TaskCgroups } from "./cgroups.js";
 import { TaskProcess, type TaskExit } from "./process.js";
+import { anySignal } from "@nomadkit/client/runtime";
 
 /** Version string the executor reports (Nomad's ExecutorVersionLatest). */
 export const EXECUTOR_VERSION = "2.0.0";
@@ -174,7 +175,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
       stderrPath: req.stderrPath,
       network: req.networkIsolation,
       cgroups,
-      signal: ctx ? AbortSignal.any([ctx.signal, this.launchAbort.signal]) : this.launchAbort.signal,
+      signal: ctx ? anySignal([ctx.signal, this.launchAbort.signal]) : this.launchAbort.signal,
     });
     let task: TaskProcess;
     try {

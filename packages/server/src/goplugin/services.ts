@@ -19,6 +19,7 @@ import { registerGRPCStdio } from "../gen/plugin/grpc_stdio_nomadkit.js";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
 import type { Logger } from "../log/index.js";
 import type { StdioCapture } from "./stdio.js";
+import { anySignal } from "@nomadkit/client/runtime";
 
 /** What the built-in services need from the running plugin. */
 export interface CoreServicesHost {
@@ -101,7 +102,7 @@ export function registerCoreServices(
     router,
     {
       async *streamStdio(_req, ctx: HandlerContext) {
-        const signal = AbortSignal.any([ctx.signal, host.shutdownSignal]);
+        const signal = anySignal([ctx.signal, host.shutdownSignal]);
         for await (const chunk of host.stdio.subscribe(signal)) {
           yield create(StdioDataSchema, {
             channel: chunk.channel,
