@@ -91,6 +91,8 @@ describe("schemas a plain JS driver gets wrong", () => {
     );
     // Nomad would call DestroyNetwork (Unimplemented) at each allocation's end: every namespace leaked.
     expect(() => host({ createNetwork: () => ({ spec: undefined, created: true }) } as never)).toThrow(/^driver\.createNetwork needs driver\.destroyNetwork too/);
+    // And the other way round: Nomad never calls a destroyNetwork whose driver did not create the network.
+    expect(() => host({ destroyNetwork: () => {} } as never)).toThrow(/^driver\.destroyNetwork needs driver\.createNetwork too/);
     // TypeScript refuses it; in JS the default could never apply (the required check comes first).
     expect(() => spec.attr("string", { required: true, default: "x" } as never)).toThrow(
       'attr("string"): required and default exclude each other (a default makes it optional)',

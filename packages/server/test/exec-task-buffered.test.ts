@@ -1,6 +1,7 @@
 // ExecTask (Nomad's script checks) for a driver that only has the high-level execTaskStreaming,
 // as the README's hello driver: the SDK runs it as a session without input and answers as Nomad's
 // executor does (ExecScript), also when the command outlives its timeout or dies by a signal.
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { DriverClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runExecCommand } from "../src/exec/index.js";
@@ -45,5 +46,13 @@ describe("ExecTask through execTaskStreaming", () => {
     const r = await driver.execTask({ taskId: "t1", command: ["sh", "-c", "head -c 10000 /dev/zero | tr '\\0' x; echo; echo FAIL"], timeout: { seconds: 30n } });
     expect(r.stdout.length).toBe(4096);
     expect(text(r.stdout).endsWith("x\nFAIL\n")).toBe(true);
+  });
+});
+
+describe("ExecTask's errors", () => {
+  it("name ExecTaskRequest's own field, not the exec session's setup message", async () => {
+    const err = await driver.execTask({ taskId: "t1", command: ["nk-no-such-command"], timeout: { seconds: 30n } }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: Code.InvalidArgument });
+    expect((err as ConnectError).rawMessage).toMatch(/^command\[0\]: /);
   });
 });

@@ -4,6 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { launchPlugin, type PluginClient } from "@nomadkit/client";
 import { CPUUsage_Fields, type TaskHandle } from "@nomadkit/protocol/driver";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -122,6 +123,13 @@ describe("an executor-based driver", () => {
       }
     }
     expect({ stdout, stderr, closes, exits, code }).toEqual({ stdout: "hello stdout\n", stderr: "hello stderr\n", closes: 2, exits: 1, code: 43 });
+  });
+
+  it("a buffered ExecTask run through the executor's session names ExecTaskRequest's own field", async () => {
+    const err = await plugin.driver.execTask({ taskId: "busy", command: ["nk-no-such-command"], timeout: { seconds: 30n } }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: Code.InvalidArgument });
+    // The session's lookup says setup.command[0]: ExecTaskRequest has no setup message.
+    expect((err as ConnectError).rawMessage).toMatch(/^command\[0\]: /);
   });
 
   it("keeps the task running when the driver is SIGKILLed; RecoverTask reattaches to the executor", async () => {

@@ -335,6 +335,11 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   if (driver.createNetwork !== undefined && driver.destroyNetwork === undefined) {
     throw new TypeError("driver.createNetwork needs driver.destroyNetwork too: Nomad calls DestroyNetwork when the allocation ends, and without it every network namespace the driver creates stays behind");
   }
+  // The other way round Nomad creates the namespaces itself and never calls destroyNetwork: a
+  // driver that has it most likely forgot createNetwork, and would not get to create them.
+  if (driver.destroyNetwork !== undefined && driver.createNetwork === undefined) {
+    throw new TypeError("driver.destroyNetwork needs driver.createNetwork too: Nomad calls DestroyNetwork only for networks the driver created (must_create_network), so without createNetwork it is never called");
+  }
   // Build the schema messages now: a broken schema fails at startup, not on Nomad's first call.
   const configSpec = schemaProto(driver.configSchema, "configSchema");
   const taskSpec = schemaProto(driver.taskConfigSchema, "taskConfigSchema");
@@ -694,37 +699,45 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
         }
         const timedOut = () => timeout?.aborted === true && !hc.signal.aborted;
         let r: ExecTaskResult;
-        if (driver.execTaskStreaming === undefined) {
-          // Only the raw form: run it as a session without a terminal or input.
-          const raw = driver.execTaskStreamingRaw!.bind(driver);
-          r = await bufferedRawExec(req.taskId, req.command, limit, signal, timedOut, (requests) =>
-            execStreaming(requests, { raw: (st) => raw(st, ctx) }, { signal, maxChunkSize: options.maxExecChunkSize }),
-          );
-        } else {
-          const out = collector(limit);
-          const err = collector(limit);
-          const resize = new TerminalResizes();
-          resize.close();
-          const session: ExecSession = {
-            taskId: req.taskId,
-            command: req.command,
-            tty: false,
-            stdin: Readable.from([]),
-            stdout: out.stream,
-            stderr: err.stream,
-            resize,
-            signal,
-          };
-          let res: { exitCode: number; signal?: string | number | null | undefined };
-          try {
-            res = await driver.execTaskStreaming!(session, ctx);
-          } catch (e) {
-            if (!timedOut()) throw e;
-            res = { exitCode: -1 };
+        try {
+          if (driver.execTaskStreaming === undefined) {
+            // Only the raw form: run it as a session without a terminal or input.
+            const raw = driver.execTaskStreamingRaw!.bind(driver);
+            r = await bufferedRawExec(req.taskId, req.command, limit, signal, timedOut, (requests) =>
+              execStreaming(requests, { raw: (st) => raw(st, ctx) }, { signal, maxChunkSize: options.maxExecChunkSize }),
+            );
+          } else {
+            const out = collector(limit);
+            const err = collector(limit);
+            const resize = new TerminalResizes();
+            resize.close();
+            const session: ExecSession = {
+              taskId: req.taskId,
+              command: req.command,
+              tty: false,
+              stdin: Readable.from([]),
+              stdout: out.stream,
+              stderr: err.stream,
+              resize,
+              signal,
+            };
+            let res: { exitCode: number; signal?: string | number | null | undefined };
+            try {
+              res = await driver.execTaskStreaming!(session, ctx);
+            } catch (e) {
+              if (!timedOut()) throw e;
+              res = { exitCode: -1 };
+            }
+            for (const w of [out.stream, err.stream]) if (!w.writableEnded) w.end();
+            await Promise.all([finished(out.stream), finished(err.stream)]);
+            r = { stdout: out.bytes(), stderr: err.bytes(), exitCode: res.exitCode, signal: res.signal };
           }
-          for (const w of [out.stream, err.stream]) if (!w.writableEnded) w.end();
-          await Promise.all([finished(out.stream), finished(err.stream)]);
-          r = { stdout: out.bytes(), stderr: err.bytes(), exitCode: res.exitCode, signal: res.signal };
+        } catch (e) {
+          // Run as an exec session, whose checks name the setup message's fields: ExecTaskRequest's
+          // own is `command`.
+          const ce = e instanceof ConnectError ? e : undefined;
+          if (ce === undefined || !ce.rawMessage.startsWith("setup.command")) throw e;
+          throw new ConnectError(ce.rawMessage.slice("setup.".length), ce.code, ce.metadata, undefined, ce.cause);
         }
         // Nomad's ExecScript: a command killed by a signal (its timeout's too) exits -1, without a signal.
         const killed = timedOut() || toExitResult({ exitCode: 0, signal: r.signal }).signal !== 0;
