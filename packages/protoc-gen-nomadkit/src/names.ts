@@ -24,14 +24,19 @@ const objectPrototypeMembers = new Set([
   "__proto__",
 ]);
 
-/** The `XHandlers` member of `method`: its `localName`, `$` appended (as protobuf-es does) to an `Object.prototype` member. */
+/**
+ * The `XHandlers` member of `method`: its `localName`, `$` appended (as protobuf-es does) to an
+ * `Object.prototype` member and to `then`: an object with a `then` method is thenable, so handlers
+ * built by an async function (`async () => ({ then: ... })`) would never settle, the promise calling
+ * the RPC handler with its resolve and reject.
+ */
 export function handlerName(method: DescMethod): string {
-  return objectPrototypeMembers.has(method.localName) ? method.localName + "$" : method.localName;
+  return objectPrototypeMembers.has(method.localName) || method.localName === "then" ? method.localName + "$" : method.localName;
 }
 
-/** The `XClient` method of `method`: like {@link handlerName}, and `then` escaped too (a client with a `then` method is thenable). */
+/** The `XClient` method of `method`: the same name as its handler (a client with a `then` method would be thenable too). */
 export function clientMethodName(method: DescMethod): string {
-  return method.localName === "then" ? "then$" : handlerName(method);
+  return handlerName(method);
 }
 
 /**

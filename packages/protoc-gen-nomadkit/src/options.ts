@@ -16,7 +16,11 @@ export interface Options {
 export function parseOptions(raw: { key: string; value: string }[]): Options {
   let kind: Options["kind"] | undefined;
   let runtimeImport: string | undefined;
+  const seen = new Set<string>();
   for (const { key, value } of raw) {
+    // Given twice (one buf.gen.yaml entry's opt list, or opt and a template's): which one was meant?
+    if ((key === "kind" || key === "runtime_import") && seen.has(key)) throw new Error(`option ${key} is given more than once (${key}=${value} repeats it)`);
+    seen.add(key);
     switch (key) {
       case "kind":
         if (value !== "client" && value !== "server") {

@@ -97,6 +97,11 @@ class Impl {
   }
 }
 registerReserved(createConnectRouter(), new Impl());
+// Handlers built by an async function: TypeScript refuses one whose result has a callable \`then\`.
+async function make(): Promise<Partial<ReservedHandlers>> {
+  return { then$: (r) => ({ s: r.s }) };
+}
+void make().then((h) => registerReserved(createConnectRouter(), h));
 `,
   });
 });
@@ -131,7 +136,7 @@ describe("RPCs named like Object.prototype members, or `then`", () => {
       expect(client).toContain(`\n  ${name}$(`);
     }
     expect(client).toMatch(/^ {2}then\$\(request: /m);
-    expect(server).toMatch(/^ {2}then\(request: /m); // a handlers object may be thenable: nothing awaits it
+    expect(server).toMatch(/^ {2}then\$\(request: /m); // a thenable handlers object could not come from an async function
     // Routed under the real localName; with a `__proto__` RPC method by method, since connect's
     // router.service() would drop it.
     expect(server).toContain(
@@ -154,8 +159,8 @@ describe("RPCs named like Object.prototype members, or `then`", () => {
 
     const echo = (prefix: string) => (r: { s: string }) => ({ s: `${prefix}:${r.s}` });
     const transport = createRouterTransport((router) => {
-      registerReserved(router, { get: echo("get"), __proto__$: echo("proto"), then: echo("then") });
-      registerInherited(router, { get: echo("get"), then: echo("then") });
+      registerReserved(router, { get: echo("get"), __proto__$: echo("proto"), then$: echo("then") });
+      registerInherited(router, { get: echo("get"), then$: echo("then") });
     });
     const code = (p: Promise<unknown>) => p.then(() => "answered", (e: unknown) => ConnectError.from(e).code);
 

@@ -53,6 +53,10 @@ describe("options", () => {
     expect(() => parseOptions([])).toThrow(/kind is required/);
     expect(() => parseOptions([{ key: "kind", value: "both" }])).toThrow(/client.*server/);
     expect(() => parseOptions([{ key: "kind", value: "client" }, { key: "nope", value: "1" }])).toThrow(/unknown option nope/);
+    expect(() => parseOptions([{ key: "kind", value: "client" }, { key: "kind", value: "server" }])).toThrow("option kind is given more than once (kind=server repeats it)");
+    expect(() =>
+      parseOptions([{ key: "kind", value: "client" }, { key: "runtime_import", value: "a" }, { key: "runtime_import", value: "b" }]),
+    ).toThrow(/option runtime_import is given more than once/);
     expect(parseOptions([{ key: "kind", value: "server" }])).toEqual({ kind: "server", runtimeImport: "@nomadkit/server/runtime" });
   });
 });
