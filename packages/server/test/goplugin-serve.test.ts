@@ -6,7 +6,10 @@ import * as http2 from "node:http2";
 import { connect } from "node:net";
 import { dirname } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { Code, ConnectError } from "@connectrpc/connect";
 import {
+  BasePluginClient,
+  createUnixSocketTransport,
   PluginLaunchError,
   PluginShutdownError,
   reattachPlugin,
@@ -58,6 +61,18 @@ describe("servePlugin", () => {
     const exit = await plugin.kill();
     expect(exit).toEqual({ code: 0, signal: null });
     expect(existsSync(dirname(plugin.address))).toBe(false);
+  });
+
+  it("a request over the plugin's message limit is ResourceExhausted, also when larger than Node's default session memory", async () => {
+    const { plugin } = await launch();
+    const transport = createUnixSocketTransport(plugin.address);
+    for (const mib of [5, 12]) {
+      const big = new Uint8Array(mib << 20);
+      for (const base of [plugin.basePlugin, new BasePluginClient(transport)]) {
+        const err = await base.setConfig({ msgpackConfig: big }).catch((e: unknown) => ConnectError.from(e));
+        expect([mib, (err as ConnectError).code, (err as ConnectError).rawMessage]).toEqual([mib, Code.ResourceExhausted, expect.stringContaining("readMaxBytes")]);
+      }
+    }
   });
 
   it("listens in a private directory: dir 0700, socket 0600", async () => {

@@ -9,7 +9,7 @@ import type * as http2 from "node:http2";
 import { constants as http2Constants } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
-import { PLUGIN_CONNECTION_WINDOW, PLUGIN_STREAM_WINDOW } from "./windows.js";
+import { PLUGIN_CONNECTION_WINDOW, PLUGIN_SESSION_MEMORY_MIB, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
 const widened = new WeakSet<http2.Http2Session>();
 
@@ -22,7 +22,7 @@ function ignoreSessionError(): void {}
  */
 export class PluginSessionManager extends Http2SessionManager {
   constructor(url: URL | string, options: http2.ClientSessionOptions | http2.SecureClientSessionOptions = {}) {
-    super(url, {}, { ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
+    super(url, {}, { maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB, ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
   }
 
   #aborted = false;

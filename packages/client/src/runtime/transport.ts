@@ -2,6 +2,7 @@
 import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { createGrpcTransport, type GrpcTransportOptions } from "@connectrpc/connect-node";
+import { PLUGIN_SESSION_MEMORY_MIB } from "./windows.js";
 
 /** Options for {@link createUnixSocketTransport}: connect-node gRPC options minus `baseUrl`. */
 export type UnixSocketTransportOptions = Partial<GrpcTransportOptions>;
@@ -24,6 +25,7 @@ export function createUnixSocketTransport(socketPath: string, options: UnixSocke
     ...options,
     nodeOptions: {
       createConnection: () => net.connect(socketPath),
+      maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB,
       ...options.nodeOptions,
     },
   });
