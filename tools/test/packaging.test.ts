@@ -126,6 +126,10 @@ describe("ESM and CommonJS consumers", () => {
       shutdown: true,
       cancellation: true,
       notConfused: true,
+      launchError: true,
+      environmentError: true,
+      mixedSpec: true,
+      subclassesKept: true,
     });
   });
 

@@ -14,6 +14,8 @@ export interface Handshake {
   serverCert: string;
 }
 
+const launchErrorBrand = Symbol.for("@nomadkit/client/PluginLaunchError");
+
 /**
  * Why a plugin could not be launched or reattached; `stderr` holds the plugin's recent stderr, and
  * `exit` how the plugin ended when it exited before the handshake.
@@ -47,6 +49,13 @@ export class PluginLaunchError extends Error {
         ? `${message}\n--- plugin stderr (most recent last) ---\n${stderr}`
         : message,
     );
+    Object.defineProperty(this, launchErrorBrand, { value: true });
+  }
+
+  /** True for instances from either build (ESM or CommonJS) of this package. */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== PluginLaunchError) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[launchErrorBrand] === true;
   }
 }
 

@@ -11,12 +11,23 @@ import { ConfigFieldError, convertValue, describeValue, isPlainMap, type FieldPa
 declare const VALUE: unique symbol;
 declare const OPTIONAL: unique symbol;
 
+const specBrand = Symbol.for("@nomadkit/server/HclSpec");
+
 /**
  * One node of a config schema. `T` is the decoded value's type; `Optional` is true when the value
  * may be absent (then the property is optional in an enclosing object and `undefined` when absent).
  * Build nodes with {@link spec}.
  */
 export abstract class HclSpec<T = unknown, Optional extends boolean = boolean> {
+  /**
+   * True for nodes from either build (ESM or CommonJS) of this package: a schema may combine nodes
+   * of a library built for the other module system with its own.
+   */
+  static [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== HclSpec) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[specBrand] === true;
+  }
+
   /** Phantom: the decoded type (type-level only). */
   declare readonly [VALUE]: T;
   /** Phantom: whether the value may be absent (type-level only). */
@@ -34,6 +45,7 @@ export abstract class HclSpec<T = unknown, Optional extends boolean = boolean> {
    */
   abstract decode(raw: unknown, path: FieldPath): T | undefined;
 }
+Object.defineProperty(HclSpec.prototype, specBrand, { value: true });
 
 /** The decoded TypeScript type of a schema node: `SpecValue<typeof taskConfig>`. */
 export type SpecValue<S> = S extends HclSpec<infer T, boolean> ? T : never;

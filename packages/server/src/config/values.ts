@@ -7,6 +7,8 @@ import { parseCtyJsonType, type HclType, formatHclType } from "./types.js";
 /** A path into a config value: object keys and list indexes. */
 export type FieldPath = readonly (string | number)[];
 
+const fieldErrorBrand = Symbol.for("@nomadkit/server/ConfigFieldError");
+
 /**
  * A decoded value did not match the schema at `path`. `decodeConfig` turns it into InvalidArgument;
  * a custom `HclSpec` node throws it from `decode`.
@@ -25,6 +27,13 @@ export class ConfigFieldError extends Error {
   ) {
     super(path.length === 0 ? problem : `field "${formatPath(path)}": ${problem}`);
     this.name = "ConfigFieldError";
+    Object.defineProperty(this, fieldErrorBrand, { value: true });
+  }
+
+  /** True for instances from either build (ESM or CommonJS): a custom spec node may come from the other. */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== ConfigFieldError) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[fieldErrorBrand] === true;
   }
 }
 

@@ -5,13 +5,16 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { ExecTaskStreamingRequest, ExecTaskStreamingResponseSchema } from "@nomadkit/protocol/driver";
 import type {
   ExecRequest,
+  ExecResponseSchema,
   LaunchRequest,
+  LaunchResponseSchema,
   ProcessStateSchema,
   ShutdownRequest,
   SignalRequest,
   StatsRequest,
   StatsResponseSchema,
   UpdateResourcesRequest,
+  WaitResponseSchema,
 } from "@nomadkit/protocol/executor";
 import type { ExecutorHandlers } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import type { HostCompute } from "../stats/host.js";
@@ -134,7 +137,9 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     return this.task;
   }
 
-  async launch(req: LaunchRequest, ctx?: Pick<HandlerContext, "signal">) {
+  // Return types declared, not inferred: the inferred ones reach the .d.ts with `$typeName?: undefined`,
+  // which a consumer's exactOptionalPropertyTypes refuses against the handlers interface.
+  async launch(req: LaunchRequest, ctx?: Pick<HandlerContext, "signal">): Promise<MessageInitShape<typeof LaunchResponseSchema>> {
     if (this.launching) throw new ConnectError("launch: this executor already runs a task (one task per executor)", Code.FailedPrecondition);
     const cgroups = TaskCgroups.resolve({
       cgroupV2Override: req.cgroupV2Override,
@@ -198,7 +203,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     };
   }
 
-  async wait(_req: unknown, ctx: HandlerContext) {
+  async wait(_req: unknown, ctx: HandlerContext): Promise<MessageInitShape<typeof WaitResponseSchema>> {
     const task = this.requireTask("wait");
     const state = await abortable(task.wait(), ctx.signal);
     return {
@@ -239,7 +244,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     return {};
   }
 
-  async exec(req: ExecRequest, ctx: HandlerContext) {
+  async exec(req: ExecRequest, ctx: HandlerContext): Promise<MessageInitShape<typeof ExecResponseSchema>> {
     const task = this.requireTask("exec");
     const opts: Parameters<typeof execInContext>[3] = { signal: ctx.signal };
     if (req.deadline) {

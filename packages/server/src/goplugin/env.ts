@@ -51,6 +51,8 @@ export function noteHostCookie(h: HandshakeConfig): void {
 /** go-plugin's core protocol version; the first handshake field. */
 export const CORE_PROTOCOL_VERSION = 1;
 
+const environmentErrorBrand = Symbol.for("@nomadkit/server/PluginEnvironmentError");
+
 /**
  * A start-up environment the plugin cannot work with (cookie, protocol versions, ports, socket
  * directory/group, `PLUGIN_CLIENT_CERT`). `servePlugin` prints it and exits 1, or throws it with
@@ -65,6 +67,17 @@ export const CORE_PROTOCOL_VERSION = 1;
 export class PluginEnvironmentError extends Error {
   /** Always `"PluginEnvironmentError"`. */
   override readonly name = "PluginEnvironmentError";
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    Object.defineProperty(this, environmentErrorBrand, { value: true });
+  }
+
+  /** True for instances from either build (ESM or CommonJS) of this package. */
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== PluginEnvironmentError) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[environmentErrorBrand] === true;
+  }
 }
 
 /** Message printed (like go-plugin's) when the binary is run by hand. */
