@@ -1,10 +1,11 @@
 // The executor's task cgroups, on this host's real cgroup v1 controllers and on a cgroup v2
 // hierarchy mounted for the test: the task starts inside them, Shutdown kills what escaped its
 // process group and tree, OOM kills are reported, and bad cgroups are refused by field.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { PassThrough, Writable } from "node:stream";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -122,6 +123,24 @@ async function expectRefused(p: Promise<unknown>, code: Code, ...parts: string[]
   expect((err as ConnectError).code).toBe(code);
   for (const part of parts) expect((err as ConnectError).rawMessage).toContain(part);
 }
+
+describe("checkInterpreter", () => {
+  it("does not block on a FIFO in place of the command (a task may swap it after the lookup)", () => {
+    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/executor/cgroups.js");
+    if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
+    const dir = mkdtempSync(join(tmpdir(), "nk-interp-"));
+    try {
+      const fifo = join(dir, "cmd");
+      expect(spawnSync("mkfifo", [fifo]).status).toBe(0);
+      const script = `const { checkInterpreter } = await import(${JSON.stringify(pathToFileURL(built).href)}); checkInterpreter(${JSON.stringify(fifo)}); process.stdout.write("returned");`;
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 10_000 });
+      expect(r.signal).toBe(null); // not killed by the timeout
+      expect(r.stdout).toBe("returned");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe.skipIf(!hasV1)("executor cgroups: v1", () => {
   it("starts the task in its cgroups and Shutdown kills a daemon that left its group and tree", async () => {

@@ -5,7 +5,7 @@
  * made for the task or the ones a job names.
  */
 import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
-import { accessSync, closeSync, constants as fsConstants, existsSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
+import { accessSync, closeSync, constants as fsConstants, existsSync, fstatSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
 import { constants as osConstants } from "node:os";
 import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
@@ -534,8 +534,11 @@ async function waitFor(file: string, done: RegExp): Promise<void> {
 export function checkInterpreter(file: string): void {
   let head = "";
   try {
-    const fd = openSync(file, "r");
+    // Non-blocking and files only: a task may swap its command for a FIFO after the lookup, and a
+    // blocking open of that would stop the executor until someone writes to it.
+    const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
     try {
+      if (!fstatSync(fd).isFile()) return;
       const buf = Buffer.alloc(256);
       head = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString("latin1");
     } finally {
