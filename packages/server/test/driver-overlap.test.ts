@@ -72,6 +72,18 @@ describe("overlapping calls", () => {
     await served.driver.startTask({ task: { id: "slow", name: "slow", allocId: "a2" } });
   });
 
+  it("a TaskStats stream whose task is destroyed ends cleanly", async () => {
+    served = await serveTestDriver(fakeDriver("overlap", { taskStats: () => ({ cpu: { percent: 1 } }) }));
+    const samples: unknown[] = [];
+    const stream = (async () => {
+      for await (const m of served!.driver.taskStats({ taskId: "t1", collectionInterval: { nanos: 20_000_000 } })) samples.push(m);
+    })();
+    while (samples.length === 0) await new Promise((r) => setTimeout(r, 10));
+    await served.driver.destroyTask({ taskId: "t1", force: true });
+    await stream; // OK, not NotFound
+    expect(samples.length).toBeGreaterThan(0);
+  });
+
   it("once the plugin shuts down, calls on tasks are refused with Unavailable; the streams end", async () => {
     const started: string[] = [];
     served = await serveTestDriver(fakeDriver("overlap", { startTask: (task) => void started.push(task.id) }));

@@ -661,7 +661,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
           if (stats === undefined) return; // the task exited: end the stream (OK), as Go drivers do
           yield { stats };
           if (!(await waits.next(intervalMs))) return;
-          requireTask(req.taskId);
+          // Destroyed meanwhile: the stream ends as it does for an exited task, not NotFound (an
+          // ERROR line in Nomad's log for every task destroyed while its stats were collected).
+          if (!tasks.has(req.taskId)) return;
         }
       } finally {
         waits.close();
