@@ -72,6 +72,26 @@ describe("overlapping calls", () => {
     await served.driver.startTask({ task: { id: "slow", name: "slow", allocId: "a2" } });
   });
 
+  it("a RecoverTask while another of the same task still runs answers as that one does", async () => {
+    const gate = deferred();
+    served = await serveTestDriver(
+      fakeDriver("overlap", {
+        async recoverTask() {
+          await gate.promise;
+          throw new Error("the task is gone");
+        },
+      }),
+    );
+    const handle = { version: 1, config: { id: "r1", name: "r1", allocId: "a4" } };
+    const first = codeOf(served.driver.recoverTask({ taskId: "r1", handle }));
+    await new Promise((r) => setTimeout(r, 50));
+    const second = codeOf(served.driver.recoverTask({ taskId: "r1", handle }));
+    await new Promise((r) => setTimeout(r, 50));
+    gate.resolve();
+    expect((await first).message).toContain("the task is gone");
+    expect((await second).message).toContain("the task is gone"); // was OK: a task nobody recovered
+  });
+
   it("a TaskStats stream whose task is destroyed ends cleanly", async () => {
     served = await serveTestDriver(fakeDriver("overlap", { taskStats: () => ({ cpu: { percent: 1 } }) }));
     const samples: unknown[] = [];

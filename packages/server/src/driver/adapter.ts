@@ -591,8 +591,13 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       if (cfg === undefined) throw invalidArgument("handle.config", "required");
       const taskId = req.taskId !== "" ? req.taskId : cfg.id;
       if (taskId === "") throw invalidArgument("task_id", "must not be empty");
-      // Already managed (Nomad re-sends RecoverTask after its own restart): nothing to do.
-      if (tasks.has(taskId)) return {};
+      // Already managed (Nomad re-sends RecoverTask after its own restart): nothing to do, once a
+      // start or recovery still under way has succeeded (its failure is this call's too).
+      const existing = tasks.get(taskId);
+      if (existing !== undefined) {
+        await existing.starting;
+        return {};
+      }
       if (driver.recoverTask === undefined) {
         throw new ConnectError(`driver ${JSON.stringify(driver.name)} cannot recover tasks`, Code.Unimplemented);
       }
