@@ -472,6 +472,12 @@ export async function launchPlugin(
     cwd: options.cwd,
     stdio: ["ignore", "pipe", "pipe"],
   });
+  if (child.stdout == null || child.stderr == null) {
+    // No free file descriptor (EMFILE, ENFILE): Node made no pipes and reports it as an error
+    // event on the next tick, which would crash this process if nobody listened.
+    const err = await new Promise<Error>((resolve) => child.once("error", resolve));
+    throw new PluginLaunchError(`cannot start plugin ${name}: ${err.message}`);
+  }
   const exitController = new AbortController();
   let exitInfo: PluginExit | undefined;
   const exited = new Promise<PluginExit>((resolve) => {

@@ -17,6 +17,7 @@ import { retainsChunks } from "./read-buffers.js";
 import { PtyInput } from "./pty-input.js";
 import type { TerminalResizes } from "./resize.js";
 import type { ExecResult } from "./session.js";
+import { assertSpawned } from "./spawned.js";
 
 /** What to run, and where. */
 export interface ExecCommandOptions {
@@ -176,7 +177,7 @@ async function runPipes(
   }
   let child: ChildProcess;
   try {
-    child = (options.spawn ?? spawn)(file, args, {
+    child = assertSpawned((options.spawn ?? spawn)(file, args, {
       cwd: options.cwd,
       env,
       ...(options.uid !== undefined ? { uid: options.uid } : {}),
@@ -189,7 +190,7 @@ async function runPipes(
             : ["pipe", ...pipes.writers],
       // Own process group, so abort can kill everything the command started.
       detached: true,
-    });
+    }), file);
   } catch (err) {
     // Node reports only ENOENT, EACCES, EAGAIN, EMFILE and ENFILE as "error" events; others (E2BIG,
     // ENOTDIR for a cwd that is a file) are thrown here, and the FIFOs would never be closed.

@@ -14,6 +14,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { PtyGate } from "../exec/local.js";
 import { CGROUP_V2_ROOT, cgroupProcs, type CgroupV1Dirs } from "../stats/cgroup.js";
 import { readProcStat } from "../stats/proc.js";
+import { assertSpawned } from "../exec/spawned.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
 export interface TaskCgroupsRequest {
@@ -178,7 +179,7 @@ export class TaskCgroups {
     if (gateFd > 9) throw new TypeError("TaskCgroups.spawn: at most 9 stdio entries (the gate's descriptor must be a single digit)");
     if (options.argv0 !== undefined || options.shell) throw new TypeError("TaskCgroups.spawn: argv0 and shell are not supported");
     const gated = gateCommand({ fd: gateFd }, file, args, options.env ?? process.env);
-    const child = spawn(gated.file, gated.args, { ...options, env: gated.env, stdio: [...stdio, "pipe"] });
+    const child = assertSpawned(spawn(gated.file, gated.args, { ...options, env: gated.env, stdio: [...stdio, "pipe"] }), file);
     const gate = child.stdio[gateFd] as Writable | null;
     if (child.pid === undefined || !gate) return child; // spawn failed: the child emits "error"
     try {

@@ -9,6 +9,7 @@ import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js"
 import type { NetworkIsolation } from "../network/types.js";
 import { checkInterpreter, type TaskCgroups } from "./cgroups.js";
 import { resolveUser, userCommand, type ResolvedUser } from "./user.js";
+import { assertSpawned } from "../exec/spawned.js";
 
 /** Where and as whom a task's processes run: shared by the task itself, Exec and ExecStreaming. */
 export interface TaskContext {
@@ -210,7 +211,7 @@ export function spawnInContext(ctx: TaskContext, file: string, args: readonly st
   if (c.uid !== undefined) opts.uid = c.uid;
   if (c.gid !== undefined) opts.gid = c.gid;
   try {
-    return ctx.cgroups ? ctx.cgroups.spawn(c.file, c.args, opts) : spawn(c.file, c.args, opts);
+    return ctx.cgroups ? ctx.cgroups.spawn(c.file, c.args, opts) : assertSpawned(spawn(c.file, c.args, opts), file);
   } catch (err) {
     // Node throws some refusals at once (E2BIG for arguments over 128 KiB) and reports others as an
     // "error" event; callers map those to InvalidArgument naming cmd: so are these.

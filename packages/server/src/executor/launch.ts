@@ -316,6 +316,13 @@ function killGroup(pid: number): void {
 function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host: GoPluginHost): Promise<ExecutorReattach> {
   const { PluginLaunchError, parseHandshake, parseLogLine } = host;
   return new Promise((resolve, reject) => {
+    const cannotStart = (err: Error) => new PluginLaunchError(`cannot start the nomadkit executor: ${err.message}`);
+    // A spawn without a free file descriptor has no stdio: its error event (unheard, it would crash
+    // the driver) is all there is.
+    if (child.stdout == null || child.stderr == null) {
+      child.once("error", (err) => reject(cannotStart(err)));
+      return;
+    }
     let out = "";
     let errText = "";
     const timer = setTimeout(() => fail(new PluginLaunchError(`nomadkit executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`, errText.trim().slice(-4000))), timerDelayMs(options.startTimeoutMs ?? 60_000));
@@ -348,7 +355,7 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host
     const onExit = (code: number | null, sig: NodeJS.Signals | null) =>
       fail(new PluginLaunchError(`nomadkit executor exited before the handshake (${sig ?? `exit ${code}`})`, errText.trim().slice(-4000)));
     child.once("exit", onExit);
-    child.once("error", (err) => fail(new PluginLaunchError(`cannot start the nomadkit executor: ${err.message}`)));
+    child.once("error", (err) => fail(cannotStart(err)));
     function done() {
       clearTimeout(timer);
       child.stdout!.off("data", onOut);
