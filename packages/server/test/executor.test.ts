@@ -289,6 +289,33 @@ describe("executor: launch and wait", () => {
   });
 });
 
+describe("executor: the host's state, not a bad request", () => {
+  it("Exec after the task's directory was removed says so (FailedPrecondition naming cwd)", async () => {
+    const exe = await executor();
+    const taskDir = mkdtempSync(join(tmpdir(), "nk-gone-"));
+    await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], taskDir });
+    rmSync(taskDir, { recursive: true, force: true });
+    const err = await exe.client.exec({ cmd: "true" }).catch((e: unknown) => ConnectError.from(e));
+    expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
+    expect((err as ConnectError).rawMessage).toBe(`cwd: ${JSON.stringify(taskDir)} does not exist`);
+  });
+
+  it.runIf(isRoot)("an output path on a full filesystem is ResourceExhausted, not InvalidArgument", async () => {
+    const full = mkdtempSync(join(tmpdir(), "nk-full-"));
+    // No inode left for a new file: its creation fails with ENOSPC.
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=64k,nr_inodes=1", "nk-full", full]);
+    try {
+      const exe = await executor();
+      const err = await exe.client.launch({ cmd: "true", env: [PATH], stdoutPath: join(full, "stdout.0") }).catch((e: unknown) => ConnectError.from(e));
+      expect((err as ConnectError).code).toBe(Code.ResourceExhausted);
+      expect((err as ConnectError).rawMessage).toMatch(/^stdout_path: cannot open ".*": ENOSPC/);
+    } finally {
+      execFileSync("umount", [full]);
+      rmSync(full, { recursive: true, force: true });
+    }
+  });
+});
+
 describe.runIf(isRoot)("executor: the loader's variables", () => {
   // setpriv and nsenter run as root before the switch to the task's user: glibc's loader honours
   // LD_PRELOAD & co. in them, so a job's env would run code as root. LD_DEBUG_OUTPUT makes every

@@ -207,7 +207,12 @@ export function spawnInContext(ctx: TaskContext, file: string, args: readonly st
   // Behind nsenter/setpriv a missing interpreter would only be an exit code: say so now.
   if (c.file !== file) checkInterpreter(file);
   const opts: SpawnOptions = { ...options, env: c.env };
-  if (ctx.cwd !== undefined) opts.cwd = ctx.cwd;
+  if (ctx.cwd !== undefined) {
+    // Checked at launch, but the allocation's directory may be gone since (an operator, a GC): say
+    // so rather than leave it to the spawn, which blames its first program (the cgroup gate's perl).
+    assertDirectory(ctx.cwd, "cwd", Code.FailedPrecondition);
+    opts.cwd = ctx.cwd;
+  }
   if (c.uid !== undefined) opts.uid = c.uid;
   if (c.gid !== undefined) opts.gid = c.gid;
   try {

@@ -52,6 +52,9 @@ export const KILL_WAIT_MS = 15_000;
 /** How often the launch looks for a reader of an output FIFO. */
 const READER_POLL_MS = 20;
 
+/** Errors of opening a path that say the host is out of something, not that the path is wrong. */
+const RESOURCE_ERRORS = new Set(["ENOSPC", "EDQUOT", "EMFILE", "ENFILE"]);
+
 /**
  * Opens a task's output path for writing. A FIFO (Nomad's logmon makes them, and opens their read
  * ends before the task starts) is opened once it has a reader, as a blocking open would, but by
@@ -75,7 +78,9 @@ async function openOutput(path: string | undefined, field: string, keepers: File
     }
   } catch (err) {
     if (err instanceof ConnectError) throw err;
-    throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, Code.InvalidArgument);
+    // A full disk or no descriptor left is the host's state, not a bad path.
+    const code = RESOURCE_ERRORS.has((err as NodeJS.ErrnoException).code ?? "") ? Code.ResourceExhausted : Code.InvalidArgument;
+    throw new ConnectError(`${field}: cannot open ${JSON.stringify(path)}: ${(err as Error).message}`, code);
   }
 }
 
