@@ -144,7 +144,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         exe = await reattachExecutor(executor);
       } catch (err) {
         // Nomad starts the task again when recovery fails: the old one must not run on beside it.
-        const killed = driver !== undefined && killOrphanedTask(driver, task.allocId);
+        const killed = driver !== undefined && killOrphanedTask(driver, task.allocId, executor.pid);
         throw failedPrecondition(
           `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
         );

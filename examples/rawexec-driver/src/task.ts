@@ -40,14 +40,16 @@ export function processStart(pid: number): number | undefined {
  * still the task: the pid's start time is the one recorded at launch, and its environment names
  * the task's allocation. A reused pid, a sibling task's process included, is left alone, and so
  * is any pid of a state without a start time (Nomad's raw_exec kills nothing here). Returns
- * whether it was killed.
+ * whether it was killed. With `executorPid`, the executor is killed too when it is the task's
+ * parent: one that runs on but cannot be reached (its socket gone, hung) would otherwise stay,
+ * serving nothing, for as long as the host runs.
  *
  * @example
  * ```ts
  * if (!isProcessAlive(exe.pid)) killOrphanedTask(state, task.allocId);
  * ```
  */
-export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, allocId: string): boolean {
+export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, allocId: string, executorPid?: number): boolean {
   const { pid } = state;
   if (pid <= 0 || allocId === "" || state.pidStart === undefined) return false;
   if (processStart(pid) !== state.pidStart) return false;
@@ -58,6 +60,19 @@ export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, 
     return false; // gone, or not ours to read
   }
   if (!environ.split("\0").includes(`NOMAD_ALLOC_ID=${allocId}`)) return false;
+  let parent: number | undefined;
+  try {
+    parent = parseProcStat(readFileSync(`/proc/${pid}/stat`, "latin1"))?.ppid;
+  } catch {
+    // gone meanwhile
+  }
+  if (executorPid !== undefined && executorPid > 1 && parent === executorPid) {
+    try {
+      process.kill(executorPid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
   try {
     process.kill(-pid, "SIGKILL"); // the executor starts each task as a process group leader
   } catch {

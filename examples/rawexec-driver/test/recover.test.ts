@@ -1,6 +1,6 @@
 // Tasks outlive the plugin: SIGKILL the plugin, start a new one, RecoverTask with the persisted
 // handle, and the task is the same process, still counting, and fully controllable.
-import { existsSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
@@ -222,5 +222,20 @@ describe("recover after a plugin crash", () => {
     );
     expect(err?.message).toContain(`its task (pid ${s2.driver.pid}) was killed`);
     await until(() => !alive(s2.driver.pid), "the orphaned task to die");
+  });
+
+  it("when the executor runs on but cannot be reached, a failed recovery ends it with its task", async () => {
+    const { t, handle, state } = await orphanedTask();
+    const address = (JSON.parse(new TextDecoder().decode(handle.driverState)) as { executor: { address: string } }).executor.address;
+    rmSync(address); // its socket gone (a tmp cleaner, an operator): alive, unreachable
+    const second = await startPlugin();
+    const err = await second.driver.recoverTask({ taskId: t.id, handle }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toContain(`its task (pid ${state.driver.pid}) was killed`);
+    await until(() => !alive(state.driver.pid), "the orphaned task to die");
+    // Before: the executor stayed, serving nothing, for as long as the host ran.
+    await until(() => !alive(state.executor.pid), "its executor to die");
   });
 });
