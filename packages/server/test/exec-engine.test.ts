@@ -245,8 +245,8 @@ describe("runExecCommand", () => {
     }
   });
 
-  it("without env, runs the command in the plugin's environment minus go-plugin's variables", async () => {
-    const vars = { NOMAD_PLUGIN_MAGIC_COOKIE: "cookie", PLUGIN_PROTOCOL_VERSIONS: "2", PLUGIN_CLIENT_CERT: "cert", NK_EXEC_MARK: "kept" };
+  /** What `env` prints when run without an env option while `vars` are set in this process. */
+  async function inheritedEnv(vars: Record<string, string>): Promise<string> {
     Object.assign(process.env, vars);
     let out = "";
     try {
@@ -261,6 +261,11 @@ describe("runExecCommand", () => {
     } finally {
       for (const k of Object.keys(vars)) delete process.env[k];
     }
+    return out;
+  }
+
+  it("without env, runs the command in the plugin's environment minus go-plugin's variables", async () => {
+    const out = await inheritedEnv({ NOMAD_PLUGIN_MAGIC_COOKIE: "cookie", PLUGIN_PROTOCOL_VERSIONS: "2", PLUGIN_CLIENT_CERT: "cert", NK_EXEC_MARK: "kept" });
     const names = out
       .split("\n")
       .filter(Boolean)
@@ -272,20 +277,7 @@ describe("runExecCommand", () => {
   it("leaves out the cookie of another go-plugin host this process was served by", async () => {
     // servePlugin({ handshake }) notes its cookie variable as it checks it.
     noteHostCookie({ cookieKey: "NK_OTHER_HOST_COOKIE", cookieValue: "s3cr3t" });
-    process.env.NK_OTHER_HOST_COOKIE = "s3cr3t";
-    let out = "";
-    try {
-      const stdout = new Writable({
-        write(chunk: Buffer, _enc, done) {
-          out += chunk.toString();
-          done();
-        },
-      });
-      const result = await runExecCommand({ command: ["env"] }, { stdin: Readable.from([]), stdout, stderr: new PassThrough().resume() });
-      expect(result.exitCode).toBe(0);
-    } finally {
-      delete process.env.NK_OTHER_HOST_COOKIE;
-    }
+    const out = await inheritedEnv({ NK_OTHER_HOST_COOKIE: "s3cr3t" });
     expect(out).toContain("PATH=");
     expect(out).not.toContain("NK_OTHER_HOST_COOKIE");
   });
