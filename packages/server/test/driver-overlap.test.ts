@@ -27,25 +27,42 @@ async function codeOf(p: Promise<unknown>): Promise<{ code: Code; message: strin
 }
 
 describe("overlapping calls", () => {
-  it("a refused SetConfig's rollback leaves a SetConfig accepted meanwhile in effect", async () => {
+  it("SetConfigs apply one at a time: a refused one's rollback never undoes another's outcome", async () => {
     const refuse = deferred();
+    const seen: string[] = [];
     served = await serveTestDriver(
       fakeDriver("overlap", {
         configSchema: spec.object({ tag: spec.attr("string") }),
         async setConfig(config) {
-          if ((config as { tag?: string } | undefined)?.tag === "A") {
-            await refuse.promise;
-            throw new Error("A is refused");
-          }
+          const tag = (config as { tag?: string } | undefined)?.tag ?? "";
+          seen.push(tag);
+          if (tag === "A") await refuse.promise;
+          if (tag.startsWith("bad")) throw new Error(`${tag} is refused`);
+          if (tag === "A") throw new Error("A is refused");
         },
       }),
     );
     const base = new BasePluginClient(createUnixSocketTransport(served.server.socketPath));
+    await base.setConfig({ msgpackConfig: encode({ tag: "GOOD" }) });
+    // A (slow, refused), then B (accepted) and bad-C (refused) while A still runs.
     const a = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "A" }) }));
     await new Promise((r) => setTimeout(r, 50));
-    await base.setConfig({ msgpackConfig: encode({ tag: "B" }) });
+    const b = base.setConfig({ msgpackConfig: encode({ tag: "B" }) });
+    const c = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "bad-C" }) }));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(seen).toEqual(["", "GOOD", "A"]); // the others wait for A ("": serveTestDriver's own)
     refuse.resolve();
     expect((await a).message).toContain("A is refused");
+    await b;
+    expect((await c).message).toContain("bad-C is refused");
+    expect(seen).toEqual(["", "GOOD", "A", "B", "bad-C"]);
+    expect(served.host.context.config).toEqual({ tag: "B" });
+
+    // Two refused ones in a row: the last accepted config stays.
+    const slow = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "A" }) }));
+    const quick = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "bad-D" }) }));
+    expect((await slow).message).toContain("A is refused");
+    expect((await quick).message).toContain("bad-D is refused");
     expect(served.host.context.config).toEqual({ tag: "B" });
   });
 
@@ -106,7 +123,15 @@ describe("overlapping calls", () => {
 
   it("once the plugin shuts down, calls on tasks are refused with Unavailable; the streams end", async () => {
     const started: string[] = [];
-    served = await serveTestDriver(fakeDriver("overlap", { startTask: (task) => void started.push(task.id) }));
+    served = await serveTestDriver(
+      fakeDriver("overlap", {
+        startTask: (task) => void started.push(task.id),
+        // As a driver whose shutdown let go of its tasks.
+        taskStats: () => {
+          throw new ConnectError("task not found", Code.NotFound);
+        },
+      }),
+    );
     await served.driver.shutdown({});
     for (const call of [
       served.driver.startTask({ task: { id: "late", name: "late", allocId: "a3" } }),
@@ -118,9 +143,13 @@ describe("overlapping calls", () => {
       expect(await codeOf(call)).toEqual({ code: Code.Unavailable, message: "plugin shutting down" });
     }
     expect(started).toEqual(["t1"]);
+    // Streams opened now end at once, OK (Nomad reopens a stream that ended; NotFound would log an ERROR).
     const fp = [];
     for await (const m of served.driver.fingerprint({})) fp.push(m);
     expect(fp).toEqual([]);
+    const stats = [];
+    for await (const m of served.driver.taskStats({ taskId: "t1" })) stats.push(m);
+    expect(stats).toEqual([]);
   });
 
   it("an exec in flight when the plugin shuts down fails with Unavailable, not what the teardown did to it", async () => {

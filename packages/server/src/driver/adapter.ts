@@ -353,7 +353,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   let config: PC | undefined;
   let nomadConfig: NomadConfig | undefined;
   let compute: HostCompute | undefined = options.hostCompute;
-  let configGeneration = 0;
+  let configQueue: Promise<unknown> = Promise.resolve();
 
   const events = new TaskEventHub((id) => {
     const t = tasks.get(id);
@@ -431,24 +431,30 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       name: driver.name,
     }),
     configSchema: () => ({ spec: configSpec }),
-    async setConfig(req, hc) {
-      const decoded = driver.configSchema !== undefined ? decodeConfig(driver.configSchema, req.msgpackConfig, "plugin config") : (undefined as PC);
-      const before = { config, nomadConfig, compute };
-      const generation = ++configGeneration;
-      config = decoded;
-      nomadConfig = req.nomadConfig;
-      if (options.hostCompute === undefined) compute = computeFromTopology(req.nomadConfig?.driver?.Topology) ?? compute;
-      try {
-        await driver.setConfig?.(decoded, call(hc));
-      } catch (err) {
-        // A config the driver refuses does not take effect: the previous one stays, unless a
-        // SetConfig that came meanwhile replaced it (then that one stays).
-        if (configGeneration === generation) ({ config, nomadConfig, compute } = before);
-        throw err;
-      }
-      return {};
+    setConfig(req, hc) {
+      // One at a time, in the order they came (Nomad sends them so): a refused config's rollback
+      // then restores exactly what it replaced.
+      const applied = configQueue.then(() => applyConfig(req, hc));
+      configQueue = applied.catch(() => undefined);
+      return applied;
     },
   };
+
+  async function applyConfig(req: Parameters<NonNullable<BasePluginHandlers["setConfig"]>>[0], hc: HandlerContext): Promise<Record<string, never>> {
+    const decoded = driver.configSchema !== undefined ? decodeConfig(driver.configSchema, req.msgpackConfig, "plugin config") : (undefined as PC);
+    const before = { config, nomadConfig, compute };
+    config = decoded;
+    nomadConfig = req.nomadConfig;
+    if (options.hostCompute === undefined) compute = computeFromTopology(req.nomadConfig?.driver?.Topology) ?? compute;
+    try {
+      await driver.setConfig?.(decoded, call(hc));
+    } catch (err) {
+      // A config the driver refuses does not take effect: the previous one stays.
+      ({ config, nomadConfig, compute } = before);
+      throw err;
+    }
+    return {};
+  }
 
   const hasExec = driver.execTaskStreamingRaw !== undefined || driver.execTaskStreaming !== undefined;
   const defaultCaps = {
@@ -654,6 +660,9 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       }
     }
     handlers.taskStats = async function* (req, hc) {
+      // Opened after the plugin began to shut down (Nomad reopens a stream that ended): ends at once,
+      // as the open ones did; the driver may have let go of its tasks.
+      if (lifetime.signal.aborted) return;
       requireTask(req.taskId);
       const intervalMs = statsIntervalMs(req.collectionInterval);
       const ctx = new DriverStatsContext(hc, intervalMs) as unknown as TaskStatsContext<PC, TC>;
