@@ -351,6 +351,22 @@ describe.runIf(isRoot)("executor: the loader's variables", () => {
     expect(await rootPrograms()).toEqual([]);
   });
 
+  it("a command whose path contains \"=\" is refused with them set (env would take it for a variable), run without", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-eq="));
+    chmodSync(dir, 0o755);
+    try {
+      const cmd = join(dir, "true");
+      writeFileSync(cmd, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+      const exe = await executor();
+      await expectCode(exe.client.launch({ cmd, env: [PATH, "LD_LIBRARY_PATH=/nowhere"], user: "nobody" }), Code.InvalidArgument, "cmd");
+      const exe2 = await executor();
+      await exe2.client.launch({ cmd, env: [PATH], user: "nobody" });
+      expect((await exe2.client.wait({})).process!.exitCode).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("and inside a network namespace (nsenter, then setpriv)", async () => {
     const nets = new LinuxNetnsManager();
     const allocId = `nk-ld-${process.pid}`;

@@ -184,9 +184,11 @@ function afterUserSwitch(env: Record<string, string>, file: string, args: readon
   const rest = { ...env };
   for (const k of moved) delete rest[k];
   const assignments = moved.map((k) => `${k}=${env[k]}`);
-  // env takes an argument with "=" for one more variable: such a command goes through sh's exec.
-  const command = file.includes("=") ? ["/bin/sh", "-c", 'exec "$0" "$@"', file, ...args] : [file, ...args];
-  return { file: cachedEnvPath, args: ["--", ...assignments, ...command], env: rest };
+  // env would take it for one more variable (and a shell in between would rewrite the environment).
+  if (file.includes("=")) {
+    throw new ConnectError(`cmd: cannot start ${JSON.stringify(file)} as another user with ${moved[0]} set: its path contains "="`, Code.InvalidArgument);
+  }
+  return { file: cachedEnvPath, args: ["--", ...assignments, file, ...args], env: rest };
 }
 
 /**
