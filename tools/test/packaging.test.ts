@@ -128,7 +128,7 @@ describe("ESM and CommonJS consumers", () => {
       notConfused: true,
       launchError: true,
       environmentError: true,
-      mixedSpec: true,
+      mixedSpec: { missing: 'field "a": required attribute is missing', wrongType: expect.stringMatching(/^field "cmd": /), badDefault: "refused" },
       subclassesKept: true,
     });
   });

@@ -12,6 +12,8 @@ declare const VALUE: unique symbol;
 declare const OPTIONAL: unique symbol;
 
 const specBrand = Symbol.for("@nomadkit/server/HclSpec");
+/** Each node class's name on its prototype, for `instanceof` across builds. */
+const specKind = Symbol.for("@nomadkit/server/HclSpec.kind");
 
 /**
  * One node of a config schema. `T` is the decoded value's type; `Optional` is true when the value
@@ -24,8 +26,12 @@ export abstract class HclSpec<T = unknown, Optional extends boolean = boolean> {
    * of a library built for the other module system with its own.
    */
   static [Symbol.hasInstance](v: unknown): boolean {
-    if (this !== HclSpec) return Function.prototype[Symbol.hasInstance].call(this, v);
-    return typeof v === "object" && v !== null && (v as Record<symbol, unknown>)[specBrand] === true;
+    if (typeof v !== "object" || v === null) return false;
+    if (this === HclSpec) return (v as Record<symbol, unknown>)[specBrand] === true;
+    // A node class of this package (spec.attr's, spec.default's, ...): by its kind, whichever build.
+    const kind = Object.prototype.hasOwnProperty.call(this.prototype, specKind) ? (this.prototype as unknown as Record<symbol, unknown>)[specKind] : undefined;
+    if (kind !== undefined) return (v as Record<symbol, unknown>)[specKind] === kind;
+    return Function.prototype[Symbol.hasInstance].call(this, v);
   }
 
   /** Phantom: the decoded type (type-level only). */
@@ -496,3 +502,5 @@ function hclName(f: HclSpec, key: string): string {
   const own = (f as { name?: unknown }).name;
   return typeof own === "string" && own !== "" ? own : key;
 }
+
+for (const [kind, node] of Object.entries({ AttrSpec, ObjectSpec, ArraySpec, BlockSpec, BlockAttrsSpec, BlockListSpec, BlockMapSpec, DefaultSpec, LiteralSpec })) Object.defineProperty(node.prototype, specKind, { value: kind });
