@@ -19,11 +19,13 @@ import { launchPlugin } from "@nomadkit/client";
 const ctx = await prepareTaskContext({ env: ["PATH=/usr/bin:/bin"] });
 const io = () => ({ stdin: Readable.from([]), stdout: new PassThrough().resume(), stderr: new PassThrough().resume() });
 const outcome = (p) => p.then(() => "succeeded", (e) => (e.code !== undefined ? e.code + " " : "") + (e.rawMessage ?? e.message));
+await runExecCommand({ command: ["true"], tty: true }, io()); // node-pty loaded while files can still be opened
 const fill = [];
 try { for (;;) fill.push(openSync("/dev/null", "r")); } catch {}
 closeSync(fill.pop()); // one left: not enough for a child's pipes
 const r = {};
 r.runExecCommand = await outcome(runExecCommand({ command: ["true"] }, io()));
+r.tty = await outcome(runExecCommand({ command: ["true"], tty: true }, io()));
 r.spawnInContext = await outcome((async () => spawnInContext(ctx, "/bin/true", [], { stdio: "pipe" }))());
 r.launchExecutor = await outcome(launchExecutor());
 r.launchPlugin = await outcome(launchPlugin("/bin/true"));
@@ -41,6 +43,7 @@ describe("spawning with no file descriptor left", () => {
     expect(res.status).toBe(0);
     const r = JSON.parse(res.stdout) as Record<string, string>;
     expect(r.runExecCommand).toMatch(/^8 cannot start "\/.*true": no file descriptor left/); // ResourceExhausted
+    expect(r.tty).toMatch(/^8 exec "\/.*true": cannot open a terminal: /);
     expect(r.spawnInContext).toMatch(/^8 cannot start "\/bin\/true": no file descriptor left/);
     expect(r.launchExecutor).toMatch(/^cannot start the nomadkit executor: spawn .* E[MN]FILE/);
     expect(r.launchPlugin).toMatch(/^cannot start plugin .*: spawn \/bin\/true E[MN]FILE/);

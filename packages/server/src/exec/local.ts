@@ -314,17 +314,23 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   const gate = options.ptyGate;
   // node-pty adds PWD and TERM to the environment it starts a process with: the gated command gets them too.
   const command = gate ? gate.wrap(file, args, { ...env, PWD: cwd, TERM: name }) : { file, args, env };
-  const term = pty.spawn(command.file, command.args, {
-    name,
-    cols: size !== undefined && size.width > 0 ? size.width : 80,
-    rows: size !== undefined && size.height > 0 ? size.height : 24,
-    cwd,
-    env: command.env,
-    ...(options.uid !== undefined ? { uid: options.uid } : {}),
-    ...(options.gid !== undefined ? { gid: options.gid } : {}),
-    // Raw bytes, not decoded strings.
-    encoding: null,
-  } as Parameters<typeof pty.spawn>[2]) as unknown as Pty;
+  let term: Pty;
+  try {
+    term = pty.spawn(command.file, command.args, {
+      name,
+      cols: size !== undefined && size.width > 0 ? size.width : 80,
+      rows: size !== undefined && size.height > 0 ? size.height : 24,
+      cwd,
+      env: command.env,
+      ...(options.uid !== undefined ? { uid: options.uid } : {}),
+      ...(options.gid !== undefined ? { gid: options.gid } : {}),
+      // Raw bytes, not decoded strings.
+      encoding: null,
+    } as Parameters<typeof pty.spawn>[2]) as unknown as Pty;
+  } catch (err) {
+    // node-pty's only failure before the fork is forkpty(3)'s: no terminal or descriptor left.
+    throw new ConnectError(`exec ${JSON.stringify(file)}: cannot open a terminal: ${(err as Error).message} (out of file descriptors or terminals)`, Code.ResourceExhausted);
+  }
 
   const exited = new Promise<{ exitCode: number; signal?: number }>((r) => term.onExit(r));
   const drain = new PtyDrain(term, io.stdout);
