@@ -2,7 +2,9 @@
 // form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { PassThrough, Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
@@ -275,8 +277,12 @@ describe("runExecCommand", () => {
   });
 
   it("leaves out the cookie of another go-plugin host this process was served by", async () => {
-    // servePlugin({ handshake }) notes its cookie variable as it checks it.
-    noteHostCookie({ cookieKey: "NK_OTHER_HOST_COOKIE", cookieValue: "s3cr3t" });
+    // servePlugin({ handshake }) notes its cookie variable as it checks it, maybe in another copy of
+    // this package (the launcher's bundled transport, the other build): here the CommonJS build's.
+    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/cjs/goplugin/env.js");
+    const other = createRequire(import.meta.url)(built) as { noteHostCookie: typeof noteHostCookie };
+    expect(other.noteHostCookie).not.toBe(noteHostCookie);
+    other.noteHostCookie({ cookieKey: "NK_OTHER_HOST_COOKIE", cookieValue: "s3cr3t" });
     const out = await inheritedEnv({ NK_OTHER_HOST_COOKIE: "s3cr3t" });
     expect(out).toContain("PATH=");
     expect(out).not.toContain("NK_OTHER_HOST_COOKIE");

@@ -40,8 +40,12 @@ export function withoutGoPluginVariables(env: NodeJS.ProcessEnv): Record<string,
   return out;
 }
 
-/** Cookie variables of hosts other than Nomad this process was served by (left out like Nomad's). */
-const hostCookieKeys = new Set<string>();
+/**
+ * Cookie variables of hosts other than Nomad this process was served by (left out like Nomad's).
+ * Process-wide, not per module copy: the launcher's transport and the plugin's SDK may be separate
+ * copies (a bundle, or the ESM and CommonJS builds).
+ */
+const hostCookieKeys: Set<string> = ((globalThis as Record<symbol, unknown>)[Symbol.for("@nomadkit/server.hostCookieKeys")] ??= new Set<string>()) as Set<string>;
 
 /** Remember the cookie variable of the handshake this process serves, for {@link withoutGoPluginVariables}. */
 export function noteHostCookie(h: HandshakeConfig): void {
