@@ -5,8 +5,9 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * Shapes a JSON config like Nomad's HCL decoder (hcldec) shapes an operator's block before encoding
  * it, through nested blocks too: every declared attribute is present; a missing one, or one set to
  * null, takes its declared default (a `Default` spec with a literal) or null; a missing block list
- * or map is empty; a primitive attribute's value is converted to its declared type where HCL
- * converts (`"8080"` for a number, `5` for a string, `"true"` for a bool). Keys the schema does not
+ * or map is empty; a primitive attribute's value, and each element of a list, set or map one, is
+ * converted to its declared type where HCL converts (`"8080"` for a number, `5` for a string,
+ * `"true"` for a bool). Keys the schema does not
  * declare are kept, so the plugin gets the chance to reject them.
  *
  * @example
@@ -51,9 +52,20 @@ function shape(spec: Spec | undefined, value: unknown): unknown {
 
 const NUMBER = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
 
-/** cty's conversions between primitive types, the ones an HCL attribute gets; anything else is left for the plugin to judge. */
+/**
+ * cty's conversions between primitive types, the ones an HCL attribute gets, inside collections too
+ * (`list(string)` turns `[8080, true]` into `["8080", "true"]`, `map(string)` each value); anything
+ * else is left for the plugin to judge.
+ */
 function convert(type: string, value: unknown): unknown {
-  switch (type) {
+  const t = type.replace(/\s+/g, "");
+  const collection = /^(list|set|map)\((.*)\)$/.exec(t);
+  if (collection !== null) {
+    const [, kind, element] = collection as unknown as [string, string, string];
+    if (kind === "map") return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(element, v)])) : value;
+    return Array.isArray(value) ? value.map((v) => convert(element, v)) : value;
+  }
+  switch (t) {
     case "string":
       return typeof value === "number" || typeof value === "boolean" ? String(value) : value;
     case "number":

@@ -54,6 +54,27 @@ describe("shapeConfig", () => {
     // What HCL would not convert stays as given, for the plugin to refuse.
     expect(shapeConfig(nested, { port: "eighty" })).toMatchObject({ port: "eighty", mount: [], volume: {} });
   });
+  it("converts the elements of lists, sets and maps as cty does (nested too)", () => {
+    const collections = create(SpecSchema, {
+      block: {
+        case: "object",
+        value: {
+          attributes: {
+            args: attr("args", "list(string)"),
+            ports: attr("ports", "set( number )"),
+            env: attr("env", "map(string)"),
+            matrix: attr("matrix", "list(map(bool))"),
+          },
+        },
+      },
+    });
+    expect(
+      shapeConfig(collections, { args: [8080, 2.5, true, "x"], ports: ["80", 443], env: { PORT: 8080, DEBUG: false }, matrix: [{ a: "true", b: "false" }] }),
+    ).toEqual({ args: ["8080", "2.5", "true", "x"], ports: [80, 443], env: { PORT: "8080", DEBUG: "false" }, matrix: [{ a: true, b: false }] });
+    // Not a collection where one is declared: left for the plugin to refuse.
+    expect(shapeConfig(collections, { args: "x", env: [1] })).toMatchObject({ args: "x", env: [1] });
+  });
+
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });
