@@ -97,7 +97,21 @@ export function parseDurationMs(flag: string, text: string): number {
   const ms = m[2] === "s" ? n * 1000 : m[2] === "m" ? n * 60_000 : n;
   if (ms <= 0)
     throw new CliError(`${flag} ${JSON.stringify(text)}: must be positive`);
+  // What a protobuf Duration holds (Go's ptypes.Duration refuses more).
+  if (ms > MAX_DURATION_MS)
+    throw new CliError(`${flag} ${JSON.stringify(text)}: must be at most 315576000000s`);
   return ms;
+}
+
+const MAX_DURATION_MS = 315_576_000_000 * 1000;
+
+/**
+ * `ms` as a protobuf Duration: whole nanoseconds, `nanos` always below one second (an interval
+ * like 1.9999999999s rounds to 2 s, not 1 s and 1,000,000,000 ns, which Go refuses).
+ */
+export function durationOfMs(ms: number): { seconds: bigint; nanos: number } {
+  const ns = BigInt(Math.round(ms * 1e6));
+  return { seconds: ns / 1_000_000_000n, nanos: Number(ns % 1_000_000_000n) };
 }
 
 /** Parses repeated `KEY=VALUE` options. */

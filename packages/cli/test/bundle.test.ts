@@ -663,6 +663,13 @@ describe("nomadkit bundle", () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nomadkit: --out a-file:");
 
+    // Under /proc mkdir says ENOENT below an existing parent: Node's recursive mkdirSync spun forever.
+    const started = Date.now();
+    r = bundle("hello.mjs", "--out", "/proc/nk-no-such/out");
+    expect(Date.now() - started).toBeLessThan(60_000);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^nomadkit: --out \/proc\/nk-no-such\/out: cannot create the directory \(ENOENT/);
+
     r = bundle("syntax.mjs", "--out", "syntax");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nomadkit: bundle syntax.mjs: esbuild failed:");

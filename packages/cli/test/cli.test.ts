@@ -355,12 +355,38 @@ describe("nomadkit", () => {
     expect(stats.stdout).toContain("cpu 12.5%");
     expect(stats.stdout).toContain("rss 10.0 MiB");
 
+    // Ctrl-C ends a stats or fingerprint watch with 128 + SIGINT, as `nomadkit --help` says.
+    for (const args of [["stats", state, taskId!, "--interval", "50ms"], ["fingerprint", driver, "--watch"]]) {
+      const watch = start(args);
+      await new Promise<void>((resolve) => watch.child.stdout.once("data", () => resolve()));
+      watch.child.kill("SIGINT");
+      expect([args[0], (await watch.done).code]).toEqual([args[0], 130]);
+    }
+
+    // A second run may not take the state file while this run's plugin lives.
+    const second = await nomadkit("run", driver, "--task-config", join(dir, "long.json"), "--state", state);
+    expect(second.code).toBe(1);
+    expect(second.stderr).toMatch(/--state .*: belongs to a run whose plugin \(pid \d+\) is still running; not overwriting it\n$/);
+    expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({ taskId });
+
     run.child.kill("SIGINT");
     const r = await run.done;
     expect(r.stderr).toContain("stopping task");
     expect(r.stderr).toMatch(/task exited with code 143 \(signal 15\)/);
     expect(r.code).toBe(143);
     expect(existsSync(state)).toBe(false);
+  });
+
+  it("run --state removes, at its end, only its own state file (not one another run wrote there since)", async () => {
+    const state = join(dir, "replaced-state.json");
+    const run = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", state]);
+    await run.stderrMatch(/wrote /);
+    const other = { kind: "nomadkit-run-state", plugin: "other", taskId: "someone-else", reattach: { pid: 1 } };
+    writeFileSync(state, JSON.stringify(other)); // as another run would, had it been let
+    run.child.kill("SIGINT");
+    expect((await run.done).code).toBe(143);
+    expect(JSON.parse(readFileSync(state, "utf8"))).toEqual(other);
+    rmSync(state);
   });
 
   it("Ctrl-C stops the task with its --kill-signal, by default none (as Nomad for a job without kill_signal)", async () => {
@@ -699,6 +725,9 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
       "soon",
     );
     expect(interval.stderr).toContain("--interval");
+    const huge = await nomadkit("stats", driver, "t1", "--interval", "99999999999999s");
+    expect(huge.code).toBe(1);
+    expect(huge.stderr).toBe('nomadkit: --interval "99999999999999s": must be at most 315576000000s\n');
     const noCommand = await nomadkit("exec", driver, "t1");
     expect(noCommand.code).not.toBe(0);
     expect(noCommand.stderr).toContain("command");

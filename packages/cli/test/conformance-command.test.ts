@@ -139,5 +139,13 @@ describe("nomadkit conformance", () => {
     const signal = await nomadkit(["conformance", rawexec, "--signal", "BOGUS"]);
     expect(signal.code).toBe(1);
     expect(signal.stderr).toBe('nomadkit: --signal "BOGUS": not a signal (a name such as SIGHUP, or a number)\n');
+    // Values that would make a working driver fail: refused before anything runs.
+    for (const untrappable of ["KILL", "9", "stop"]) {
+      const r = await nomadkit(["conformance", rawexec, "--signal", untrappable]);
+      expect([untrappable, r.code, r.stdout]).toEqual([untrappable, 1, ""]);
+      expect(r.stderr).toMatch(/^nomadkit: --signal ".*": SIG(KILL|STOP) cannot be trapped/);
+    }
+    const shell = await nomadkit(["conformance", rawexec, "--exec-shell", ""]);
+    expect(shell.stderr).toBe("nomadkit: --exec-shell: must name a shell (the default task runs under it)\n");
   });
 });

@@ -11,7 +11,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { basename, extname, join, resolve } from "node:path";
+import { basename, dirname, extname, join, resolve } from "node:path";
 import { CliError } from "../errors.js";
 import {
   trainCodeCache,
@@ -211,7 +211,7 @@ export async function bundlePlugin(
   checkName(name);
   const outDir = resolve(options.outDir);
   try {
-    mkdirSync(outDir, { recursive: true });
+    makeDirectory(outDir);
   } catch (err) {
     throw new CliError(
       `--out ${options.outDir}: cannot create the directory (${(err as Error).message})`,
@@ -512,4 +512,18 @@ function recordLoadLaunch(
       JSON.stringify({ version: 1, bundleSha256, transport, calls }, null, 2) +
       "\n",
   };
+}
+
+/**
+ * `mkdir -p`, one level at a time: Node's recursive mkdirSync never returns (and holds the event
+ * loop, so not even Ctrl-C ends it) where a directory cannot be made under an existing parent and
+ * says ENOENT, as under /proc.
+ */
+function makeDirectory(dir: string): void {
+  const missing: string[] = [];
+  for (let d = dir; !existsSync(d); d = dirname(d)) {
+    missing.push(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of missing.reverse()) mkdirSync(d);
 }

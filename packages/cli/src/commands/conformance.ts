@@ -32,6 +32,11 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   }
   if (!plugin) throw new CliError("missing argument <plugin> (the driver executable to test)");
   const signal = signalFlag("--signal", flags.signal, "SIGHUP");
+  // The check's task traps the signal and reports it: one that cannot be trapped would only time out.
+  if (signal === "SIGKILL" || signal === "SIGSTOP")
+    throw new CliError(`--signal ${JSON.stringify(flags.signal)}: ${signal} cannot be trapped, and the signal-task check needs a task that reports the signal it got`);
+  if (flags.execShell !== undefined && flags.execShell.trim() === "")
+    throw new CliError("--exec-shell: must name a shell (the default task runs under it)");
   if (flags.taskCgroup) checkCgroupParent(flags.cgroupParent);
   const { cmd, args } = pluginCommand(plugin);
   const options: ConformanceOptions = {

@@ -113,7 +113,11 @@ export async function fingerprintCommand(
   await withPlugin(plugin, g, async (c) => {
     await configure(c, config);
     const stop = new AbortController();
-    const onSigint = () => stop.abort();
+    // Ctrl-C ends the watch; the command then exits 130 (128 + SIGINT), as `nomadkit --help` says.
+    const onSigint = () => {
+      process.exitCode = 130;
+      stop.abort();
+    };
     process.once("SIGINT", onSigint);
     let seen = 0;
     try {

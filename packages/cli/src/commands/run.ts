@@ -168,7 +168,7 @@ export async function runCommand(
         destroyed = true;
         await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
       }
-      if (statePath && wroteState) rmSync(statePath, { force: true });
+      if (statePath && wroteState && holdsTask(statePath, taskId)) rmSync(statePath, { force: true });
     })());
   // Registered after the plugin's release, so it runs first: the task goes before its plugin.
   const noCleanup = onInterrupt(async () => {
@@ -250,7 +250,7 @@ export async function runCommand(
       }
       wroteState = true;
       process.stderr.write(
-        `nomadkit: wrote ${statePath}; try: nomadkit exec ${opts.state} ${taskId} -it -- /bin/sh\n`,
+        `nomadkit: wrote ${statePath}; try: nomadkit exec ${shellQuote(opts.state!)} ${taskId} -it -- /bin/sh\n`,
       );
     }
     let wait;
@@ -326,14 +326,49 @@ function checkStatePath(path: string): void {
       `--state ${path}: exists and cannot be read: ${(err as Error).message}`,
     );
   }
-  let kind: unknown;
+  let parsed: Partial<RunState> | null = null;
   try {
-    kind = (JSON.parse(existing) as { kind?: unknown } | null)?.kind;
+    parsed = JSON.parse(existing) as Partial<RunState> | null;
   } catch {
     // not JSON: not ours
   }
-  if (kind !== "nomadkit-run-state")
+  if (parsed?.kind !== "nomadkit-run-state")
     throw new CliError(
       `--state ${path}: exists and is not a state file of "nomadkit run"; not overwriting it`,
     );
+  // Left behind by a run that ended uncleanly: fine to replace. Not while its plugin still runs:
+  // that run's exec and stats need it.
+  const pid = parsed.reattach?.pid;
+  if (typeof pid === "number" && pid > 0 && processRuns(pid))
+    throw new CliError(
+      `--state ${path}: belongs to a run whose plugin (pid ${pid}) is still running; not overwriting it`,
+    );
+}
+
+/** Whether `pid` is a live process (a zombie counts as gone). */
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+  try {
+    return !/^\d+ \(.*\) [ZX] /s.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return true; // no /proc: the signal said it exists
+  }
+}
+
+/** Whether the state file at `path` still describes task `taskId` (another run may have replaced it since). */
+function holdsTask(path: string, taskId: string): boolean {
+  try {
+    return (JSON.parse(readFileSync(path, "utf8")) as Partial<RunState>).taskId === taskId;
+  } catch {
+    return false;
+  }
+}
+
+/** `s` as one POSIX shell word, quoted only when it needs to be (a hint the user pastes). */
+function shellQuote(s: string): string {
+  return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }

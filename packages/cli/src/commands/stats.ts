@@ -4,7 +4,7 @@ import {
   TaskStatsResponseSchema,
   type TaskStatsResponse,
 } from "@nomadkit/protocol/driver";
-import { parseDurationMs } from "../files.js";
+import { durationOfMs, parseDurationMs } from "../files.js";
 import { formatBytes } from "../output.js";
 import { connectPlugin, rpcError, type GlobalOptions } from "../plugin.js";
 import { CliError } from "../errors.js";
@@ -41,20 +41,17 @@ export async function statsCommand(
   }
   const c = await connectPlugin(plugin, g);
   const stop = new AbortController();
-  const onSigint = () => stop.abort();
+  // Ctrl-C ends the stream; the command then exits 130 (128 + SIGINT), as `nomadkit --help` says.
+  const onSigint = () => {
+    process.exitCode = 130;
+    stop.abort();
+  };
   process.on("SIGINT", onSigint);
   const live = !opts.json && process.stdout.isTTY === true;
   let n = 0;
   try {
-    const seconds = Math.floor(intervalMs / 1000);
     const stream = c.plugin.driver.taskStats(
-      {
-        taskId,
-        collectionInterval: {
-          seconds: BigInt(seconds),
-          nanos: Math.round((intervalMs - seconds * 1000) * 1e6),
-        },
-      },
+      { taskId, collectionInterval: durationOfMs(intervalMs) },
       { signal: stop.signal },
     );
     for await (const res of stream) {
