@@ -37,6 +37,7 @@ describe("overlapping calls", () => {
           const tag = (config as { tag?: string } | undefined)?.tag ?? "";
           seen.push(tag);
           if (tag === "A") await refuse.promise;
+          if (tag === "SLOW") await new Promise((r) => setTimeout(r, 300));
           if (tag.startsWith("bad")) throw new Error(`${tag} is refused`);
           if (tag === "A") throw new Error("A is refused");
         },
@@ -57,6 +58,17 @@ describe("overlapping calls", () => {
     expect((await c).message).toContain("bad-C is refused");
     expect(seen).toEqual(["", "GOOD", "A", "B", "bad-C"]);
     expect(served.host.context.config).toEqual({ tag: "B" });
+
+    // One whose caller gave up while it waited its turn is not applied when its turn comes.
+    const slowAccepted = base.setConfig({ msgpackConfig: encode({ tag: "SLOW" }) });
+    await new Promise((r) => setTimeout(r, 20));
+    const gaveUp = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "GAVE-UP" }) }, { timeoutMs: 100 }));
+    expect((await gaveUp).code).toBe(Code.DeadlineExceeded);
+    await slowAccepted;
+    await new Promise((r) => setTimeout(r, 50));
+    expect(seen).not.toContain("GAVE-UP");
+    expect(served.host.context.config).toEqual({ tag: "SLOW" });
+    await base.setConfig({ msgpackConfig: encode({ tag: "B" }) });
 
     // Two refused ones in a row: the last accepted config stays.
     const slow = codeOf(base.setConfig({ msgpackConfig: encode({ tag: "A" }) }));

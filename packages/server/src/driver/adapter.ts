@@ -441,6 +441,8 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   };
 
   async function applyConfig(req: Parameters<NonNullable<BasePluginHandlers["setConfig"]>>[0], hc: HandlerContext): Promise<Record<string, never>> {
+    // Its caller gave up while it waited for its turn: it must not take effect behind their back.
+    if (hc.signal.aborted) throw new ConnectError("SetConfig cancelled by the caller before it was applied", Code.Canceled);
     const decoded = driver.configSchema !== undefined ? decodeConfig(driver.configSchema, req.msgpackConfig, "plugin config") : (undefined as PC);
     const before = { config, nomadConfig, compute };
     config = decoded;

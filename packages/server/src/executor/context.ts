@@ -128,6 +128,8 @@ export function commandInContext(
   ctx: TaskContext,
   file: string,
   args: readonly string[],
+  /** The request field that named `file`, for errors. */
+  field = "cmd",
 ): {
   /** Executable to spawn (`nsenter` with a network namespace, `setpriv` with a user). */
   file: string;
@@ -143,7 +145,7 @@ export function commandInContext(
   const asUser = ctx.user ? userCommand(ctx.user, file, args) : undefined;
   // Root runs setpriv or nsenter before the switch: the loader's variables must not reach them.
   const wrapped = ctx.user !== undefined && ctx.user.uid !== 0 && (asUser !== undefined || needsNetns(ctx.network));
-  const after = wrapped ? afterUserSwitch(ctx.env, file, args) : undefined;
+  const after = wrapped ? afterUserSwitch(ctx.env, file, args, field) : undefined;
   const env = after?.env ?? ctx.env;
   const inner = after ?? { file, args: [...args] };
   const cmd = ctx.user && asUser ? userCommand(ctx.user, inner.file, inner.args)! : inner;
@@ -176,7 +178,7 @@ let cachedEnvPath: string | null | undefined;
  * execs the command (same pid); the environment without them. Undefined when there are none, or
  * no `env` (then the wrappers get them, as before).
  */
-function afterUserSwitch(env: Record<string, string>, file: string, args: readonly string[]): { file: string; args: string[]; env: Record<string, string> } | undefined {
+function afterUserSwitch(env: Record<string, string>, file: string, args: readonly string[], field: string): { file: string; args: string[]; env: Record<string, string> } | undefined {
   const moved = Object.keys(env).filter((k) => k.startsWith("LD_") || LOADER_VARIABLES.has(k));
   if (moved.length === 0) return undefined;
   if (cachedEnvPath === undefined) cachedEnvPath = ["/usr/bin/env", "/bin/env"].find((p) => existsSync(p)) ?? null;
@@ -186,7 +188,7 @@ function afterUserSwitch(env: Record<string, string>, file: string, args: readon
   const assignments = moved.map((k) => `${k}=${env[k]}`);
   // env would take it for one more variable (and a shell in between would rewrite the environment).
   if (file.includes("=")) {
-    throw new ConnectError(`cmd: cannot start ${JSON.stringify(file)} as another user with ${moved[0]} set: its path contains "="`, Code.InvalidArgument);
+    throw new ConnectError(`${field}: cannot start ${JSON.stringify(file)} as another user with ${moved[0]} set: its path contains "="`, Code.InvalidArgument);
   }
   return { file: cachedEnvPath, args: ["--", ...assignments, file, ...args], env: rest };
 }

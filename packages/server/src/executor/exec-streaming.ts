@@ -40,7 +40,7 @@ export function execStreamingInTask(
           const ctx = task.context;
           // Resolve here with the task's PATH: inside nsenter a missing command would only be exit 127.
           const file = lookPath(session.command[0]!, ctx, "setup.command[0]");
-          const c = commandInContext(ctx, file, session.command.slice(1));
+          const c = commandInContext(ctx, file, session.command.slice(1), "setup.command[0]");
           options.command = [c.file, ...c.args];
           options.env = c.env;
           options.cwd = ctx.cwd;
