@@ -368,6 +368,13 @@ describe("nomadkit", () => {
     expect(second.code).toBe(1);
     expect(second.stderr).toMatch(/--state .*: belongs to a run whose plugin \(pid \d+\) is still running; not overwriting it\n$/);
     expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({ taskId });
+    // One whose plugin's socket is gone is stale, whatever now runs under its pid (here pid 1).
+    const stale = join(dir, "stale-state.json");
+    writeFileSync(stale, JSON.stringify({ kind: "nomadkit-run-state", plugin: "p", taskId: "t", reattach: { pid: 1, network: "unix", address: join(dir, "gone.sock") } }));
+    const over = start(["run", driver, "--task-config", join(dir, "long.json"), "--state", stale]);
+    await over.stderrMatch(/wrote /);
+    over.child.kill("SIGINT");
+    expect((await over.done).code).toBe(143);
 
     run.child.kill("SIGINT");
     const r = await run.done;

@@ -52,6 +52,12 @@ function shape(spec: Spec | undefined, value: unknown): unknown {
 
 const NUMBER = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
 
+/** A number as cty writes it into a string (Go's 'f' format: never an exponent, 1e21 → "1000000000000000000000"). */
+function ctyNumberString(n: number): string {
+  const s = String(n);
+  return /e/i.test(s) && Number.isFinite(n) ? n.toLocaleString("en-US", { useGrouping: false, maximumFractionDigits: 20 }) : s;
+}
+
 /**
  * cty's conversions between primitive types, the ones an HCL attribute gets, inside collections too
  * (`list(string)` turns `[8080, true]` into `["8080", "true"]`, `map(string)` each value); anything
@@ -67,11 +73,12 @@ function convert(type: string, value: unknown): unknown {
   }
   switch (t) {
     case "string":
-      return typeof value === "number" || typeof value === "boolean" ? String(value) : value;
+      return typeof value === "number" ? ctyNumberString(value) : typeof value === "boolean" ? String(value) : value;
     case "number":
       return typeof value === "string" && NUMBER.test(value.trim()) ? Number(value) : value;
     case "bool":
-      return value === "true" ? true : value === "false" ? false : value;
+      // cty's string to bool: "true" and "1", "false" and "0".
+      return value === "true" || value === "1" ? true : value === "false" || value === "0" ? false : value;
     default:
       return value;
   }

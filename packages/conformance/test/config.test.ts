@@ -71,6 +71,9 @@ describe("shapeConfig", () => {
     expect(
       shapeConfig(collections, { args: [8080, 2.5, true, "x"], ports: ["80", 443], env: { PORT: 8080, DEBUG: false }, matrix: [{ a: "true", b: "false" }] }),
     ).toEqual({ args: ["8080", "2.5", "true", "x"], ports: [80, 443], env: { PORT: "8080", DEBUG: "false" }, matrix: [{ a: true, b: false }] });
+    // cty's primitive conversions: "1"/"0" are bools, numbers never take an exponent in a string.
+    const prim = create(SpecSchema, { block: { case: "object", value: { attributes: { flags: attr("flags", "list(bool)"), big: attr("big", "list(string)") } } } });
+    expect(shapeConfig(prim, { flags: ["1", "0", "true"], big: [1e21, 1e-7, 2.5] })).toEqual({ flags: [true, false, true], big: ["1000000000000000000000", "0.0000001", "2.5"] });
     // Not a collection where one is declared: left for the plugin to refuse.
     expect(shapeConfig(collections, { args: "x", env: [1] })).toMatchObject({ args: "x", env: [1] });
   });

@@ -2,6 +2,7 @@
 import { randomUUID } from "node:crypto";
 import {
   accessSync,
+  existsSync,
   constants,
   mkdtempSync,
   readFileSync,
@@ -239,6 +240,8 @@ export async function runCommand(
         taskId,
         reattach: c.plugin.reattachConfig,
       };
+      // Again now: another run may have written it since the check at start-up.
+      checkStatePath(statePath);
       try {
         writeFileSync(statePath, JSON.stringify(state, null, 2) + "\n", {
           mode: 0o600,
@@ -339,7 +342,10 @@ function checkStatePath(path: string): void {
   // Left behind by a run that ended uncleanly: fine to replace. Not while its plugin still runs:
   // that run's exec and stats need it.
   const pid = parsed.reattach?.pid;
-  if (typeof pid === "number" && pid > 0 && processRuns(pid))
+  // Its plugin's socket gone means that plugin is (a pid alone may have been reused since).
+  const address = parsed.reattach?.address;
+  const socketGone = parsed.reattach?.network === "unix" && typeof address === "string" && !existsSync(address);
+  if (typeof pid === "number" && pid > 0 && !socketGone && processRuns(pid))
     throw new CliError(
       `--state ${path}: belongs to a run whose plugin (pid ${pid}) is still running; not overwriting it`,
     );
