@@ -13,7 +13,7 @@ import {
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
-import { RawExecTask, killOrphanedTask, processStart, type RawExecState } from "./task.js";
+import { RawExecTask, killOrphanedTask, killUnreachableExecutor, processStart, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
 export const PLUGIN_NAME = "nomadkit-rawexec";
@@ -144,7 +144,8 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         exe = await reattachExecutor(executor);
       } catch (err) {
         // Nomad starts the task again when recovery fails: the old one must not run on beside it.
-        const killed = driver !== undefined && killOrphanedTask(driver, task.allocId, executor.pid);
+        const killed = driver !== undefined && killOrphanedTask(driver, task.allocId);
+        killUnreachableExecutor(executor.pid, join(task.allocDir, task.name, "executor.out"));
         throw failedPrecondition(
           `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
         );

@@ -40,16 +40,14 @@ export function processStart(pid: number): number | undefined {
  * still the task: the pid's start time is the one recorded at launch, and its environment names
  * the task's allocation. A reused pid, a sibling task's process included, is left alone, and so
  * is any pid of a state without a start time (Nomad's raw_exec kills nothing here). Returns
- * whether it was killed. With `executorPid`, the executor is killed too when it is the task's
- * parent: one that runs on but cannot be reached (its socket gone, hung) would otherwise stay,
- * serving nothing, for as long as the host runs.
+ * whether it was killed.
  *
  * @example
  * ```ts
  * if (!isProcessAlive(exe.pid)) killOrphanedTask(state, task.allocId);
  * ```
  */
-export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, allocId: string, executorPid?: number): boolean {
+export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, allocId: string): boolean {
   const { pid } = state;
   if (pid <= 0 || allocId === "" || state.pidStart === undefined) return false;
   if (processStart(pid) !== state.pidStart) return false;
@@ -60,19 +58,6 @@ export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, 
     return false; // gone, or not ours to read
   }
   if (!environ.split("\0").includes(`NOMAD_ALLOC_ID=${allocId}`)) return false;
-  let parent: number | undefined;
-  try {
-    parent = parseProcStat(readFileSync(`/proc/${pid}/stat`, "latin1"))?.ppid;
-  } catch {
-    // gone meanwhile
-  }
-  if (executorPid !== undefined && executorPid > 1 && parent === executorPid) {
-    try {
-      process.kill(executorPid, "SIGKILL");
-    } catch {
-      // gone
-    }
-  }
   try {
     process.kill(-pid, "SIGKILL"); // the executor starts each task as a process group leader
   } catch {
@@ -83,6 +68,35 @@ export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, 
     }
   }
   return true;
+}
+
+/**
+ * SIGKILLs a task's executor that runs on but cannot be reached (its socket removed, hung) when a
+ * recovery gave up on it: it would otherwise stay, serving nothing, for as long as the host runs,
+ * whether its task still runs or not. Only the process whose command line is the executor this
+ * driver launched for the task: its config names the task's own `logFile`. Returns whether it was killed.
+ *
+ * @example
+ * ```ts
+ * killUnreachableExecutor(executor.pid, join(task.allocDir, task.name, "executor.out"));
+ * ```
+ */
+export function killUnreachableExecutor(pid: number, logFile: string): boolean {
+  if (pid <= 1) return false;
+  let config: { logFile?: unknown } | undefined;
+  try {
+    const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
+    config = JSON.parse(args[args.length - 1] ?? "") as { logFile?: unknown };
+  } catch {
+    return false; // gone, or not a process of ours
+  }
+  if (config?.logFile !== logFile) return false;
+  try {
+    process.kill(pid, "SIGKILL");
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -238,4 +238,24 @@ describe("recover after a plugin crash", () => {
     // Before: the executor stayed, serving nothing, for as long as the host ran.
     await until(() => !alive(state.executor.pid), "its executor to die");
   });
+
+  it("and so when its task has already ended", async () => {
+    const first = await startPlugin();
+    const t = newTask(sh("exit 3"));
+    const handle = await start(first, t);
+    const state = driverState(handle);
+    await first.driver.waitTask({ taskId: t.id });
+    process.kill(first.pid, "SIGKILL");
+    await first.exited;
+    const address = (JSON.parse(new TextDecoder().decode(handle.driverState)) as { executor: { address: string } }).executor.address;
+    rmSync(address);
+    expect(alive(state.executor.pid)).toBe(true); // executors outlive their tasks (as Nomad's)
+    const second = await startPlugin();
+    const err = await second.driver.recoverTask({ taskId: t.id, handle }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toContain("cannot reattach to its executor");
+    await until(() => !alive(state.executor.pid), "its executor to die");
+  });
 });
