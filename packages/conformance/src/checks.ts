@@ -12,7 +12,7 @@ import {
   type WaitTaskResponse,
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
-import { SIGNAL_MARKER, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
+import { SIGNAL_MARKER, START_MARKER, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
 import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
 
@@ -117,6 +117,11 @@ function describeExit(r: WaitTaskResponse | undefined): string {
   if (r.result.oomKilled) parts.push("oom_killed");
   if (r.err) parts.push(`err ${JSON.stringify(r.err)}`);
   return parts.join(", ");
+}
+
+/** Whether a WaitTask result says the task ended well: exit code 0, no signal. */
+function succeeded(r: WaitTaskResponse): boolean {
+  return (r.result?.exitCode ?? 0) === 0 && (r.result?.signal ?? 0) === 0;
 }
 
 async function settled(s: Suite, task: SuiteTask): Promise<WaitTaskResponse> {
@@ -627,7 +632,11 @@ export const CHECKS: readonly Check[] = [
       const r = await settled(s, task);
       expect(r.result, "WaitTask returned no result");
       expect(r.err === "", `WaitTask err ${JSON.stringify(r.err)}`);
-      if (s.defaultTask) await s.pidGone(pid!, `task pid ${pid} to be gone`);
+      if (s.defaultTask) {
+        await s.pidGone(pid!, `task pid ${pid} to be gone`);
+        // The default task traps only --signal: whatever stopped it, it did not exit 0 by itself.
+        expect(!succeeded(r), `the stopped task is reported as ${describeExit(r)}: Nomad would count a killed task as a success`);
+      }
       return describeExit(r);
     },
   },
@@ -638,6 +647,22 @@ export const CHECKS: readonly Check[] = [
     async run(s) {
       const r = await running(s).driver.waitTask({ taskId: s.main!.id }, s.co());
       expect(r.result, "WaitTask returned no result");
+      return describeExit(r);
+    },
+  },
+  {
+    name: "exit-code",
+    title: "WaitTask reports the exit code of a task that exits by itself (exit 7)",
+    needs: ["start-task"],
+    async run(s) {
+      if (!s.defaultTask) throw new SkipCheck("needs the default task (a custom taskConfig's exit status is not known)");
+      const p = running(s);
+      const task = s.newTask("exits", { taskConfig: { command: s.opts.execShell, args: ["-c", `echo "${START_MARKER} $$"; exit 7`] } });
+      await s.startTask(p, task);
+      const r = await settled(s, task);
+      await p.driver.destroyTask({ taskId: task.id, force: true }, s.co()).then(() => void (task.destroyed = true));
+      // Nomad's restart policy and a batch job's success read this code.
+      expect(r.result?.exitCode === 7 && r.result.signal === 0, `WaitTask reported ${describeExit(r)}, want exit_code 7`);
       return describeExit(r);
     },
   },
@@ -732,6 +757,7 @@ export const CHECKS: readonly Check[] = [
       if (err !== undefined) throw new CheckFailure(`StopTask failed: ${describe(err)}`);
       const r = await settled(s, task);
       await destroy();
+      expect(!succeeded(r), `the killed task is reported as ${describeExit(r)}: Nomad would count it as a success`);
       return `gone ${formatMs(ms)} after StopTask; ${describeExit(r)}`;
     },
   },

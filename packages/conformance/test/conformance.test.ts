@@ -209,6 +209,23 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "fails a driver that reports every task's end as exit code 0 (a killed or failed task counted as a success)",
+    async () => {
+      const report = await run(modesDriver, "exit-zero", ["stop-task", "exit-code", "stop-timeout"]);
+      const rows = byName(report);
+      expect(rows["stop-task"], formatReport(report)).toMatchObject({ status: "fail" });
+      expect(rows["stop-task"]!.message).toContain("Nomad would count a killed task as a success");
+      expect(rows["exit-code"]).toMatchObject({ status: "fail" });
+      expect(rows["exit-code"]!.message).toContain("want exit_code 7");
+      expect(rows["stop-timeout"]).toMatchObject({ status: "fail" });
+      // The same checks pass the driver without the bug.
+      const good = byName(await run(modesDriver, "", ["stop-task", "exit-code", "stop-timeout"]));
+      for (const name of ["stop-task", "exit-code", "stop-timeout"]) expect([name, good[name]!.status, good[name]!.message]).toEqual([name, "pass", expect.any(String)]);
+    },
+    180_000,
+  );
+
+  it(
     "destroys the exited task with force = true, as Nomad's task runner always does",
     async () => {
       // The driver kills the (reaped) pid on force and throws ESRCH; with force = false it never did.
