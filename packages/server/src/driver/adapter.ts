@@ -541,7 +541,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
       // whose wait ends when it lets go of its task): Nomad would take it for the task's end and
       // start it again beside the one still running. Unavailable is what it takes for the plugin
       // going away, and it recovers the task and waits again.
-      if (lifetime.signal.aborted) throw new ConnectError("plugin shutting down", Code.Unavailable);
+      if (lifetime.signal.aborted) throw shuttingDown();
       record.exit = { result: exit, at: new Date() };
       return { result: taskExitResult(exit), err: exit.err ?? "" };
     },
