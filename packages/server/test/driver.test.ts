@@ -10,6 +10,7 @@ import { RecoverableError, type PluginClient } from "@nomadkit/client";
 import { PluginType } from "@nomadkit/protocol/base";
 import {
   DriverCapabilities_FSIsolation,
+  DriverCapabilities_MountConfigs,
   FingerprintResponse_HealthState,
   FingerprintResponseSchema,
   NetworkIsolationSpec_NetworkIsolationMode,
@@ -99,6 +100,8 @@ describe("Driver", () => {
       sendSignals: true,
       exec: true,
       fsIsolation: DriverCapabilities_FSIsolation.NONE,
+      // Not the wire's 0 (ANY_MOUNTS): the test driver makes no mounts.
+      mountConfigs: DriverCapabilities_MountConfigs.NO_MOUNTS,
       mustCreateNetwork: true,
       disableLogCollection: true,
       networkIsolationModes: [NetworkIsolationSpec_NetworkIsolationMode.HOST, NetworkIsolationSpec_NetworkIsolationMode.GROUP],

@@ -2,6 +2,7 @@
 // capabilities derive from it stay as the last accepted SetConfig left them.
 import { encode } from "@msgpack/msgpack";
 import { BasePluginClient, DriverClient, createUnixSocketTransport } from "@nomadkit/client";
+import { DriverCapabilities_MountConfigs } from "@nomadkit/protocol/driver";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { spec } from "../src/config/index.js";
 import { createDriverHandlers, defineDriver, type DriverHost } from "../src/driver/index.js";
@@ -24,7 +25,10 @@ beforeAll(async () => {
       setConfig: (cfg) => {
         if (cfg.level === "bad") throw new Error("level: must not be bad");
       },
-      capabilities: (cfg) => ({ mustCreateNetwork: cfg?.network === true }),
+      capabilities: (cfg) => ({
+        mustCreateNetwork: cfg?.network === true,
+        ...(cfg?.level === "mounts" ? { mountConfigs: DriverCapabilities_MountConfigs.ANY_MOUNTS } : {}),
+      }),
       fingerprint: () => ({ health: "healthy" }),
       startTask: () => {},
       waitTask: () => ({ exitCode: 0 }),
@@ -54,4 +58,11 @@ it("keeps the last accepted plugin config when the driver refuses a new one", as
   expect(String(refused)).toContain("level: must not be bad");
   expect(host.context.config).toEqual({ level: "good", network: false });
   expect((await driver.capabilities({})).capabilities?.mustCreateNetwork).toBe(false);
+});
+
+it("says NO_MOUNTS unless the driver says it makes mounts (the wire's 0 means ANY_MOUNTS)", async () => {
+  await base.setConfig({ msgpackConfig: encode({ level: "good", network: false }) });
+  expect((await driver.capabilities({})).capabilities?.mountConfigs).toBe(DriverCapabilities_MountConfigs.NO_MOUNTS);
+  await base.setConfig({ msgpackConfig: encode({ level: "mounts", network: false }) });
+  expect((await driver.capabilities({})).capabilities?.mountConfigs).toBe(DriverCapabilities_MountConfigs.ANY_MOUNTS);
 });

@@ -13,6 +13,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { PluginType, type NomadConfig } from "@nomadkit/protocol/base";
 import {
   DriverCapabilities_FSIsolation,
+  DriverCapabilities_MountConfigs,
   DriverCapabilitiesSchema,
   ExecTaskStreamingRequestSchema,
   ExitResultSchema,
@@ -463,6 +464,10 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
     sendSignals: driver.signalTask !== undefined,
     exec: hasExec || driver.execTask !== undefined,
     fsIsolation: DriverCapabilities_FSIsolation.NONE,
+    // Not the wire default (0 is ANY_MOUNTS): Nomad then accepts host and CSI volumes for the task
+    // and, if the driver ignores TaskConfig.mounts, the task runs without them. A driver that makes
+    // mounts says so.
+    mountConfigs: DriverCapabilities_MountConfigs.NO_MOUNTS,
     networkIsolationModes:
       driver.createNetwork !== undefined
         ? [NetworkIsolationSpec_NetworkIsolationMode.HOST, NetworkIsolationSpec_NetworkIsolationMode.GROUP]

@@ -368,8 +368,11 @@ export interface Driver<PC = unknown, TC = unknown> {
   /**
    * Capabilities, merged over the SDK's defaults: `sendSignals` when `signalTask` exists, `exec`
    * when an exec method exists, `mustCreateNetwork` when `createNetwork` exists, filesystem
-   * isolation NONE, network modes HOST (plus GROUP with `createNetwork`). Read on every
-   * Capabilities call; give a function of the plugin config when they depend on it.
+   * isolation NONE, network modes HOST (plus GROUP with `createNetwork`), and mounts NO_MOUNTS
+   * (the wire's default, 0, means ANY_MOUNTS: Nomad would accept volumes for a driver that ignores
+   * `TaskConfig.mounts`; set `mountConfigs: DriverCapabilities_MountConfigs.ANY_MOUNTS` when the
+   * driver makes them). Read on every Capabilities call; give a function of the plugin config when
+   * they depend on it.
    *
    * @example
    * ```ts
