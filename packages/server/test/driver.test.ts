@@ -210,6 +210,8 @@ describe("Driver", () => {
       const n = await code(plugin.driver.signalTask({ taskId: cfg.id, signal }));
       expect(n.rawMessage, signal).toBe(`signal: unknown signal ${signal}`);
     }
+    // Names Nomad's executor accepts though Node's table lacks them (SIGCHLD's alias: sleep ignores it).
+    await plugin.driver.signalTask({ taskId: cfg.id, signal: "SIGCLD" });
     const dup = await code(plugin.driver.startTask({ task: cfg }));
     expect(dup.code).toBe(Code.AlreadyExists);
     expect(dup.rawMessage).toContain(cfg.id);

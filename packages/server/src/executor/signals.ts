@@ -7,6 +7,14 @@ const byNumber = new Map<number, NodeJS.Signals>();
 for (const [name, num] of Object.entries(constants.signals)) {
   if (!byNumber.has(num)) byNumber.set(num, name as NodeJS.Signals);
 }
+/**
+ * Names Nomad accepts (consul-template's SignalLookup, which Nomad's executor uses for kill_signal
+ * and friends) that Node's table lacks: glibc's aliases of SIGCHLD and, on Linux, SIGSYS.
+ */
+const aliases: Record<string, number> = {
+  SIGCLD: constants.signals.SIGCHLD,
+  ...(process.platform === "linux" ? { SIGUNUSED: constants.signals.SIGSYS } : {}),
+};
 
 /**
  * Resolves a signal given by name ("SIGTERM", "TERM", "sigterm") or number to its number.
@@ -31,7 +39,7 @@ export function signalNumber(signal: string | number, field = "signal", options:
   let name = signal.trim().toUpperCase();
   if (/^\d+$/.test(name)) return signalNumber(Number(name), field);
   if (!name.startsWith("SIG")) name = `SIG${name}`;
-  const num = (constants.signals as Record<string, number>)[name];
+  const num = (constants.signals as Record<string, number>)[name] ?? aliases[name];
   if (num === undefined) throw new ConnectError(`${field}: unknown signal ${JSON.stringify(signal)}`, Code.InvalidArgument);
   return num;
 }
