@@ -347,7 +347,15 @@ describe("Driver", () => {
     expect(bad.rawMessage).toBe("alloc_id: must not be empty");
     // A hostname with a newline would put a line of its own into a hosts file written from it.
     const injected = await code(plugin.driver.createNetwork({ allocId: "alloc-net2", hostname: "web\n10.0.0.1 vault.service.consul" }));
-    expect(injected.rawMessage).toBe('hostname: "web\\n10.0.0.1 vault.service.consul" is not a host name');
+    expect(injected.rawMessage).toBe(`hostname: "web\\n10.0.0.1 vault.service.consul" is not a host name: whitespace, control characters and '#' are not allowed`);
+    const comment = await code(plugin.driver.createNetwork({ allocId: "alloc-net2", hostname: "web#x" }));
+    expect(comment.code).toBe(Code.InvalidArgument);
+    const long = await code(plugin.driver.createNetwork({ allocId: "alloc-net2", hostname: `${"a".repeat(64)}.example` }));
+    expect(long.rawMessage).toMatch(/is not a host name: a label is longer than 63 characters$/);
+    // What Nomad lets through: ${NOMAD_ALLOC_NAME} interpolated (its job check skips interpolations).
+    const named = await plugin.driver.createNetwork({ allocId: "alloc-net3", hostname: "example.cache[0]" });
+    expect(named.isolationSpec?.labels.hostname).toBe("example.cache[0]");
+    await plugin.driver.destroyNetwork({ allocId: "alloc-net3", isolationSpec: named.isolationSpec });
   });
 
   it("answers the same through @grpc/grpc-js", async () => {

@@ -206,6 +206,21 @@ function checkedCapabilities(caps: MessageInitShape<typeof DriverCapabilitiesSch
 }
 
 /**
+ * CreateNetwork's hostname, as Nomad lets it through: its job check (`dns.IsDomainName`, "extremely
+ * liberal") limits lengths only and is skipped for interpolated values (`${NOMAD_ALLOC_NAME}` gives
+ * `web.cache[0]`). Refused besides: what would add a line, field or comment to a hosts file a driver
+ * writes from it.
+ */
+function checkHostname(hostname: string): void {
+  const name = hostname.endsWith(".") ? hostname.slice(0, -1) : hostname;
+  let why: string | undefined;
+  if (/[\s\p{Cc}#]/u.test(name)) why = "whitespace, control characters and '#' are not allowed";
+  else if (name.length > 253) why = "longer than 253 characters";
+  else if (name.split(".").some((label) => label.length > 63)) why = "a label is longer than 63 characters";
+  if (why !== undefined) throw invalidArgument("hostname", `${JSON.stringify(hostname.slice(0, 300))} is not a host name: ${why}`);
+}
+
+/**
  * What a driver method returned as a TaskExit, checked: a plain JS driver resolving `5` or
  * `{ code: 5 }` would otherwise report exit 0, a failed task as a success. Internal naming `from`.
  */
@@ -791,11 +806,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   if (driver.createNetwork !== undefined) {
     handlers.createNetwork = async (req, hc) => {
       if (req.allocId === "") throw invalidArgument("alloc_id", "must not be empty");
-      // Nomad checks it is a domain name; other callers could put lines into the hosts file a
-      // driver writes from it.
-      if (req.hostname.length > 253 || /[^A-Za-z0-9._-]/.test(req.hostname)) {
-        throw invalidArgument("hostname", `${JSON.stringify(req.hostname.slice(0, 300))} is not a host name`);
-      }
+      checkHostname(req.hostname);
       const r = await driver.createNetwork!(req.allocId, req.hostname, call(hc));
       return { isolationSpec: r.spec, created: r.created };
     };
