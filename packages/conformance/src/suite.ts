@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
@@ -53,22 +53,45 @@ export const TICK_MARKER = "conformance-tick";
 export const SIGNAL_MARKER = "conformance-signal";
 
 /**
+ * The signals the signal-task check sends to the default task, as SignalTask names them: `signal`
+ * (the `signal` option) and SIGUSR1 and SIGUSR2, without repeats. Several, so a driver that sends
+ * one fixed signal, or maps names to the wrong numbers, is caught; the two user signals, so Linux
+ * numbers confused with another system's (10/12 against 30/31) show.
+ */
+export function defaultTaskSignals(signal: string): string[] {
+  const names = [signalToken(signal), "USR1", "USR2"];
+  return [...new Set(names)].map((n) => (/^\d+$/.test(n) ? n : `SIG${n}`));
+}
+
+/** How the default task's trap (and its marker line) names a signal: `HUP` for `SIGHUP`, `hup` or `1`. */
+export function signalToken(signal: string): string {
+  const t = signal.trim().toUpperCase().replace(/^SIG/, "");
+  if (!/^\d+$/.test(t)) return t;
+  const name = Object.entries(constants.signals).find(([, n]) => n === Number(t))?.[0];
+  return name ? name.replace(/^SIG/, "") : t;
+}
+
+/**
  * The default task: a shell loop that prints its pid once, a tick ten times a second, and a line
- * when it receives `signal` (trapped, so the task survives it).
+ * `conformance-signal <NAME>` for each signal the signal-task check sends it (trapped, so the task
+ * survives them and says which one it got): `signal`, SIGUSR1 and SIGUSR2.
  *
  * @example
  * ```ts
- * defaultTaskConfig("/bin/sh", "SIGHUP"); // { command: "/bin/sh", args: ["-c", "trap 'echo conformance-signal' HUP; ..."] }
+ * defaultTaskConfig("/bin/sh", "SIGHUP");
+ * // { command: "/bin/sh", args: ["-c", "trap 'echo conformance-signal HUP' HUP; trap 'echo conformance-signal USR1' USR1; ..."] }
  * ```
  */
 export function defaultTaskConfig(shell: string, signal: string): Record<string, unknown> {
-  const trap = signal.toUpperCase().replace(/^SIG/, "");
+  const traps = defaultTaskSignals(signal)
+    .map(signalToken)
+    .map((t) => `trap 'echo ${SIGNAL_MARKER} ${t}' ${t}; `)
+    .join("");
   return {
     command: shell,
     args: [
       "-c",
-      `trap 'echo ${SIGNAL_MARKER}' ${trap}; echo "${START_MARKER} $$"; i=0; ` +
-        `while :; do i=$((i+1)); echo "${TICK_MARKER} $i"; sleep 0.1; done`,
+      `${traps}echo "${START_MARKER} $$"; i=0; ` + `while :; do i=$((i+1)); echo "${TICK_MARKER} $i"; sleep 0.1; done`,
     ],
   };
 }
@@ -486,6 +509,12 @@ export class Suite {
   startPids(task: SuiteTask): number[] {
     const re = new RegExp(`^${START_MARKER} (\\d+)$`, "gm");
     return [...this.stdout(task).matchAll(re)].map((m) => Number(m[1]));
+  }
+
+  /** The signals the default task reported, in order (their trap names: `HUP`, `USR1`). */
+  signalsReceived(task: SuiteTask): string[] {
+    const re = new RegExp(`^${SIGNAL_MARKER} (\\S+)$`, "gm");
+    return [...this.stdout(task).matchAll(re)].map((m) => m[1]!);
   }
 
   /** Waits for the default task's start marker and returns its pid. */

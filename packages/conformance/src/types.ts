@@ -59,7 +59,12 @@ export interface ConformanceOptions {
   taskConfig?: Record<string, unknown>;
   /** Shell used inside tasks for the exec vectors (`<shell> -c <script>`); default `/bin/sh`. */
   execShell?: string;
-  /** Signal sent by the signal-task check; default `SIGHUP` (the default task traps it). */
+  /**
+   * The first signal the signal-task check sends; default `SIGHUP`. To the default task it then
+   * sends SIGUSR1 and SIGUSR2 too: the task traps each and prints which one it got, and each must
+   * arrive as itself. With a custom `taskConfig` only this signal is sent, and only SignalTask's
+   * success is checked (the task's output is not known).
+   */
   signal?: string;
   /**
    * `user` of the tasks (Nomad's task `user`); default none. The start-task check then reads the

@@ -149,7 +149,7 @@ describe("a driver that cannot recover tasks", () => {
       for (const name of ["signal-task", "stop-task", "wait-task", "inspect-exited", "destroy-task", "destroy-force"]) {
         expect(rows[name]?.status, `${name}\n${formatReport(report)}`).toBe("pass");
       }
-      expect(rows["signal-task"]?.message).toBe("the task received SIGHUP");
+      expect(rows["signal-task"]?.message).toBe("the task received SIGHUP, SIGUSR1, SIGUSR2, each as sent");
       // recover alone reports the finding, and says what the suite did about it.
       expect(rows.recover?.status, formatReport(report)).toBe("fail");
       expect(rows.recover?.message).toMatch(/^RecoverTask failed: .*cannot recover tasks; as Nomad does, the task was destroyed and started again/);

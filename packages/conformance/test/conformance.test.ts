@@ -4,7 +4,8 @@ import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
-import { formatReport, listChecks, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
+import { defaultTaskConfig, formatReport, listChecks, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
+import { defaultTaskSignals } from "../src/suite.js";
 // A real user with two supplementary groups (the server package's test helper).
 import { createTestUser } from "../../server/test/test-user.js";
 import { CGROUP_ROOT, canMakeCgroups, removeCgroupTree, testCgroups, v2Host } from "../../client/test/cgroup-fixtures.js";
@@ -288,6 +289,27 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     },
     120_000,
   );
+
+  it(
+    "fails a driver that sends one fixed signal whatever SignalTask asks for (it passed with the default --signal SIGHUP)",
+    async () => {
+      const report = await run(modesDriver, "signal-fixed", ["signal-task"]);
+      const row = byName(report)["signal-task"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toBe("SignalTask asked for SIGUSR1, the task received SIGHUP: the driver must send the signal Nomad names");
+      const good = byName(await run(modesDriver, "", ["signal-task"]))["signal-task"]!;
+      expect([good.status, good.message]).toEqual(["pass", "the task received SIGHUP, SIGUSR1, SIGUSR2, each as sent"]);
+    },
+    120_000,
+  );
+
+  it("the default task traps the signal option plus SIGUSR1 and SIGUSR2, once each", () => {
+    expect(defaultTaskSignals("SIGHUP")).toEqual(["SIGHUP", "SIGUSR1", "SIGUSR2"]);
+    expect(defaultTaskSignals("usr2")).toEqual(["SIGUSR2", "SIGUSR1"]);
+    expect(defaultTaskSignals("15")).toEqual(["SIGTERM", "SIGUSR1", "SIGUSR2"]);
+    const script = (defaultTaskConfig("/bin/sh", "SIGINT").args as string[])[1];
+    expect(script).toMatch(/^trap 'echo conformance-signal INT' INT; trap 'echo conformance-signal USR1' USR1; trap 'echo conformance-signal USR2' USR2; /);
+  });
 
   it(
     "reports a StopTask that never kills a task ignoring the stop signal once the timeout passes",

@@ -112,7 +112,7 @@ export function registerConformanceCommand(program: Command): void {
       'a long-running task\'s driver config as JSON, inline or a file (default: {"command":"/bin/sh","args":["-c",<loop>]})',
     )
     .option("--exec-shell <path>", "shell inside the task for the exec checks (<shell> -c <script>)", "/bin/sh")
-    .option("--signal <name>", "signal the signal-task check sends, by name or number (the default task traps it)", "SIGHUP")
+    .option("--signal <name>", "first signal the signal-task check sends, by name or number (to the default task, which traps each, SIGUSR1 and SIGUSR2 follow)", "SIGHUP")
     .option("--user <user>", "run the tasks as this user (TaskConfig.user); start-task checks the task's uid, gid and groups")
     .option("--name <name>", "expected plugin name (the job's driver = \"...\")")
     .option("--checks <names>", "comma-separated checks to run (plus what they need); see --list")
