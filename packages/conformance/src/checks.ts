@@ -4,15 +4,17 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { PluginType } from "@nomadkit/protocol/base";
 import {
+  CPUUsage_Fields,
   DriverCapabilities_FSIsolation,
   FingerprintResponse_HealthState,
   NetworkIsolationSpec_NetworkIsolationMode,
   TaskState,
+  type CPUUsage,
   type TaskStats,
   type WaitTaskResponse,
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
-import { START_MARKER, defaultTaskSignals, signalToken, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
+import { START_MARKER, burnTaskConfig, defaultTaskSignals, signalToken, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
 import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
 
@@ -107,6 +109,26 @@ const STOP_TIMEOUT_SLACK_MS = 10_000;
 /** TaskStats' collection_interval. */
 const STATS_INTERVAL_MS = 200;
 
+/**
+ * How long the task-stats check reads samples of a task that burns CPU before it concludes that a
+ * measure the driver claims never shows the use. Generous: it ends as soon as every claimed measure
+ * has shown use (a sample or two), and Nomad's own executors compute each rate between two readings.
+ */
+const CPU_USE_WAIT_MS = 15_000;
+
+/**
+ * The CPU measures that show use, as Nomad's executors report them (pid collector and cgroups
+ * alike): percent, user_mode and system_mode are rates between two readings (the first reading of
+ * a process is 0), total_ticks is percent in MHz. A task that keeps a core busy makes each of them
+ * positive in some sample. The throttling counters are not use and are left out.
+ */
+const CPU_USE_FIELDS: readonly { field: CPUUsage_Fields; name: string; value(c: CPUUsage): number }[] = [
+  { field: CPUUsage_Fields.PERCENT, name: "percent", value: (c) => c.percent },
+  { field: CPUUsage_Fields.USER_MODE, name: "user_mode", value: (c) => c.userMode },
+  { field: CPUUsage_Fields.SYSTEM_MODE, name: "system_mode", value: (c) => c.systemMode },
+  { field: CPUUsage_Fields.TOTAL_TICKS, name: "total_ticks", value: (c) => c.totalTicks },
+];
+
 /** StopTask's signal: the task's kill_signal, which Nomad sends as is, "" when the job sets none. */
 const STOP_SIGNAL = "";
 
@@ -165,6 +187,70 @@ async function deliverSignal(s: Suite, task: SuiteTask, signal: string): Promise
   await waitUntil(() => s.signalsReceived(task).length > before, `the task to report ${signal} (it prints a line for each signal it traps)`, s.opts.callTimeoutMs, s.signal);
   const got = s.signalsReceived(task)[before]!;
   expect(got === signalToken(signal), `SignalTask asked for ${signal}, the task received SIG${got}: the driver must send the signal Nomad names`);
+}
+
+/**
+ * The task-stats check's CPU use: a task that keeps a core busy (user and kernel mode) runs while
+ * its TaskStats stream is read, until each CPU measure the driver lists in `measured_fields` has
+ * been positive in some sample, or {@link CPU_USE_WAIT_MS} passed. A measure the driver does not
+ * claim is not required (Nomad shows and publishes only the listed ones). The task is destroyed
+ * when the check is done with it, whatever happened.
+ */
+async function cpuUse(s: Suite): Promise<string> {
+  const p = running(s);
+  const task = s.newTask("burn", { taskConfig: burnTaskConfig(s.opts.execShell) });
+  await s.startTask(p, task);
+  try {
+    // Burning from here on.
+    const pid = await s.taskPid(task);
+    const claimed = new Set<CPUUsage_Fields>();
+    const max = new Map<CPUUsage_Fields, number>();
+    const unshown = () => CPU_USE_FIELDS.filter((f) => claimed.has(f.field) && !((max.get(f.field) ?? 0) > 0));
+    const ac = new AbortController();
+    const deadline = AbortSignal.timeout(CPU_USE_WAIT_MS);
+    const t0 = performance.now();
+    let n = 0;
+    let ended = false;
+    let seen = false;
+    try {
+      const req = { taskId: task.id, collectionInterval: { nanos: STATS_INTERVAL_MS * 1e6 } };
+      for await (const r of p.driver.taskStats(req, { signal: anySignal([ac.signal, s.signal, deadline]) })) {
+        for (const k of Object.keys(r.stats?.resourceUsageByPid ?? {})) if (/^\d+$/.test(k)) s.learnPid(Number(k));
+        const problems = statsProblems(r.stats);
+        expect(problems.length === 0, `sample ${n + 1} of the CPU-burning task: ${problems.join("; ")}`);
+        n++;
+        const cpu = r.stats!.aggResourceUsage!.cpu!;
+        for (const f of cpu.measuredFields) claimed.add(f);
+        for (const f of CPU_USE_FIELDS) max.set(f.field, Math.max(max.get(f.field) ?? 0, f.value(cpu)));
+        // Two samples at least: the first one of a stream may rightly show no use yet.
+        if (n >= 2 && unshown().length === 0) {
+          seen = true;
+          break;
+        }
+      }
+      // An iterator that ends quietly when the deadline aborts it has not ended by itself.
+      ended = !seen && !deadline.aborted;
+    } catch (err) {
+      if (!deadline.aborted || s.signal.aborted) throw err;
+    } finally {
+      ac.abort();
+    }
+    expect(!ended, `the TaskStats stream of the CPU-burning task ended after ${n} sample(s); it must run until cancelled`);
+    const missing = unshown();
+    expect(
+      missing.length === 0,
+      `a task burning CPU (pid ${pid}, a busy shell loop) ran for ${formatMs(performance.now() - t0)} and TaskStats never showed it: ` +
+        `${missing.map((f) => f.name).join(", ")} stayed 0 in ${n} samples, though measured_fields lists ${missing.length === 1 ? "it" : "them"} (Nomad shows and publishes the listed measures)`,
+    );
+    const shown = CPU_USE_FIELDS.filter((f) => claimed.has(f.field));
+    if (shown.length === 0) return "CPU use not verified: measured_fields lists no CPU use measure (percent, user_mode, system_mode, total_ticks)";
+    return `a CPU-burning task showed ${shown.map((f) => `${f.name} ${max.get(f.field)!.toFixed(1)}`).join(", ")}`;
+  } finally {
+    await p.driver.destroyTask({ taskId: task.id, force: true }, { timeoutMs: s.opts.callTimeoutMs }).then(
+      () => void (task.destroyed = true),
+      () => undefined,
+    );
+  }
 }
 
 /**
@@ -400,7 +486,7 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "task-stats",
-    title: "TaskStats: timestamp, aggregate cpu + memory, total_ticks, one sample per interval",
+    title: "TaskStats: timestamp, aggregate cpu + memory, total_ticks, one sample per interval; a CPU-burning task shows use in each CPU measure listed in measured_fields",
     needs: ["start-task"],
     async run(s) {
       const ac = new AbortController();
@@ -428,7 +514,10 @@ export const CHECKS: readonly Check[] = [
       expect(tb - ta >= min, `samples ${tb - ta} ms apart, want at least ${min} ms (half the collection_interval of ${STATS_INTERVAL_MS} ms)`);
       const cpu = b.aggResourceUsage!.cpu!;
       const mem = b.aggResourceUsage!.memory!;
-      return `cpu ${cpu.percent.toFixed(1)}% total_ticks ${cpu.totalTicks.toFixed(1)}, rss ${mem.rss} B`;
+      const idle = `idle task: cpu ${cpu.percent.toFixed(1)}% total_ticks ${cpu.totalTicks.toFixed(1)}, rss ${mem.rss} B`;
+      // Only the default task's shell can be made to burn CPU (a custom taskConfig's command is unknown).
+      if (!s.defaultTask) return `${idle}; CPU use not verified (custom taskConfig)`;
+      return `${idle}; ${await cpuUse(s)}`;
     },
   },
   {

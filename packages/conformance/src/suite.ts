@@ -105,6 +105,22 @@ export function stubbornTaskConfig(shell: string): Record<string, unknown> {
   return { command: shell, args: ["-c", `trap '' INT TERM HUP; echo "${START_MARKER} $$"; while :; do sleep 0.1; done`] };
 }
 
+/**
+ * A task that keeps one core busy until destroyed, in user and in kernel mode (a builtin `echo` to
+ * /dev/null opens, writes and closes: system calls), for the task-stats check's CPU use. It prints
+ * its pid as the default task does, and a tick now and then: once nobody reads its output (the
+ * suite is gone) the write fails and ends it, so it never spins on unattended.
+ */
+export function burnTaskConfig(shell: string): Record<string, unknown> {
+  return {
+    command: shell,
+    args: [
+      "-c",
+      `echo "${START_MARKER} $$"; while :; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo x >/dev/null; done; echo ${TICK_MARKER}; done`,
+    ],
+  };
+}
+
 /** A task the suite started. */
 export interface SuiteTask {
   id: string;

@@ -250,6 +250,23 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "fails a TaskStats stub that claims to measure CPU percent and always reports 0 % (the default task is idle)",
+    async () => {
+      const report = await run(modesDriver, "stats-zero", ["task-stats"]);
+      const row = byName(report)["task-stats"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(
+        /^a task burning CPU \(pid \d+, a busy shell loop\) ran for [\d.]+s and TaskStats never showed it: percent stayed 0 in \d+ samples, though measured_fields lists it /,
+      );
+      // The fixture's real sampler (/proc) passes: each measure it lists (percent, user and system mode) shows the use.
+      const good = byName(await run(modesDriver, "", ["task-stats"]))["task-stats"]!;
+      expect(good.status, good.message).toBe("pass");
+      expect(good.message).toMatch(/; a CPU-burning task showed percent [\d.]+, user_mode [\d.]+, system_mode [\d.]+$/);
+    },
+    120_000,
+  );
+
+  it(
     "reports a WaitTask that returns while the task still runs",
     async () => {
       const report = await run(modesDriver, "wait-early", ["inspect-task", "task-stats", "stop-task"]);
