@@ -176,6 +176,25 @@ function statsProblems(st: TaskStats | undefined): string[] {
 }
 
 /**
+ * How the pending WaitTask call of a task that runs until stopped has already ended ("returned
+ * (exit_code 0)", "failed (...)"), or undefined while it still waits. A negative check only: the
+ * grace lets an early answer arrive (in a short selection of checks WaitTask may have been sent just
+ * now); a correct driver's never arrives, however long the host takes.
+ */
+async function earlyWait(task: SuiteTask): Promise<string | undefined> {
+  expect(task.waiting, `no WaitTask call is pending for ${task.id}`);
+  let grace: NodeJS.Timeout | undefined;
+  const early = await Promise.race([task.waiting, new Promise<undefined>((res) => (grace = setTimeout(() => res(undefined), 250)))]);
+  clearTimeout(grace);
+  if (early === undefined) return undefined;
+  return early instanceof Error ? `failed (${describe(early)})` : `returned (${describeExit(early)})`;
+}
+
+function stillRuns(pid: number | undefined): string {
+  return pid !== undefined && !processGone(pid) ? `, while the task's process ${pid} still runs` : "";
+}
+
+/**
  * SignalTask(`signal`) on the default task, then waits for the task's next signal line: it must
  * name `signal`. The task prints one line per trapped signal it gets, so the first new line is the
  * answer to this call; a driver that sends another signal (a fixed one, or the wrong number for the
@@ -647,7 +666,7 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "recover",
-    title: "plugin SIGKILLed, restarted, RecoverTask with the handle as Nomad's state keeps it: the task kept running; Inspect/exec work",
+    title: "plugin SIGKILLed, restarted, RecoverTask with the handle as Nomad's state keeps it: the task kept running and is controlled (SignalTask reaches it, WaitTask waits); Inspect/exec work",
     needs: ["inspect-task"],
     async run(s) {
       const task = s.main!;
@@ -685,11 +704,28 @@ export const CHECKS: readonly Check[] = [
         expect(s.startPids(task).length === 1, `the task started ${s.startPids(task).length} times; it must never restart`);
         notes.push(`task pid ${pid} never stopped`);
       }
+      // Re-attached, not merely remembered: a signal must reach the very process that kept running.
+      // A plugin that only records the task as RUNNING otherwise passes here and fails stop-task.
+      if (pid !== undefined && s.caps?.sendSignals) {
+        const sig = defaultTaskSignals(s.opts.signal)[0]!;
+        try {
+          await deliverSignal(s, task, sig);
+        } catch (err) {
+          if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
+          throw new CheckFailure(`after RecoverTask the plugin does not control the running task (pid ${pid}): ${describe(err)}`);
+        }
+        notes.push(`SignalTask(${sig}) reached it`);
+      } else notes.push(`control not verified by a signal (${pid === undefined ? "custom taskConfig" : "send_signals false"})`);
       if (s.caps?.exec) {
         const o = await exec(s, task, [setup(task, execCmd(s, "echo recovered"))]);
         expect(o.stdout.toString() === "recovered\n" && o.exitCode === 0, `exec after recover: stdout ${show(o.stdout)}, exit ${o.exitCode}`);
         notes.push("exec works");
       }
+      // The WaitTask sent after RecoverTask waits for the task, which still runs (a driver that cannot
+      // wait for a process it did not start may answer at once: Nomad would take the task as exited).
+      const early = await earlyWait(task);
+      if (early !== undefined) throw new CheckFailure(`WaitTask on the recovered task ${early}${stillRuns(pid)}: Nomad would take the running task as exited`);
+      notes.push("WaitTask pending");
       // Nomad may call RecoverTask for a task the plugin already knows: it must succeed.
       await s.run.driver.recoverTask({ taskId: task.id, handle: task.handle }, s.co());
       return notes.join("; ");
@@ -720,18 +756,9 @@ export const CHECKS: readonly Check[] = [
       let pid: number | undefined;
       if (s.defaultTask) pid = await s.taskPid(task);
       // The task runs until stopped: the WaitTask call made as it started must still be pending (Nomad
-      // takes its answer as the task's exit). A negative check only: the grace lets an early answer
-      // arrive (in a short selection of checks WaitTask may have been sent just now); a correct
-      // driver's never arrives, however long the host takes.
-      expect(task.waiting, `no WaitTask call is pending for ${task.id}`);
-      let grace: NodeJS.Timeout | undefined;
-      const early = await Promise.race([task.waiting, new Promise<undefined>((res) => (grace = setTimeout(() => res(undefined), 250)))]);
-      clearTimeout(grace);
-      if (early !== undefined) {
-        const what = early instanceof Error ? `failed (${describe(early)})` : `returned (${describeExit(early)})`;
-        const still = pid !== undefined && !processGone(pid) ? `, while the task's process ${pid} still runs` : "";
-        throw new CheckFailure(`WaitTask ${what} before StopTask${still}: Nomad would take the running task as exited`);
-      }
+      // takes its answer as the task's exit).
+      const early = await earlyWait(task);
+      if (early !== undefined) throw new CheckFailure(`WaitTask ${early} before StopTask${stillRuns(pid)}: Nomad would take the running task as exited`);
       // The task's kill_signal, which most jobs leave unset: the driver picks its default (Nomad's
       // executor SIGINT, docker the image's STOPSIGNAL), so any way the task ended is accepted.
       await running(s).driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 10n } }, s.co());

@@ -4,7 +4,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
-import { defaultTaskConfig, formatReport, listChecks, runConformance, type CheckResult, type ConformanceReport } from "../src/index.js";
+import { defaultTaskConfig, formatReport, listChecks, runConformance, type CheckResult, type ConformanceOptions, type ConformanceReport } from "../src/index.js";
 import { defaultTaskSignals } from "../src/suite.js";
 // A real user with two supplementary groups (the server package's test helper).
 import { createTestUser } from "../../server/test/test-user.js";
@@ -52,6 +52,8 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
       );
       expect(byName(report).network!.status, formatReport(report)).toBe("skip");
       expect(byName(report).network!.message).toContain("must_create_network");
+      // The recovered task is the running one, under the new plugin's control.
+      expect(byName(report).recover!.message).toMatch(/; task pid \d+ never stopped; SignalTask\(SIGHUP\) reached it; exec works; WaitTask pending$/);
       expect(report.ok).toBe(true);
       expect(report.failed).toBe(0);
       expect(formatReport(report)).toMatch(/CONFORMS$/);
@@ -187,7 +189,7 @@ describe("conformance catches a broken plugin", () => {
 
 describe("conformance judges what Nomad relies on, not what the kit happens to do", () => {
   // modes-raw runs no process that would print the default task's pid: it gets a task config of its own.
-  const run = (fixture: string, mode: string, checks: string[]) =>
+  const run = (fixture: string, mode: string, checks: string[], extra: Partial<ConformanceOptions> = {}) =>
     runConformance({
       plugin: process.execPath,
       args: [fixture],
@@ -196,6 +198,7 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
       ...generous,
       checks,
       ...(fixture === modesRaw ? { taskConfig: { command: "/bin/sleep" } } : {}),
+      ...extra,
     });
 
   it(
@@ -262,6 +265,30 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
       const good = byName(await run(modesDriver, "", ["task-stats"]))["task-stats"]!;
       expect(good.status, good.message).toBe("pass");
       expect(good.message).toMatch(/; a CPU-burning task showed percent [\d.]+, user_mode [\d.]+, system_mode [\d.]+$/);
+    },
+    120_000,
+  );
+
+  it(
+    "fails recover, not a later check, for a RecoverTask that only records the task: signals must reach the running process",
+    async () => {
+      // The task's process runs on, its output grows and InspectTask says RUNNING: only control tells.
+      // A 10 s call deadline bounds the wait for the signal line that never comes.
+      const report = await run(modesDriver, "fake-recover", ["recover"], { callTimeoutMs: 10_000 });
+      const row = byName(report).recover!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/^after RecoverTask the plugin does not control the running task \(pid \d+\): timed out after 10000 ms waiting for the task to report SIGHUP /);
+    },
+    120_000,
+  );
+
+  it(
+    "fails recover for a recovered task whose WaitTask answers at once while it runs",
+    async () => {
+      const report = await run(modesDriver, "recover-wait", ["recover"]);
+      const row = byName(report).recover!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/^WaitTask on the recovered task returned \(exit_code 0\), while the task's process \d+ still runs: Nomad would take the running task as exited$/);
     },
     120_000,
   );
