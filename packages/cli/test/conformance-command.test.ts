@@ -93,6 +93,21 @@ describe("nomadkit conformance", () => {
   );
 
   it(
+    "--require-task-events fails a driver that sends no TaskEvent",
+    async () => {
+      // The broken fixture never sends one; without the flag task-events passes.
+      const args = ["conformance", broken, "--checks", "task-events", "--call-timeout", "5000", "--shutdown-timeout", "15000"];
+      const required = await nomadkit([...args, "--require-task-events"]);
+      expect(required.code, required.stdout + required.stderr).toBe(1);
+      expect(required.stdout).toMatch(/^task-events +FAIL .*no TaskEvent within 5000 ms for the 1 task\(s\) the driver ran/m);
+      const optional = await nomadkit(args);
+      expect(optional.code, optional.stdout + optional.stderr).toBe(0);
+      expect(optional.stdout).toMatch(/^task-events +PASS /m);
+    },
+    180_000,
+  );
+
+  it(
     "--json prints the report",
     async () => {
       const r = await nomadkit(["conformance", broken, "--checks", "plugin-info", "--json"]);

@@ -273,6 +273,40 @@ async function cpuUse(s: Suite): Promise<string> {
 }
 
 /**
+ * With requireTaskEvents and no event yet: waits up to the call deadline for one, on a task of the
+ * check's own when the run started none (a selection of checks without start-task), destroyed
+ * afterwards. Events come on their own stream, after the call that caused them.
+ */
+async function awaitTaskEvent(s: Suite): Promise<void> {
+  const p = running(s);
+  let own: SuiteTask | undefined;
+  if (!s.tasks.some((t) => t.handle)) {
+    // What start-task would have learned first: the task config is encoded with the plugin's schema.
+    s.caps ??= (await p.driver.capabilities({}, s.co())).capabilities;
+    s.taskSpec ??= (await p.driver.taskConfigSchema({}, s.co())).spec;
+    own = s.newTask("events");
+    await s.startTask(p, own);
+  }
+  const ran = s.tasks.filter((t) => t.handle).length;
+  try {
+    await waitUntil(() => s.events.count > 0, "a TaskEvent", s.opts.callTimeoutMs, s.signal);
+  } catch (err) {
+    if (s.signal.aborted) throw err;
+    throw new CheckFailure(
+      `no TaskEvent within ${s.opts.callTimeoutMs} ms for the ${ran} task(s) the driver ran, and requireTaskEvents (--require-task-events) wants at least one (Nomad shows them in the task's events)`,
+    );
+  } finally {
+    if (own) {
+      const t = own;
+      await p.driver.destroyTask({ taskId: t.id, force: true }, { timeoutMs: s.opts.callTimeoutMs }).then(
+        () => void (t.destroyed = true),
+        () => undefined,
+      );
+    }
+  }
+}
+
+/**
  * After a failed RecoverTask, does what Nomad's task runner does: DestroyTask(force) through the new
  * plugin, then start the task again; the new task becomes `s.main`.
  *
@@ -947,10 +981,15 @@ export const CHECKS: readonly Check[] = [
   },
   {
     name: "task-events",
-    title: "TaskEvents stream stays open until Shutdown; each event names a started task (task_id, alloc_id, task_name) and has a timestamp",
+    title: "TaskEvents stream stays open until Shutdown; each event names a started task (task_id, alloc_id, task_name) and has a timestamp; with requireTaskEvents, at least one event",
     needs: ["init"],
     async run(s) {
-      if (s.events.unimplemented) throw new SkipCheck("TaskEvents is unimplemented");
+      const required = s.opts.requireTaskEvents === true;
+      if (s.events.unimplemented) {
+        if (required) throw new CheckFailure("TaskEvents is unimplemented, and requireTaskEvents (--require-task-events) wants at least one event for a task the driver runs");
+        throw new SkipCheck("TaskEvents is unimplemented");
+      }
+      if (required && s.events.count === 0) await awaitTaskEvent(s);
       const faults = s.streamFaults.filter((f) => f.stream === "TaskEvents");
       expect(faults.length === 0, faults.map((f) => f.message).join("; "));
       // Nomad routes an event to its task runner by alloc_id and task_name, and drops it otherwise.
@@ -965,7 +1004,8 @@ export const CHECKS: readonly Check[] = [
         );
         expect(e.timestamp, `${what}: timestamp is missing`);
       });
-      return `open, ${s.events.count} event(s) received`;
+      const first = s.events.list[0];
+      return `open, ${s.events.count} event(s) received${first ? `, the first ${JSON.stringify(first.message)}` : ""}`;
     },
   },
   {

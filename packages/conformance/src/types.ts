@@ -72,6 +72,14 @@ export interface ConformanceOptions {
    * driver isolates the filesystem.
    */
   user?: string;
+  /**
+   * Make TaskEvents required: the `task-events` check then fails unless the driver sends at least
+   * one TaskEvent (on a stream Nomad can route: task_id, alloc_id, task_name of a task it runs), and
+   * fails an Unimplemented TaskEvents instead of skipping. When the run started no task (a selection
+   * of checks without start-task), the check starts one of its own; it waits up to `callTimeoutMs`
+   * for the first event. Default false: Nomad accepts a driver that never sends one.
+   */
+  requireTaskEvents?: boolean;
   /** Expected plugin name (the job's `driver = "..."`); default: any non-empty name. */
   name?: string;
   /** Run only these checks (and the checks they depend on); the rest are skipped. */

@@ -356,6 +356,28 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   });
 
   it(
+    "with requireTaskEvents, fails a driver that sends no TaskEvent (optional otherwise); one that does passes, on a task of the check's own when none ran",
+    async () => {
+      // Only task-events (and init): no task ran, the check starts one. A 5 s deadline bounds the wait.
+      const none = await run(modesDriver, "ev-none", ["task-events"], { requireTaskEvents: true, callTimeoutMs: 5_000 });
+      const row = byName(none)["task-events"]!;
+      expect(row.status, formatReport(none)).toBe("fail");
+      expect(row.message).toBe(
+        "no TaskEvent within 5000 ms for the 1 task(s) the driver ran, and requireTaskEvents (--require-task-events) wants at least one (Nomad shows them in the task's events)",
+      );
+      const optional = byName(await run(modesDriver, "ev-none", ["task-events"]))["task-events"]!;
+      expect([optional.status, optional.message]).toEqual(["pass", "open, 0 event(s) received"]);
+      const sends = await run(modesDriver, "", ["task-events"], { requireTaskEvents: true });
+      expect(byName(sends)["task-events"], formatReport(sends)).toMatchObject({ status: "pass", message: 'open, 1 event(s) received, the first "Started"' });
+      // The reference driver reports each task it starts.
+      const ref = await runConformance({ plugin: rawexec, requireTaskEvents: true, cgroupParent, checks: ["start-task", "task-events"], ...generous });
+      expect(byName(ref)["task-events"]!.status, formatReport(ref)).toBe("pass");
+      expect(byName(ref)["task-events"]!.message).toMatch(/^open, 1 event\(s\) received, the first "Started \/bin\/sh \(pid \d+\) under executor \d+"$/);
+    },
+    180_000,
+  );
+
+  it(
     "reports a StopTask that never kills a task ignoring the stop signal once the timeout passes",
     async () => {
       const report = await run(modesDriver, "no-escalate", ["stop-timeout"]);

@@ -20,6 +20,7 @@ interface ConformanceFlags {
   /** false with --no-task-cgroup. */
   taskCgroup: boolean;
   cgroupParent?: string;
+  requireTaskEvents?: boolean;
 }
 
 async function conformanceCommand(plugin: string | undefined, flags: ConformanceFlags, g: GlobalOptions): Promise<void> {
@@ -52,6 +53,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (flags.pluginConfig !== undefined) options.pluginConfig = readJsonOption("--plugin-config", flags.pluginConfig).value;
   if (flags.taskConfig !== undefined) options.taskConfig = readJsonOption("--task-config", flags.taskConfig).value;
   if (flags.user) options.user = flags.user;
+  if (flags.requireTaskEvents) options.requireTaskEvents = true;
   if (flags.name) options.name = flags.name;
   if (flags.checks) {
     options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
@@ -116,6 +118,10 @@ export function registerConformanceCommand(program: Command): void {
     .option("--user <user>", "run the tasks as this user (TaskConfig.user); start-task checks the task's uid, gid and groups")
     .option("--name <name>", "expected plugin name (the job's driver = \"...\")")
     .option("--checks <names>", "comma-separated checks to run (plus what they need); see --list")
+    .option(
+      "--require-task-events",
+      "fail task-events unless the driver sends at least one TaskEvent for a task it runs (default: events are optional, as in Nomad)",
+    )
     .option("--list", "list the checks and exit")
     .option("--call-timeout <ms>", "deadline of each RPC (default 30000)")
     .option("--shutdown-timeout <ms>", "how long a plugin may take to exit after Shutdown (default 2000, Nomad's)")
