@@ -524,6 +524,126 @@ describe("nomadkit", () => {
   });
 });
 
+describe("a plugin killed under its running task is relaunched and recovers the task, as Nomad does (reference driver)", () => {
+  /** The processes right below `pid`. */
+  const children = (pid: number) =>
+    spawnSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" })
+      .stdout.split("\n")
+      .map((l) => Number(l.trim()))
+      .filter((n) => n > 0);
+  /** A run of a long task under `plugin`: its plugin (nomadkit's only child), executor and task. */
+  const startLong = async (name: string, plugin = rawexec) => {
+    const pidFile = join(dir, `${name}.pid`);
+    writeFileSync(join(dir, `${name}.json`), JSON.stringify({ command: "/bin/sh", args: ["-c", `echo $$ > ${pidFile}; exec sleep 1000`] }));
+    const state = join(dir, `${name}-state.json`);
+    const run = start(["run", plugin, "--task-config", `${name}.json`, "--state", state]);
+    const [, taskId] = await run.stderrMatch(/started task (\S+)/);
+    await run.stderrMatch(/wrote /);
+    await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+    const [pluginPid, ...others] = children(run.child.pid!);
+    expect(others).toEqual([]);
+    const [executor] = children(pluginPid!);
+    return { run, taskId: taskId!, state, plugin: pluginPid!, executor: executor!, task: Number(readFileSync(pidFile, "utf8")) };
+  };
+  const kill = (...pids: number[]) => {
+    for (const pid of pids) if (alive(pid)) process.kill(pid, "SIGKILL");
+  };
+
+  it("the task runs on under the relaunched plugin; Ctrl-C then stops it, its executor and the plugin", async () => {
+    const r = await startLong("recover");
+    try {
+      process.kill(r.plugin, "SIGKILL");
+      await r.run.stderrMatch(/recovered task /);
+      expect(r.run.child.exitCode).toBe(null);
+      expect([alive(r.executor), alive(r.task)]).toEqual([true, true]);
+      // The state file names the new plugin, which manages the task (exec goes through it).
+      const [relaunched] = children(r.run.child.pid!);
+      expect(relaunched).not.toBe(r.plugin);
+      expect(JSON.parse(readFileSync(r.state, "utf8"))).toMatchObject({ taskId: r.taskId, reattach: { pid: relaunched } });
+      const ex = await nomadkit("exec", r.state, r.taskId, "--", "echo", "recovered");
+      expect([ex.code, ex.stdout]).toEqual([0, "recovered\n"]);
+
+      r.run.child.kill("SIGINT");
+      const done = await r.run.done;
+      expect(done.stderr).toContain(`nomadkit: plugin ${rawexec}: Driver.WaitTask: the plugin exited on signal SIGKILL`);
+      expect(done.stderr).toContain("relaunching the plugin to recover task");
+      expect(done.stderr).toContain("stopping task");
+      expect(done.stderr).toContain("task exited with code 130 (signal 2)");
+      expect(done.code).toBe(130);
+      for (const pid of [r.task, r.executor, relaunched!]) await until(() => !alive(pid));
+      expect(existsSync(r.state)).toBe(false);
+    } finally {
+      kill(r.task, r.executor);
+    }
+  });
+
+  it("Ctrl-C while the plugin is being relaunched stops the task once it is recovered", async () => {
+    const hold = join(dir, "hold-relaunch");
+    const plugin = join(dir, "rawexec-held");
+    writeFileSync(plugin, `#!/bin/sh\nwhile [ -e ${hold} ]; do sleep 0.05; done\nexec ${rawexec} "$@"\n`);
+    chmodSync(plugin, 0o755);
+    const r = await startLong("held", plugin);
+    try {
+      writeFileSync(hold, "");
+      process.kill(r.plugin, "SIGKILL");
+      await r.run.stderrMatch(/relaunching the plugin/);
+      r.run.child.kill("SIGINT");
+      await r.run.stderrMatch(/stopping task /);
+      rmSync(hold);
+      const done = await r.run.done;
+      expect(done.stderr).toMatch(/recovered task [^]*task exited with code 130 \(signal 2\)/);
+      expect(done.stderr).not.toContain("StopTask");
+      expect(done.code).toBe(130);
+      for (const pid of [r.task, r.executor]) await until(() => !alive(pid));
+    } finally {
+      kill(r.task, r.executor);
+      rmSync(hold, { force: true });
+    }
+  });
+
+  it("a task the relaunched plugin cannot recover (its executor died too): a clear error, nothing left running", async () => {
+    const r = await startLong("unrecoverable");
+    try {
+      process.kill(r.executor, "SIGKILL");
+      process.kill(r.plugin, "SIGKILL");
+      const done = await r.run.done;
+      expect(done.stderr).toContain(
+        `nomadkit: cannot recover task ${r.taskId} after its plugin exited: plugin ${rawexec}: Driver.RecoverTask failed: FailedPrecondition: recover task ${r.taskId}: cannot reattach to its executor (pid ${r.executor})`,
+      );
+      // The driver refused the task: asking again would not help.
+      expect(done.stderr).toContain("(attempt 1 of 3)");
+      expect(done.stderr).not.toContain("attempt 2");
+      expect(done.code).toBe(1);
+      await until(() => !alive(r.task));
+      expect(existsSync(r.state)).toBe(false);
+    } finally {
+      kill(r.task, r.executor);
+    }
+  });
+
+  it("relaunches are bounded: a plugin that no longer starts ends the run with why, the task killed", async () => {
+    const broken = join(dir, "broken-later");
+    const plugin = join(dir, "rawexec-until-broken");
+    writeFileSync(plugin, `#!/bin/sh\n[ -e ${broken} ] && { echo "plugin is broken" >&2; exit 3; }\nexec ${rawexec} "$@"\n`);
+    chmodSync(plugin, 0o755);
+    const r = await startLong("bounded", plugin);
+    try {
+      writeFileSync(broken, "");
+      process.kill(r.plugin, "SIGKILL");
+      const done = await r.run.done;
+      expect(done.stderr).toContain("(attempt 3 of 3)");
+      expect(done.stderr).not.toContain("attempt 4");
+      expect(done.stderr).toMatch(new RegExp(`nomadkit: cannot recover task ${r.taskId.replace(/[/.]/g, "\\$&")} after its plugin exited: .*exited with status 3`));
+      expect(done.code).toBe(1);
+      // Without a plugin nothing reaches its executor; the task goes with its cgroup where there is one.
+      if (/cpuset_cgroup/.test(done.stderr)) await until(() => !alive(r.task));
+    } finally {
+      kill(r.task, r.executor);
+      rmSync(broken, { force: true });
+    }
+  });
+});
+
 describe("nomadkit exec holds a side that outruns the other instead of buffering it (reference driver)", () => {
   const MiB = 1024 * 1024;
   /** Far more than the pipes, HTTP/2 windows and queues between the two ends hold. */

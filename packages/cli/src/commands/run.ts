@@ -6,6 +6,7 @@ import {
   constants,
   mkdtempSync,
   readFileSync,
+  renameSync,
   rmSync,
   statSync,
   writeFileSync,
@@ -17,11 +18,13 @@ import {
   createTaskDirs,
   nomadTaskConfig,
   openTaskLogs,
+  PluginShutdownError,
   TaskCgroupUnavailableError,
   type TaskCgroup,
   type TaskDirs,
   type TaskLogs,
 } from "@nomadkit/client";
+import type { TaskHandle } from "@nomadkit/protocol/driver";
 import { CliError } from "../errors.js";
 import {
   encodeOperatorConfig,
@@ -54,6 +57,12 @@ export interface RunOptions {
   /** Its parent (--cgroup-parent); default createTaskCgroup's. */
   cgroupParent?: string;
 }
+
+/**
+ * How many times a run relaunches a plugin that died under its task to recover the task, as Nomad
+ * does (over the whole run: a plugin that keeps dying will not be saved by more).
+ */
+const MAX_PLUGIN_RELAUNCHES = 3;
 
 function exitStatus(
   result: { exitCode: number; signal: number } | undefined,
@@ -102,6 +111,7 @@ export async function runCommand(
   }
   // Also while the plugin is being launched; registered first, so it runs last.
   const noAllocDirCleanup = onInterrupt(removeAllocDir);
+  // Replaced when the plugin dies under the task and is relaunched to recover it.
   let c: Connected;
   try {
     c = await connectPlugin(plugin, g);
@@ -121,10 +131,31 @@ export async function runCommand(
   let destroyed = false;
   let wroteState = false;
   let taskId = "";
+  /** StartTask's handle, kept as Nomad keeps it: RecoverTask gets it when the plugin is relaunched. */
+  let handle: TaskHandle | undefined;
+  /** The plugin is being relaunched and the task recovered: Ctrl-C's calls and the clean-up wait for it. */
+  let recovering: Promise<void> | undefined;
+  let relaunches = 0;
   let interrupts = 0;
-  // A call Ctrl-C makes whose failure would otherwise go unseen (the task keeps running).
-  const report = (rpc: string) => async (e: unknown) => {
-    process.stderr.write(`nomadkit: ${(await rpcError(c, rpc, e)).message}\n`);
+  // A call Ctrl-C makes whose failure would otherwise go unseen (the task keeps running). Not when
+  // the plugin died under it: the recovery makes the call again.
+  const report = (rpc: string, to: Connected) => async (e: unknown) => {
+    if (pluginDied(to, e) && to.stateTaskId === undefined) return;
+    process.stderr.write(`nomadkit: ${(await rpcError(to, rpc, e)).message}\n`);
+  };
+  /** What Ctrl-C asked so far (StopTask, then DestroyTask), of the plugin that now has the task. */
+  const askForStop = () => {
+    if (interrupts === 0 || recovering !== undefined) return;
+    const to = c;
+    if (interrupts === 1)
+      to.plugin.driver
+        .stopTask({
+          taskId,
+          timeout: { seconds: 5n, nanos: 0 },
+          signal: killSignal,
+        })
+        .catch(report("Driver.StopTask", to));
+    else to.plugin.driver.destroyTask({ taskId, force: true }).catch(report("Driver.DestroyTask", to));
   };
   const onSigint = () => {
     // Before the task runs, Ctrl-C stops everything (see interrupt.ts), once: after that, the
@@ -138,16 +169,10 @@ export async function runCommand(
       process.stderr.write(
         `nomadkit: stopping task ${taskId} (Ctrl-C again to force)\n`,
       );
-      c.plugin.driver
-        .stopTask({
-          taskId,
-          timeout: { seconds: 5n, nanos: 0 },
-          signal: killSignal,
-        })
-        .catch(report("Driver.StopTask"));
+      askForStop();
     } else if (interrupts === 2) {
       process.stderr.write(`nomadkit: destroying task ${taskId} (Ctrl-C again to exit)\n`);
-      c.plugin.driver.destroyTask({ taskId, force: true }).catch(report("Driver.DestroyTask"));
+      askForStop();
     } else {
       // WaitTask may never return (a driver that lost its task): clean up as any signal does, then exit 130.
       interrupt("SIGINT");
@@ -161,6 +186,8 @@ export async function runCommand(
   const undo = () =>
     (undoing ??= (async () => {
       await starting?.catch(() => {});
+      // The task on the relaunched plugin, once it has it (or not).
+      await recovering?.catch(() => {});
       if (!started && starting !== undefined && interrupted.aborted) {
         // Cancelled mid-start: the driver may have started the task all the same.
         await c.plugin.driver.destroyTask({ taskId, force: true }, { timeoutMs: 5000 }).catch(() => {});
@@ -172,12 +199,89 @@ export async function runCommand(
       if (statePath && wroteState && holdsTask(statePath, taskId)) rmSync(statePath, { force: true });
     })());
   // Registered after the plugin's release, so it runs first: the task goes before its plugin.
-  const noCleanup = onInterrupt(async () => {
+  const cleanup = async () => {
     await undo();
     await cgroup?.destroy().catch(() => {});
     await logs?.close(0);
     removeAllocDir();
-  });
+  };
+  let noCleanup = onInterrupt(cleanup);
+  const writeState = () => {
+    const state: RunState = {
+      kind: "nomadkit-run-state",
+      plugin: c.name,
+      taskId,
+      reattach: c.plugin.reattachConfig,
+    };
+    // Whole or not at all: exec and stats may read it while a relaunched plugin's replaces it.
+    const tmp = `${statePath!}.${process.pid}.tmp`;
+    try {
+      writeFileSync(tmp, JSON.stringify(state, null, 2) + "\n", { mode: 0o600 });
+      renameSync(tmp, statePath!);
+    } catch (err) {
+      rmSync(tmp, { force: true });
+      throw new CliError(`--state ${opts.state}: cannot write it: ${(err as Error).message}`);
+    }
+  };
+  /**
+   * The plugin died under the task (WaitTask failed with `died`): as Nomad, launch it again, give it
+   * its config, and hand it the task with RecoverTask and StartTask's handle; the task's executor
+   * outlives its plugin. Throws when the task cannot be recovered; the run's clean-up then destroys
+   * it on the plugin it has, and kills what is left in its cgroup.
+   */
+  const recoverTask = async (died: unknown): Promise<void> => {
+    const dead = c;
+    // How it died (its panic, say), before anything else is tried.
+    process.stderr.write(`nomadkit: ${(await rpcError(dead, "Driver.WaitTask", died)).message}\n`);
+    if (dead.stateTaskId !== undefined)
+      throw new CliError(`task ${taskId}: its plugin was reached through a state file and cannot be relaunched to recover it`);
+    if (handle === undefined)
+      throw new CliError(`task ${taskId}: cannot recover it: Driver.StartTask returned no task handle`);
+    let why = "";
+    while (relaunches < MAX_PLUGIN_RELAUNCHES && !interrupted.aborted) {
+      relaunches++;
+      process.stderr.write(
+        `nomadkit: relaunching the plugin to recover task ${taskId} (attempt ${relaunches} of ${MAX_PLUGIN_RELAUNCHES})\n`,
+      );
+      // The dead plugin (or a relaunch that failed): its socket directory goes, its clean-up too.
+      await c.release();
+      let next: Connected;
+      try {
+        next = await connectPlugin(plugin, g);
+      } catch (err) {
+        why = (err as Error).message;
+        continue;
+      }
+      c = next;
+      // connectPlugin registered the new plugin's stop: the task's clean-up must again run before it.
+      noCleanup();
+      noCleanup = onInterrupt(cleanup);
+      try {
+        await configure(c, config);
+        await orRpcError(c, "Driver.RecoverTask", c.plugin.driver.recoverTask({ taskId, handle }, c.call));
+      } catch (err) {
+        why = (err as Error).message;
+        // A plugin that died again gets another attempt; one that refuses the task would refuse again.
+        if (c.plugin.exitSignal.aborted) continue;
+        break;
+      }
+      process.stderr.write(`nomadkit: recovered task ${taskId} (plugin pid ${c.plugin.pid})\n`);
+      if (statePath && wroteState) {
+        // Unless another run took the file while the plugin was down (its socket gone, it was stale).
+        if (holdsTask(statePath, taskId)) {
+          try {
+            writeState();
+          } catch (err) {
+            process.stderr.write(`nomadkit: ${(err as Error).message}\n`);
+          }
+        } else process.stderr.write(`nomadkit: --state ${opts.state} no longer holds task ${taskId}; not updating it\n`);
+      }
+      return;
+    }
+    if (why === "") why = interrupted.aborted ? "interrupted" : `the plugin was relaunched ${relaunches} times`;
+    // The run's clean-up then destroys the task on the plugin it has and kills what is left in its cgroup.
+    throw new CliError(`cannot recover task ${taskId} after its plugin exited: ${why}`);
+  };
   try {
     await configure(c, config);
     const { spec: taskSpec } = await orRpcError(c, "Driver.TaskConfigSchema", c.plugin.driver.taskConfigSchema({}, c.call));
@@ -224,7 +328,8 @@ export async function runCommand(
     try {
       // Cancelled by an interruption: the clean-up waits for this call, and a driver's startTask
       // that never answers held it. (Nomad never cancels StartTask; stopping the plugin ends it.)
-      await (starting = c.plugin.driver.startTask({ task }, { signal: interrupted }).then(() => {
+      await (starting = c.plugin.driver.startTask({ task }, { signal: interrupted }).then((res) => {
+        handle = res.handle;
         started = true;
       }));
     } catch (e) {
@@ -234,23 +339,9 @@ export async function runCommand(
     }
     process.stderr.write(`nomadkit: started task ${taskId} (${cgroupNote})\n`);
     if (statePath) {
-      const state: RunState = {
-        kind: "nomadkit-run-state",
-        plugin: c.name,
-        taskId,
-        reattach: c.plugin.reattachConfig,
-      };
       // Again now: another run may have written it since the check at start-up.
       checkStatePath(statePath);
-      try {
-        writeFileSync(statePath, JSON.stringify(state, null, 2) + "\n", {
-          mode: 0o600,
-        });
-      } catch (err) {
-        throw new CliError(
-          `--state ${opts.state}: cannot write it: ${(err as Error).message}`,
-        );
-      }
+      writeState();
       wroteState = true;
       process.stderr.write(
         `nomadkit: wrote ${statePath}; try: nomadkit exec ${shellQuote(opts.state!)} ${taskId} -it -- /bin/sh\n`,
@@ -258,9 +349,17 @@ export async function runCommand(
     }
     let wait;
     try {
-      wait = await c.plugin.driver.waitTask({ taskId });
-    } catch (e) {
-      throw await rpcError(c, "Driver.WaitTask", e);
+      for (;;) {
+        try {
+          wait = await c.plugin.driver.waitTask({ taskId });
+          break;
+        } catch (e) {
+          if (!pluginDied(c, e) || interrupted.aborted) throw await rpcError(c, "Driver.WaitTask", e);
+          await (recovering = recoverTask(e).finally(() => (recovering = undefined)));
+          // Asked while the plugin was down, or of the one that died: of the recovered one now.
+          askForStop();
+        }
+      }
     } finally {
       // A process the task left behind holding the FIFOs gets logmon's 2 s.
       await out.close();
@@ -294,6 +393,11 @@ export async function runCommand(
     noAllocDirCleanup();
     removeAllocDir();
   }
+}
+
+/** Whether `err`, a call's failure, came from `to`'s plugin having exited. */
+function pluginDied(to: Connected, err: unknown): boolean {
+  return err instanceof PluginShutdownError || to.plugin.exitSignal.aborted;
 }
 
 /** An fs error's code (ENAMETOOLONG, EACCES, …), else its message. */
