@@ -40,6 +40,7 @@ export {
 } from "./runtime.js";
 export { RequestQueue, type RequestQueueOptions } from "./request-queue.js";
 export { createTaskDirs, type TaskDirs, type TaskDirsEnv } from "./task-dirs.js";
+export { makeDirectory } from "./make-directory.js";
 export {
   createTaskCgroup,
   DEFAULT_CGROUP_PARENTS,

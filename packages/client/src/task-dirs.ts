@@ -3,8 +3,9 @@
  * tests that start tasks themselves: a driver may rely on them (the reference driver runs its
  * tasks in `<alloc_dir>/<task>`).
  */
-import { chmodSync, chownSync, mkdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, chownSync, readFileSync } from "node:fs";
+import { join, relative } from "node:path";
+import { makeDirectory } from "./make-directory.js";
 
 /** The NOMAD_*_DIR variables of a task. */
 export interface TaskDirsEnv {
@@ -36,7 +37,8 @@ export interface TaskDirs {
  * every directory below it 0777 (the task's `tmp` 1777) and, when this process is root, owned by
  * `nobody`, so a task running as another user can use them. Existing directories and their
  * contents are kept. Throws when `taskName` could leave the allocation directory or a directory
- * cannot be made.
+ * cannot be made (an error naming the allocation directory and the directory, with the `code` of
+ * the failed mkdir: ENOENT, EACCES, ENAMETOOLONG, …).
  *
  * @example
  * ```ts
@@ -52,8 +54,20 @@ export function createTaskDirs(allocDir: string, taskName: string): TaskDirs {
   }
   const sharedDir = join(allocDir, "alloc");
   const taskDir = join(allocDir, taskName);
-  for (const d of ["data", "logs", "tmp"]) mkdirSync(join(sharedDir, d), { recursive: true });
-  for (const d of ["local", "secrets", "tmp", "private"]) mkdirSync(join(taskDir, d), { recursive: true });
+  // Not mkdirSync's recursive mode: it never returns under /proc (see makeDirectory).
+  const make = (dir: string) => {
+    try {
+      makeDirectory(dir);
+    } catch (err) {
+      const what = dir === allocDir ? "cannot create it" : `cannot create ${relative(allocDir, dir)} in it`;
+      throw Object.assign(new Error(`allocation directory ${allocDir}: ${what}: ${(err as Error).message}`, { cause: err }), {
+        code: (err as NodeJS.ErrnoException).code,
+      });
+    }
+  };
+  make(allocDir);
+  for (const d of ["data", "logs", "tmp"]) make(join(sharedDir, d));
+  for (const d of ["local", "secrets", "tmp", "private"]) make(join(taskDir, d));
   // Nomad's modes, whatever the umask: a task may run as another user (the job's `user`). Nomad's
   // dropDirPermissions makes each one below the allocation directory 0777 (plus the sticky bit of
   // the task's tmp) and gives it to nobody when it can (as root).

@@ -1,10 +1,11 @@
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { cpus } from "node:os";
-import { createTaskDirs, nodeTotalComputeMhz, nomadAgentConfig, nomadTaskConfig } from "../src/index.js";
+import { createTaskDirs, makeDirectory, nodeTotalComputeMhz, nomadAgentConfig, nomadTaskConfig } from "../src/index.js";
 
 const made: string[] = [];
 afterEach(() => {
@@ -66,11 +67,45 @@ describe("createTaskDirs", () => {
     expect(statSync(join(alloc, "b/local")).isDirectory()).toBe(true);
   });
 
+  it("a bad allocation directory fails at once, naming it (under /proc, where Node's recursive mkdir never returned)", () => {
+    // In a child process with a deadline: a regression hangs the process (even SIGINT is not heard), not the suite.
+    const built = fileURLToPath(new URL("../dist/esm/index.js", import.meta.url));
+    const script = `
+      const { createTaskDirs } = await import(${JSON.stringify(built)});
+      try { createTaskDirs("/proc/nonexistent-xyz/alloc", "web"); console.log("no error"); }
+      catch (err) { console.log(JSON.stringify({ message: err.message, code: err.code })); }`;
+    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 30_000, killSignal: "SIGKILL" });
+    expect(r.signal, "createTaskDirs did not return").toBe(null);
+    expect(JSON.parse(r.stdout)).toEqual({
+      message: "allocation directory /proc/nonexistent-xyz/alloc: cannot create it: ENOENT: no such file or directory, mkdir '/proc/nonexistent-xyz'",
+      code: "ENOENT",
+    });
+    // Below an allocation directory that is a file, the directory that could not be made is named.
+    const file = join(root(), "a-file");
+    writeFileSync(file, "");
+    expect(() => createTaskDirs(file, "web")).toThrow(`allocation directory ${file}: cannot create it: EEXIST`);
+    const alloc = root();
+    writeFileSync(join(alloc, "web"), "");
+    expect(() => createTaskDirs(alloc, "web")).toThrow(`allocation directory ${alloc}: cannot create web/local in it: ENOTDIR`);
+  });
+
   it("refuses task names that are not one directory below the allocation", () => {
     const alloc = root();
     for (const name of ["", ".", "..", "a/b", "../x", "a\0b"]) {
       expect(() => createTaskDirs(alloc, name), JSON.stringify(name)).toThrow(/cannot name a directory below the allocation directory/);
     }
+  });
+});
+
+describe("makeDirectory", () => {
+  it("makes the missing parents as mkdir -p does; an existing directory is fine, a file is not", () => {
+    const base = root();
+    expect(makeDirectory(join(base, "a/b/c"))).toBe(join(base, "a"));
+    expect(statSync(join(base, "a/b/c")).isDirectory()).toBe(true);
+    expect(makeDirectory(join(base, "a/b"))).toBe(undefined);
+    writeFileSync(join(base, "f"), "");
+    expect(() => makeDirectory(join(base, "f"))).toThrow(expect.objectContaining({ code: "EEXIST" }));
+    expect(() => makeDirectory(join(base, "f/g"))).toThrow(expect.objectContaining({ code: "ENOTDIR" }));
   });
 });
 

@@ -5,13 +5,13 @@ import { createHash } from "node:crypto";
 import {
   chmodSync,
   existsSync,
-  mkdirSync,
   readFileSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { basename, dirname, extname, join, resolve } from "node:path";
+import { basename, extname, join, resolve } from "node:path";
+import { makeDirectory } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import {
   trainCodeCache,
@@ -211,14 +211,14 @@ export async function bundlePlugin(
   checkName(name);
   const outDir = resolve(options.outDir);
   try {
+    // Not mkdirSync's recursive mode: it never returns under /proc.
     makeDirectory(outDir);
   } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "EEXIST") throw new CliError(`--out ${options.outDir}: not a directory`);
     throw new CliError(
       `--out ${options.outDir}: cannot create the directory (${(err as Error).message})`,
     );
   }
-  if (!statSync(outDir).isDirectory())
-    throw new CliError(`--out ${options.outDir}: not a directory`);
   for (const pkg of options.external ?? []) {
     if (!pkg || /\s/.test(pkg))
       throw new CliError(
@@ -512,18 +512,4 @@ function recordLoadLaunch(
       JSON.stringify({ version: 1, bundleSha256, transport, calls }, null, 2) +
       "\n",
   };
-}
-
-/**
- * `mkdir -p`, one level at a time: Node's recursive mkdirSync never returns (and holds the event
- * loop, so not even Ctrl-C ends it) where a directory cannot be made under an existing parent and
- * says ENOENT, as under /proc.
- */
-function makeDirectory(dir: string): void {
-  const missing: string[] = [];
-  for (let d = dir; !existsSync(d); d = dirname(d)) {
-    missing.push(d);
-    if (dirname(d) === d) break;
-  }
-  for (const d of missing.reverse()) mkdirSync(d);
 }
