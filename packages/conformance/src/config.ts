@@ -5,10 +5,11 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * Shapes a JSON config like Nomad's HCL decoder (hcldec) shapes an operator's block before encoding
  * it, through nested blocks too: every declared attribute is present; a missing one, or one set to
  * null, takes its declared default (a `Default` spec with a literal) or null; a missing block list
- * or map is empty; a primitive attribute's value, and each element of a list, set or map one, is
- * converted to its declared type where HCL converts (`"8080"` for a number, `5` for a string,
- * `"true"` for a bool). Keys the schema does not
- * declare are kept, so the plugin gets the chance to reject them.
+ * or map is empty; a primitive attribute's value, and each element of a list, set or map one (an
+ * object's attributes, a tuple's elements), is converted to its declared type where HCL converts
+ * (`"8080"` for a number, `5` for a string, `"true"` for a bool); a set holds each distinct element
+ * once, as a cty set does (the first kept where it was). Keys the schema does not declare are kept,
+ * so the plugin gets the chance to reject them.
  *
  * @example
  * ```ts
@@ -32,8 +33,10 @@ function shape(spec: Spec | undefined, value: unknown): unknown {
     }
     case "default":
       return shape(spec.block.value.primary, value);
-    case "Attr":
-      return convert(spec.block.value.type, value);
+    case "Attr": {
+      const type = parseType(spec.block.value.type);
+      return type === undefined ? value : convert(type, value);
+    }
     case "blockValue":
       return shape(spec.block.value.nested, value);
     case "blockList":
@@ -58,20 +61,89 @@ function ctyNumberString(n: number): string {
   return /e/i.test(s) && Number.isFinite(n) ? n.toLocaleString("en-US", { useGrouping: false, maximumFractionDigits: 20 }) : s;
 }
 
+/** An HCL type expression, parsed. */
+type HclType =
+  | { kind: "string" | "number" | "bool" | "any" }
+  | { kind: "list" | "set" | "map"; elem: HclType }
+  | { kind: "object"; attrs: Map<string, HclType> }
+  | { kind: "tuple"; elems: HclType[] };
+
+const types = new Map<string, HclType | undefined>();
+
+/** `type` parsed (`set(object({a=string}))`); undefined for what this does not know, left to the plugin. */
+function parseType(type: string): HclType | undefined {
+  if (types.has(type)) return types.get(type);
+  const src = type.replace(/\s+/g, "");
+  let pos = 0;
+  const eat = (c: string) => src[pos] === c && ++pos > 0;
+  const name = () => {
+    const m = /^[A-Za-z_][A-Za-z0-9_-]*/.exec(src.slice(pos));
+    if (m !== null) pos += m[0].length;
+    return m?.[0];
+  };
+  const parse = (): HclType | undefined => {
+    const kind = name();
+    if (kind === "string" || kind === "number" || kind === "bool" || kind === "any") return { kind };
+    if (!eat("(")) return undefined;
+    let t: HclType | undefined;
+    if (kind === "list" || kind === "set" || kind === "map") {
+      const elem = parse();
+      t = elem && { kind, elem };
+    } else if (kind === "object" && eat("{")) {
+      const attrs = new Map<string, HclType>();
+      while (!eat("}")) {
+        const key = name();
+        const at = key !== undefined && eat("=") ? parse() : undefined;
+        if (at === undefined || (!eat(",") && src[pos] !== "}")) return undefined;
+        attrs.set(key!, at);
+      }
+      t = { kind, attrs };
+    } else if (kind === "tuple" && eat("[")) {
+      const elems: HclType[] = [];
+      while (!eat("]")) {
+        const e = parse();
+        if (e === undefined || (!eat(",") && src[pos] !== "]")) return undefined;
+        elems.push(e);
+      }
+      t = { kind, elems };
+    }
+    return t !== undefined && eat(")") ? t : undefined;
+  };
+  let t = parse();
+  if (pos !== src.length) t = undefined;
+  types.set(type, t);
+  return t;
+}
+
 /**
- * cty's conversions between primitive types, the ones an HCL attribute gets, inside collections too
- * (`list(string)` turns `[8080, true]` into `["8080", "true"]`, `map(string)` each value); anything
- * else is left for the plugin to judge.
+ * cty's conversions between primitive types, the ones an HCL attribute gets, inside collections,
+ * objects and tuples too (`list(string)` turns `[8080, true]` into `["8080", "true"]`, `map(string)`
+ * each value), and a set's merging of equal elements; anything else is left for the plugin to judge.
  */
-function convert(type: string, value: unknown): unknown {
-  const t = type.replace(/\s+/g, "");
-  const collection = /^(list|set|map)\((.*)\)$/.exec(t);
-  if (collection !== null) {
-    const [, kind, element] = collection as unknown as [string, string, string];
-    if (kind === "map") return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(element, v)])) : value;
-    return Array.isArray(value) ? value.map((v) => convert(element, v)) : value;
-  }
-  switch (t) {
+function convert(type: HclType, value: unknown): unknown {
+  switch (type.kind) {
+    case "list":
+      return Array.isArray(value) ? value.map((v) => convert(type.elem, v)) : value;
+    case "set": {
+      if (!Array.isArray(value)) return value;
+      const seen = new Set<string>();
+      const out: unknown[] = [];
+      for (const v of value.map((e) => convert(type.elem, e))) {
+        const key = setKey(type.elem, v);
+        if (seen.has(key)) continue;
+        seen.add(key);
+        out.push(v);
+      }
+      return out;
+    }
+    case "map":
+      return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(type.elem, v)])) : value;
+    case "object":
+      return isPlainObject(value)
+        ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, type.attrs.has(k) ? convert(type.attrs.get(k)!, v) : v]))
+        : value;
+    case "tuple":
+      return Array.isArray(value) ? value.map((v, i) => (i < type.elems.length ? convert(type.elems[i]!, v) : v)) : value;
     case "string":
       return typeof value === "number" ? ctyNumberString(value) : typeof value === "boolean" ? String(value) : value;
     case "number":
@@ -79,9 +151,59 @@ function convert(type: string, value: unknown): unknown {
     case "bool":
       // cty's string to bool: "true" and "1", "false" and "0".
       return value === "true" || value === "1" ? true : value === "false" || value === "0" ? false : value;
-    default:
+    case "any":
       return value;
   }
+}
+
+/**
+ * A converted set element as a string two elements share exactly when cty's equality holds for
+ * them: strings compared in NFC (cty normalizes them), numbers by value, objects attribute by
+ * attribute (an absent attribute is null), maps entry by entry, lists and tuples in order, nested
+ * sets as sets. A value not of its type (left for the plugin to refuse) is compared as it is.
+ */
+function setKey(type: HclType, v: unknown): string {
+  if (v === null || v === undefined) return "~";
+  switch (type.kind) {
+    case "string":
+      return typeof v === "string" ? JSON.stringify(v.normalize("NFC")) : asIs(v);
+    case "number":
+      // String(-0) is "0": equal numbers in cty.
+      return typeof v === "number" ? `n${String(v)}` : asIs(v);
+    case "bool":
+      return typeof v === "boolean" ? (v ? "T" : "F") : asIs(v);
+    case "list":
+      return Array.isArray(v) ? `[${v.map((e) => setKey(type.elem, e)).join(";")}]` : asIs(v);
+    case "tuple":
+      return Array.isArray(v) ? `[${v.map((e, i) => (i < type.elems.length ? setKey(type.elems[i]!, e) : asIs(e))).join(";")}]` : asIs(v);
+    case "set":
+      return Array.isArray(v) ? `{${[...new Set(v.map((e) => setKey(type.elem, e)))].sort().join(";")}}` : asIs(v);
+    case "map":
+      return isPlainObject(v) ? `{${entryKeys(v, (k) => setKey(type.elem, v[k]))}}` : asIs(v);
+    case "object": {
+      if (!isPlainObject(v)) return asIs(v);
+      const declared = [...type.attrs.keys()].sort().map((k) => setKey(type.attrs.get(k)!, v[k]));
+      const extra = Object.keys(v).filter((k) => !type.attrs.has(k));
+      return `<${declared.join(";")}|${entryKeys(Object.fromEntries(extra.map((k) => [k, v[k]])), (k) => asIs(v[k]))}>`;
+    }
+    case "any":
+      return asIs(v);
+  }
+}
+
+/** A value compared as given: its JSON shape, keys sorted. */
+function asIs(v: unknown): string {
+  if (v === null || v === undefined) return "~";
+  if (Array.isArray(v)) return `[${v.map(asIs).join(";")}]`;
+  if (isPlainObject(v)) return `{${entryKeys(v, (k) => asIs(v[k]))}}`;
+  return `${typeof v}:${JSON.stringify(v)}`;
+}
+
+function entryKeys(o: Record<string, unknown>, key: (k: string) => string): string {
+  return Object.keys(o)
+    .sort()
+    .map((k) => `${JSON.stringify(k)}:${key(k)}`)
+    .join(";");
 }
 
 /** What Nomad's decoder yields for an absent attribute or block of this spec. */

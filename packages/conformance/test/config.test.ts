@@ -78,6 +78,59 @@ describe("shapeConfig", () => {
     expect(shapeConfig(collections, { args: "x", env: [1] })).toMatchObject({ args: "x", env: [1] });
   });
 
+  it("holds each distinct element of a set once, as a cty set does: the first kept where it was", () => {
+    const sets = create(SpecSchema, {
+      block: {
+        case: "object",
+        value: {
+          attributes: {
+            names: attr("names", "set(string)"),
+            ports: attr("ports", "set(number)"),
+            flags: attr("flags", "set(bool)"),
+            mounts: attr("mounts", "set(object({ source = string, readonly = bool }))"),
+            groups: attr("groups", "set(list(string))"),
+            nested: attr("nested", "set(set(string))"),
+            labels: attr("labels", "set(map(number))"),
+            pairs: attr("pairs", "set(tuple([string, number]))"),
+            list: attr("list", "list(string)"),
+          },
+        },
+      },
+    });
+    expect(
+      shapeConfig(sets, {
+        // Equal once converted to the element type, as cty compares them.
+        names: ["b", "a", "b", 5, "5"],
+        ports: [80, "80", 443, 1.5, "1.50", 0, -0],
+        flags: [true, "true", "1", false, "0"],
+        // Objects attribute by attribute, whatever the key order; an absent attribute is a null one.
+        mounts: [{ source: "/a", readonly: true }, { readonly: "true", source: "/a" }, { source: "/a", readonly: false }, { source: "/a" }, { source: "/a", readonly: null }],
+        // Lists in order, sets as sets.
+        groups: [["a", "b"], ["b", "a"], ["a", "b"]],
+        nested: [["a", "b"], ["b", "a", "a"]],
+        labels: [{ x: 1, y: "2" }, { y: 2, x: "1" }, { x: 1 }],
+        pairs: [["a", 1], ["a", "1"], ["a", 2]],
+        // A list keeps its repeats.
+        list: ["a", "a"],
+      }),
+    ).toEqual({
+      names: ["b", "a", "5"],
+      ports: [80, 443, 1.5, 0],
+      flags: [true, false],
+      mounts: [{ source: "/a", readonly: true }, { source: "/a", readonly: false }, { source: "/a" }],
+      groups: [["a", "b"], ["b", "a"]],
+      nested: [["a", "b"]],
+      labels: [{ x: 1, y: 2 }, { x: 1 }],
+      pairs: [["a", 1], ["a", 2]],
+      list: ["a", "a"],
+    });
+    // A null is an element apart from "" in cty; strings are compared in NFC.
+    const strings = create(SpecSchema, { block: { case: "object", value: { attributes: { s: attr("s", "set(string)") } } } });
+    expect(shapeConfig(strings, { s: ["", null, null, "", "\u00e9", "e\u0301"] })).toEqual({ s: ["", null, "\u00e9"] });
+    // Not what the type says: compared as given, left for the plugin to refuse.
+    expect(shapeConfig(strings, { s: [{ a: 1 }, { a: 1 }, [1], "x"] })).toEqual({ s: [{ a: 1 }, [1], "x"] });
+  });
+
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });

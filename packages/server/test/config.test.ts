@@ -191,6 +191,57 @@ describe("decodeConfig", () => {
     });
   });
 
+  it("holds each distinct element of a set once, as cty does: the first kept where it was, the others dropped", () => {
+    const s = spec.object({
+      names: spec.attr("set(string)"),
+      ports: spec.attr("set(number)"),
+      flags: spec.attr("set(bool)"),
+      mounts: spec.attr("set(object({ source = string, readonly = bool }))"),
+      groups: spec.attr("set(list(string))"),
+      nested: spec.attr("set(set(string))"),
+      labels: spec.attr("set(map(string))"),
+      tuples: spec.attr("set(tuple([string, number]))"),
+      anys: spec.attr("set(any)"),
+      list: spec.attr("list(string)"),
+    });
+    const v = {
+      names: ["b", "a", "b", "a", "c"],
+      // Numbers by value, however encoded (cty writes some as decimal strings).
+      ports: [80, 443, "80", 1.5, "1.50", 0, -0],
+      flags: [true, false, true, false],
+      // Objects attribute by attribute, in any key order; an absent attribute is a null one.
+      mounts: [{ source: "/a", readonly: true }, { readonly: true, source: "/a" }, { source: "/a", readonly: false }, { source: "/a" }, { source: "/a", readonly: null }],
+      // Lists in order; sets as sets.
+      groups: [["a", "b"], ["b", "a"], ["a", "b"]],
+      nested: [["a", "b"], ["b", "a", "a"]],
+      labels: [{ x: "1", y: "2" }, { y: "2", x: "1" }, { x: "2" }],
+      tuples: [["a", 1], ["a", "1"], ["a", 2]],
+      anys: [{ k: "v" }, { k: "v" }, "v"],
+      // A list keeps its repeats.
+      list: ["a", "a"],
+    };
+    expect(decodeConfig(s, encode(v))).toEqual({
+      names: ["b", "a", "c"],
+      ports: [80, 443, 1.5, 0],
+      flags: [true, false],
+      mounts: [{ source: "/a", readonly: true }, { source: "/a", readonly: false }, { source: "/a" }],
+      groups: [["a", "b"], ["b", "a"]],
+      nested: [["a", "b"]],
+      labels: [{ x: "1", y: "2" }, { x: "2" }],
+      tuples: [["a", 1], ["a", 2]],
+      anys: [{ k: "v" }, "v"],
+      list: ["a", "a"],
+    });
+    // cty keeps a null apart from "" (the driver gets both, as "", as a Go driver does), also nested;
+    // it compares strings in NFC.
+    const t = spec.object({ s: spec.attr("set(string)"), l: spec.attr("set(list(string))"), u: spec.attr("set(string)") });
+    expect(decodeConfig(t, encode({ s: ["", null, null, ""], l: [["a", null], ["a", ""]], u: ["\u00e9", "e\u0301"] }))).toEqual({
+      s: ["", ""],
+      l: [["a", ""], ["a", ""]],
+      u: ["\u00e9"],
+    });
+  });
+
   it("accepts cty's big numbers encoded as strings", () => {
     const s = spec.object({ n: spec.attr("number") });
     expect(decodeConfig(s, encode({ n: "0.1000000000000000000001" }))).toEqual({ n: 0.1 });

@@ -71,7 +71,8 @@ export type ValueOfStripped<S extends string> = S extends "string"
 
 /**
  * The TypeScript type of a decoded value of HCL type expression `S`: `"list(string)"` → `string[]`,
- * `"map(number)"` → `Record<string, number>`. Sets decode to arrays.
+ * `"map(number)"` → `Record<string, number>`. Sets decode to arrays, each distinct element once
+ * (as in a cty set).
  */
 export type HclValue<S extends string> = ValueOfStripped<StripSpaces<S>>;
 

@@ -94,7 +94,9 @@ const MAX_DEPTH = 256;
 /**
  * Convert a msgpack-decoded value to the JS value of HCL type `t`, or throw
  * {@link ConfigFieldError}. `null` is returned for null (the caller decides whether that is allowed).
- * A null inside a list, set or map becomes the element type's zero value ({@link zeroValue}).
+ * A null inside a list, set or map becomes the element type's zero value ({@link zeroValue}). A set
+ * holds each distinct element once, as a cty set does (equal by value, objects attribute by
+ * attribute): a repeated element is dropped, the first one kept where it was.
  */
 export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0): unknown {
   if (v === null || v === undefined) return null;
@@ -113,11 +115,24 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
       // cty encodes numbers that are neither int64 nor exact float64 as decimal strings.
       if (typeof v === "string" && NUMERIC.test(v)) return INTEGER.test(v) ? exactInteger(BigInt(v), path) : Number(v);
       throw mismatch();
-    case "list":
-    case "set": {
+    case "list": {
       if (!Array.isArray(v)) throw mismatch();
       const out = new Array<unknown>(v.length);
       for (let i = 0; i < v.length; i++) out[i] = element(t.elem, v[i], [...path, i], depth);
+      return out;
+    }
+    case "set": {
+      if (!Array.isArray(v)) throw mismatch();
+      const out: unknown[] = [];
+      const seen = new Set<string>();
+      for (let i = 0; i < v.length; i++) {
+        const e = convertValue(t.elem, v[i], [...path, i], depth + 1);
+        // From the value as received: cty keeps a null and the zero value it becomes apart.
+        const key = setKey(t.elem, v[i], [...path, i]);
+        if (seen.has(key)) continue;
+        seen.add(key);
+        out.push(e === null ? zeroValue(t.elem) : e);
+      }
       return out;
     }
     case "map": {
@@ -145,6 +160,63 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
     case "any":
       return convertDynamic(v, path, depth);
   }
+}
+
+/**
+ * A set element as a string that two elements share exactly when cty's equality holds for them:
+ * strings compared in NFC (cty normalizes them), numbers by value (`1`, `1.0`, cty's `"1"`),
+ * objects attribute by attribute (an absent attribute is null), maps entry by entry, lists and
+ * tuples in order, nested sets as sets. Read from `v` as received, already checked against `t` by
+ * `convertValue`: a null nested anywhere differs from the zero value it becomes, as it does in cty.
+ */
+function setKey(t: HclType, v: unknown, path: FieldPath): string {
+  if (v === null || v === undefined) return "~";
+  switch (t.kind) {
+    case "string":
+      return JSON.stringify((v as string).normalize("NFC"));
+    case "number":
+      // String(-0) is "0": cty's numbers are equal.
+      return `n${String(convertValue(t, v, path))}`;
+    case "bool":
+      return v ? "T" : "F";
+    case "list":
+      return `[${(v as unknown[]).map((e) => setKey(t.elem, e, path)).join(";")}]`;
+    case "tuple":
+      return `[${(v as unknown[]).map((e, i) => setKey(t.elems[i]!, e, path)).join(";")}]`;
+    case "set":
+      // As a set: each distinct element once, in no particular order.
+      return `{${[...new Set((v as unknown[]).map((e) => setKey(t.elem, e, path)))].sort().join(";")}}`;
+    case "map": {
+      const m = v as Record<string, unknown>;
+      return `{${Object.keys(m)
+        .sort()
+        .map((k) => `${JSON.stringify(k)}:${setKey(t.elem, m[k], path)}`)
+        .join(";")}}`;
+    }
+    case "object": {
+      const o = v as Record<string, unknown>;
+      return `<${[...t.attrs.keys()]
+        .sort()
+        .map((k) => setKey(t.attrs.get(k)!, o[k], path))
+        .join(";")}>`;
+    }
+    case "any":
+      return `?${dynamicKey(convertValue(t, v, path))}`;
+  }
+}
+
+/** A decoded value of type `any`, by its JSON shape (map keys sorted). */
+function dynamicKey(v: unknown): string {
+  if (v === null || v === undefined) return "~";
+  if (typeof v === "string") return JSON.stringify(v.normalize("NFC"));
+  if (Array.isArray(v)) return `[${v.map(dynamicKey).join(";")}]`;
+  if (isPlainMap(v)) {
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${dynamicKey(v[k])}`)
+      .join(";")}}`;
+  }
+  return typeof v === "number" ? `n${String(v)}` : v ? "T" : "F";
 }
 
 // Nomad sends a collection holding nulls as it is (HCL's `args = ["-v", var.unset]`, or a JSON job's
