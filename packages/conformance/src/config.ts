@@ -134,7 +134,7 @@ function convert(type: HclType, value: unknown): unknown {
         seen.add(key);
         out.push(v);
       }
-      return out;
+      return ctySetOrder(type.elem, out);
     }
     case "map":
       return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(type.elem, v)])) : value;
@@ -154,6 +154,21 @@ function convert(type: HclType, value: unknown): unknown {
     case "any":
       return value;
   }
+}
+
+/**
+ * A set's elements in the order Nomad sends them: cty iterates a set of strings in byte order (of
+ * UTF-8), of numbers ascending and of bools false first, and that is the order they are encoded
+ * in. Other element types have an order of cty's own (by hash), left as given; so are sets holding
+ * values not of their type (left for the plugin to refuse) or nulls.
+ */
+function ctySetOrder(elem: HclType, values: unknown[]): unknown[] {
+  const kind = elem.kind;
+  if (kind !== "string" && kind !== "number" && kind !== "bool") return values;
+  const jsType = kind === "bool" ? "boolean" : kind;
+  if (!values.every((v) => typeof v === jsType)) return values;
+  if (kind === "string") return (values as string[]).map((v) => v.normalize("NFC")).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  return [...(values as number[])].sort((a, b) => Number(a) - Number(b));
 }
 
 /**

@@ -78,7 +78,7 @@ describe("shapeConfig", () => {
     expect(shapeConfig(collections, { args: "x", env: [1] })).toMatchObject({ args: "x", env: [1] });
   });
 
-  it("holds each distinct element of a set once, as a cty set does: the first kept where it was", () => {
+  it("holds each distinct element of a set once, as a cty set does, in the order Nomad sends them", () => {
     const sets = create(SpecSchema, {
       block: {
         case: "object",
@@ -114,9 +114,10 @@ describe("shapeConfig", () => {
         list: ["a", "a"],
       }),
     ).toEqual({
-      names: ["b", "a", "5"],
-      ports: [80, 443, 1.5, 0],
-      flags: [true, false],
+      // cty's order for sets of primitives: strings by bytes, numbers ascending, false first.
+      names: ["5", "a", "b"],
+      ports: [0, 1.5, 80, 443],
+      flags: [false, true],
       mounts: [{ source: "/a", readonly: true }, { source: "/a", readonly: false }, { source: "/a" }],
       groups: [["a", "b"], ["b", "a"]],
       nested: [["a", "b"]],
@@ -127,6 +128,8 @@ describe("shapeConfig", () => {
     // A null is an element apart from "" in cty; strings are compared in NFC.
     const strings = create(SpecSchema, { block: { case: "object", value: { attributes: { s: attr("s", "set(string)") } } } });
     expect(shapeConfig(strings, { s: ["", null, null, "", "\u00e9", "e\u0301"] })).toEqual({ s: ["", null, "\u00e9"] });
+    // Byte order of UTF-8, not of UTF-16 (U+FF5E sorts before U+1F600 in UTF-16 code units).
+    expect(shapeConfig(strings, { s: ["\u{1F600}", "\uFF5E", "Z", "a"] })).toEqual({ s: ["Z", "a", "\uFF5E", "\u{1F600}"] });
     // Not what the type says: compared as given, left for the plugin to refuse.
     expect(shapeConfig(strings, { s: [{ a: 1 }, { a: 1 }, [1], "x"] })).toEqual({ s: [{ a: 1 }, [1], "x"] });
   });
