@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import {
   PluginLaunchError,
   PluginShutdownError,
@@ -32,6 +32,17 @@ async function launchFake(
   }).catch((e: unknown) => e);
   expect(err).toBeInstanceOf(PluginLaunchError);
   return err as PluginLaunchError;
+}
+
+const scratch: string[] = [];
+afterAll(() => {
+  for (const d of scratch) rmSync(d, { recursive: true, force: true });
+});
+/** A temporary directory removed after the tests. */
+function scratchDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "nk-fake-"));
+  scratch.push(d);
+  return d;
 }
 
 /** `pid` was killed: it is reaped (no longer a pid) within moments. */
@@ -166,7 +177,7 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
   });
 
   it("an invalid tcp address, and the plugin is killed", async () => {
-    const pidFile = join(mkdtempSync(join(tmpdir(), "nk-fake-")), "pid");
+    const pidFile = join(scratchDir(), "pid");
     for (const address of ["localhost", "127.0.0.1:http", "127.0.0.1:70000", ":1234"]) {
       const err = await launchFake({ FAKE_HANDSHAKE: `1|2|tcp|${address}|grpc|`, FAKE_PIDFILE: pidFile });
       expect(err.message).toContain(`sent a handshake with an invalid tcp address ${JSON.stringify(address)} (expected host:port)`);
@@ -176,10 +187,14 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
   });
 
   it("an aborted launch kills the plugin", async () => {
-    const pidFile = join(mkdtempSync(join(tmpdir(), "nk-fake-")), "pid");
+    const pidFile = join(scratchDir(), "pid");
     const ac = new AbortController();
-    setTimeout(() => ac.abort(), 300);
-    const err = await launchFake({ FAKE_SILENT: "1", FAKE_PIDFILE: pidFile }, { signal: ac.signal });
+    // Cancelled once the host has the plugin's stderr line (written after its pid file), not after
+    // a fixed time: on a busy machine the plugin may not have started by then.
+    const logger = (e: { message: string }) => {
+      if (e.message.includes("a plain stderr line")) ac.abort();
+    };
+    const err = await launchFake({ FAKE_SILENT: "1", FAKE_PIDFILE: pidFile }, { signal: ac.signal, logger });
     expect(err.message).toMatch(/^launch of plugin .* cancelled/);
     expect(err.stderr).toContain("a plain stderr line");
     await expectGone(Number(readFileSync(pidFile, "utf8")));
