@@ -1,7 +1,7 @@
 // The executor's task under what real Nomad does around it: logmon's FIFOs losing their reader, a
 // process SIGKILL cannot end, and a StartTask that gives up while the launch is under way.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -31,6 +31,21 @@ async function until(what: string, cond: () => boolean): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   }
   throw new Error(`timed out waiting for ${what}`);
+}
+
+/** Whether process `pid` has `path` open. */
+function holdsOpen(pid: number, path: string): boolean {
+  try {
+    return readdirSync(`/proc/${pid}/fd`).some((fd) => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`) === path;
+      } catch {
+        return false;
+      }
+    });
+  } catch {
+    return false;
+  }
 }
 
 /** `cat fifo`, its output collected. */
@@ -63,6 +78,8 @@ describe("a task writing to logmon's FIFO", () => {
     await until("the task to write with no reader, or to die trying", () => existsSync(join(dir, "wrote")) || task.exit !== undefined);
     expect(task.exit).toBeUndefined();
     const second = reader(fifo);
+    // Opened before the task ends: a reader opening a FIFO nobody writes any more waits for a writer forever.
+    await until("the second reader to open the FIFO", () => holdsOpen(second.child.pid!, fifo));
     writeFileSync(join(dir, "end"), "");
     expect(await task.wait()).toMatchObject({ exitCode: 0, signal: 0 });
     await second.closed;
