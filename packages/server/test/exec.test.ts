@@ -11,6 +11,7 @@ import { encode } from "@msgpack/msgpack";
 import type { PluginClient } from "@nomadkit/client";
 import {
   ExecTaskStreamingRequestSchema,
+  TaskState,
   type ExecTaskStreamingRequest,
   type ExecTaskStreamingResponse,
 } from "@nomadkit/protocol/driver";
@@ -189,6 +190,37 @@ function alive(pid: number): boolean {
     return false;
   }
 }
+
+describe("ExecTaskStreaming cancelled by the caller", () => {
+  it("with output still queued, many times over: the host is not locked out (Node never un-counts those bytes)", async () => {
+    // A plugin of its own: before the fix its connection refused every new call once it happened.
+    const own = await launchFixture("test-driver");
+    try {
+      await own.driver.startTask({ task: { id: TASK, name: "exec", allocId: "alloc-exec-cancel", msgpackDriverConfig: encode({ command: "sleep", args: ["3600"] }) } });
+      // Each cancel left what was queued for the stream (~0.4 MiB here) counted against the
+      // connection's HTTP/2 session memory: with 128 MiB, new streams got ENHANCE_YOUR_CALM after
+      // ~330 of them, and every call in flight failed when the plugin then sent GOAWAY.
+      for (let i = 0; i < 450; i++) {
+        const ac = new AbortController();
+        const requests = new RequestQueue<Req>();
+        requests.push(setup(["yes"])); // never half-closed, like Nomad
+        const it = own.driver.execTaskStreaming(requests, { signal: ac.signal })[Symbol.asyncIterator]();
+        let got = 0;
+        while (got < 1 << 20) {
+          const r = await it.next();
+          expect([i, r.done]).toEqual([i, false]);
+          got += r.value?.stdout?.data.length ?? 0;
+        }
+        ac.abort();
+        await it.next().catch(() => undefined);
+      }
+      expect((await own.driver.inspectTask({ taskId: TASK })).task?.state).toBe(TaskState.RUNNING);
+    } finally {
+      await own.driver.destroyTask({ taskId: TASK, force: true }).catch(() => {});
+      await own.kill();
+    }
+  }, 300_000);
+});
 
 describe("ExecTaskStreaming through @grpc/grpc-js", () => {
   interface GrpcRes {

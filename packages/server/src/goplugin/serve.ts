@@ -79,8 +79,10 @@ export interface ServePluginOptions {
    * HTTP/2 `maxSessionMemory` of the host's connection, in MiB. Node refuses new streams with
    * ENHANCE_YOUR_CALM while the connection's accounted memory is above it, and response data
    * handed to Node but not yet framed counts: a busy exec session holds up to one output message
-   * (1 MiB) there. Node's default (10) lets a handful of busy `alloc exec` sessions lock the host
-   * out of TaskStats and InspectTask; the default here is 128, room for about a hundred.
+   * (1 MiB) there. Node never takes the bytes queued for a stream the host resets off that count
+   * (a cancelled `alloc exec` leaves ~0.4 MiB), so the default is 1 TiB (1048576): a count that
+   * grows for the plugin's whole life must not lock Nomad out. Node's default (10) let a handful
+   * of busy exec sessions do it at once.
    */
   maxSessionMemoryMiB?: number;
 }

@@ -41,7 +41,14 @@ export type StreamListener = (
   rawHeaders: string[],
 ) => void;
 
-const DEFAULT_MAX_SESSION_MEMORY_MIB = 128;
+/**
+ * 1 TiB: not a bound on memory but on Node's count of it. Node (20 and 22) never takes the bytes
+ * still queued for a stream off that count when the peer resets the stream, so every exec session
+ * the host cancels with output in flight left ~0.4 MiB counted: at 128 MiB the host's connection
+ * refused every new call (ENHANCE_YOUR_CALM) after ~330 of them, then Node sent GOAWAY and the
+ * calls in flight failed. What a session really holds is bounded by flow control and backpressure.
+ */
+const DEFAULT_MAX_SESSION_MEMORY_MIB = 1024 * 1024;
 const DEFAULT_PROTOCOL_VERSIONS: readonly number[] = [2];
 const DEFAULT_DISCONNECT_GRACE_MS = 1000;
 // After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
