@@ -1,7 +1,8 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
 import { spawn } from "node:child_process";
 import * as http2 from "node:http2";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -312,6 +313,21 @@ describe("reattachPlugin", () => {
     await expect(
       reattachPlugin({ pid: 4_194_305, network: "unix", address: "/x" }),
     ).rejects.toThrow(/no process with pid/);
+  });
+  it("removes the socket directory a plugin killed hard left, when it finds the plugin gone", async () => {
+    // A nomadkit plugin's private directory holding only its socket, and a pid that has exited.
+    const dir = mkdtempSync(join(tmpdir(), "plugin-"));
+    const sock = join(dir, "plugin.sock");
+    // Listening, then SIGKILLed: its socket file stays.
+    const child = spawn(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(sock)}, () => process.kill(process.pid, "SIGKILL"))`]);
+    await once(child, "exit");
+    try {
+      expect(existsSync(sock)).toBe(true);
+      await expect(reattachPlugin({ pid: child.pid!, network: "unix", address: sock })).rejects.toThrow(`no process with pid ${child.pid}`);
+      expect(existsSync(dir)).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
   it("takes a zombie for an exited plugin, at reattach and while attached", async () => {
     // `sh` execs a `sleep` that never reaps the server started before it: once killed, the server

@@ -723,8 +723,12 @@ export async function reattachPlugin(
       `reattach: network must be "unix" or "tcp", not ${JSON.stringify(config.network)}`,
     );
   }
-  if (!isAlive(config.pid))
+  if (!isAlive(config.pid)) {
+    // As when a reattached plugin exits: a plugin killed hard (the executor of a task whose
+    // recovery now fails) could not remove its socket directory, and nobody else will.
+    if (config.network === "unix") removePluginSocketDir(config.address, 0, [process.env.PLUGIN_UNIX_SOCKET_DIR, process.env.TMPDIR]);
     throw new PluginLaunchError(`reattach: no process with pid ${config.pid}`);
+  }
   const exitController = new AbortController();
   let resolveExit!: (e: PluginExit) => void;
   const exited = new Promise<PluginExit>((r) => (resolveExit = r));
