@@ -24,6 +24,7 @@ import { execStreamingInTask } from "./exec-streaming.js";
 import { TaskCgroups } from "./cgroups.js";
 import { TaskProcess, type TaskExit } from "./process.js";
 import { anySignal } from "@nomadkit/client/runtime";
+import { Aborted, untilAborted } from "../runtime/until-aborted.js";
 
 /** Version string the executor reports (Nomad's ExecutorVersionLatest). */
 export const EXECUTOR_VERSION = "2.0.0";
@@ -94,12 +95,10 @@ function setOomScoreAdj(value: number, log: ExecutorLogger): void {
   }
 }
 
+/** `p`, or the signal's reason once it fires; an abandoned call is not kept until `p` settles. */
 function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  return untilAborted(p, signal).catch((e: unknown) => {
+    throw e instanceof Aborted ? e.reason : e;
   });
 }
 
