@@ -66,6 +66,54 @@ describe("streaming calls", () => {
     }
   }, 20_000);
 
+  it("closes its HTTP/2 stream when a request is still being sent as the status arrives", async () => {
+    // A command that fails to start: the executor answers at once while Nomad's stdin close is on
+    // its way. connect-node's request writer stops without ending the request side when, once a
+    // write completes, it finds the response over: each such session left a stream open on both
+    // sides for the life of the connection (about one in twenty failed sessions with a real
+    // executor). Here the server's small window holds the write until the call has failed.
+    let closed: Promise<unknown> | undefined;
+    let drain!: () => void;
+    const server = http2.createServer({ settings: { initialWindowSize: 256 } });
+    server.on("session", (session) => session.on("error", () => {}));
+    server.on("stream", (s, h) => {
+      s.on("error", () => {});
+      if (h[":path"]!.includes("Health")) return s.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "12" }, { endStream: true });
+      if (!h[":path"]!.endsWith("/ExecTaskStreaming")) return;
+      closed = once(s, "close");
+      // Reads the requests (as a gRPC server reads the rest), but only once the client has seen
+      // the answer: until then the second request waits for window.
+      s.on("data", () => {});
+      s.pause();
+      drain = () => s.resume();
+      // Headers, then the status in trailers, as the executor answers.
+      s.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+      s.once("wantTrailers", () => s.sendTrailers({ "grpc-status": "3", "grpc-message": "no such command" }));
+      s.end();
+    });
+    const sock = join(tmp.dir, "late.sock");
+    await new Promise<void>((r) => server.listen(sock, r));
+    const plugin = await reattachPlugin({ pid: process.pid, network: "unix", address: sock });
+    const stdin = new RequestQueue<Uint8Array>();
+    const requests = (async function* () {
+      yield { setup: { taskId: "t", command: ["/no/such/command"] } };
+      yield { stdin: { data: new Uint8Array(4096) } }; // more than the server's window
+      for await (const data of stdin) yield { stdin: { data } };
+    })();
+    try {
+      const err = await (async () => {
+        for await (const _ of plugin.driver.execTaskStreaming(requests)) void _;
+      })().catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: Code.InvalidArgument });
+      drain();
+      const settled = await Promise.race([closed!.then(() => "closed"), new Promise((r) => setTimeout(r, 10_000, "still open"))]);
+      expect(settled).toBe("closed");
+    } finally {
+      plugin.close();
+      server.close();
+    }
+  }, 30_000);
+
   it("a stream that outlives its timeout names the method and the timeout", async () => {
     const server = http2.createServer();
     server.on("session", (session) => session.on("error", () => {}));

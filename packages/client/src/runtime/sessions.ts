@@ -47,6 +47,7 @@ export class PluginSessionManager extends Http2SessionManager {
       stream.session?.destroy();
       throw closedHere();
     }
+    endRequestsWithResponse(stream);
     const session = stream.session;
     if (session !== undefined && !widened.has(session)) {
       widened.add(session);
@@ -63,6 +64,24 @@ export class PluginSessionManager extends Http2SessionManager {
     }
     return stream;
   }
+}
+
+/**
+ * Ends the request side once the response is complete (trailers, or a trailers-only answer), as
+ * grpc-go's client does: the call is over then, whatever the caller still sends. connect-node's
+ * request writer stops without ending the stream when it finds the response over after a write
+ * (an exec whose command fails to start while the stdin close is on its way), which left the
+ * stream half-open here and open in the plugin for the life of the connection. An END_STREAM, not
+ * a reset: resets count towards the plugin's rapid-reset limit, and nothing is lost either way.
+ */
+function endRequestsWithResponse(stream: http2.ClientHttp2Stream): void {
+  const end = () => {
+    if (!stream.writableEnded && !stream.destroyed) stream.end();
+  };
+  stream.once("trailers", end);
+  stream.once("response", (_headers, flags: number) => {
+    if ((flags & http2Constants.NGHTTP2_FLAG_END_STREAM) !== 0) end();
+  });
 }
 
 function closedHere(): ConnectError {
