@@ -87,6 +87,14 @@ describe("hclspec builder", () => {
     expect(() => spec.object({ "bad name": spec.attr("string") }).toProto()).toThrow(/not a valid HCL identifier/);
     expect(parseHclType("object({a = list(number), b=tuple([string, bool])})")).toMatchObject({ kind: "object" });
   });
+
+  it("takes a repeated object attribute as HCL does: the last one is its type", () => {
+    // Nomad's typeexpr accepts object({port=string,port=number}) as object({port=number}).
+    expect(parseHclType("object({port = string, port = number})")).toEqual({ kind: "object", attrs: new Map([["port", { kind: "number" }]]) });
+    const s = spec.object({ o: spec.attr("object({ port = string, port = number })") });
+    expect(decodeConfig(s, encode({ o: { port: 8080 } }))).toEqual({ o: { port: 8080 } });
+    expect(invalid(() => decodeConfig(s, encode({ o: { port: "http" } }), "task config"))).toMatch(/expected number, got string/);
+  });
 });
 
 describe("decodeConfig", () => {

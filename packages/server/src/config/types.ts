@@ -172,8 +172,9 @@ class Parser {
         const attrs = new Map<string, HclType>();
         while (this.peek() !== "}") {
           const key = this.ident();
-          if (attrs.has(key)) this.fail(`duplicate attribute "${key}"`);
           this.expect("=");
+          // A repeated attribute replaces the earlier one: HCL's typeexpr takes
+          // object({a=string,a=number}) as object({a=number}), and Nomad does too.
           attrs.set(key, this.type());
           if (this.peek() === ",") this.pos++;
           else if (this.peek() !== "}") this.fail('expected "," or "}"');
