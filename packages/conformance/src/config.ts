@@ -1,4 +1,5 @@
 import { encode } from "@msgpack/msgpack";
+import { parseHclType, type HclType } from "@nomadkit/client/hcl";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 
 /**
@@ -61,58 +62,14 @@ function ctyNumberString(n: number): string {
   return /e/i.test(s) && Number.isFinite(n) ? n.toLocaleString("en-US", { useGrouping: false, maximumFractionDigits: 20 }) : s;
 }
 
-/** An HCL type expression, parsed. */
-type HclType =
-  | { kind: "string" | "number" | "bool" | "any" }
-  | { kind: "list" | "set" | "map"; elem: HclType }
-  | { kind: "object"; attrs: Map<string, HclType> }
-  | { kind: "tuple"; elems: HclType[] };
-
-const types = new Map<string, HclType | undefined>();
-
-/** `type` parsed (`set(object({a=string}))`); undefined for what this does not know, left to the plugin. */
+/** `type` parsed (`set(object({a=string}))`); undefined for what the parser does not take, left to the plugin. */
 function parseType(type: string): HclType | undefined {
-  if (types.has(type)) return types.get(type);
-  const src = type.replace(/\s+/g, "");
-  let pos = 0;
-  const eat = (c: string) => src[pos] === c && ++pos > 0;
-  const name = () => {
-    const m = /^[A-Za-z_][A-Za-z0-9_-]*/.exec(src.slice(pos));
-    if (m !== null) pos += m[0].length;
-    return m?.[0];
-  };
-  const parse = (): HclType | undefined => {
-    const kind = name();
-    if (kind === "string" || kind === "number" || kind === "bool" || kind === "any") return { kind };
-    if (!eat("(")) return undefined;
-    let t: HclType | undefined;
-    if (kind === "list" || kind === "set" || kind === "map") {
-      const elem = parse();
-      t = elem && { kind, elem };
-    } else if (kind === "object" && eat("{")) {
-      const attrs = new Map<string, HclType>();
-      while (!eat("}")) {
-        const key = name();
-        const at = key !== undefined && eat("=") ? parse() : undefined;
-        if (at === undefined || (!eat(",") && src[pos] !== "}")) return undefined;
-        attrs.set(key!, at);
-      }
-      t = { kind, attrs };
-    } else if (kind === "tuple" && eat("[")) {
-      const elems: HclType[] = [];
-      while (!eat("]")) {
-        const e = parse();
-        if (e === undefined || (!eat(",") && src[pos] !== "]")) return undefined;
-        elems.push(e);
-      }
-      t = { kind, elems };
-    }
-    return t !== undefined && eat(")") ? t : undefined;
-  };
-  let t = parse();
-  if (pos !== src.length) t = undefined;
-  types.set(type, t);
-  return t;
+  try {
+    return parseHclType(type);
+  } catch (err) {
+    if (err instanceof TypeError) return undefined;
+    throw err;
+  }
 }
 
 /**

@@ -78,6 +78,14 @@ describe("shapeConfig", () => {
     expect(shapeConfig(collections, { args: "x", env: [1] })).toMatchObject({ args: "x", env: [1] });
   });
 
+  it("reads type expressions as HCL does: a repeated object attribute's last type, no spaces inside names", () => {
+    const odd = create(SpecSchema, {
+      block: { case: "object", value: { attributes: { o: attr("o", "object({ port = string, port = number })"), s: attr("s", "li st(string)") } } },
+    });
+    // Nomad's typeexpr takes the last `port`; "li st" is no type (Nomad refuses it), so the value is left as given.
+    expect(shapeConfig(odd, { o: { port: "8080" }, s: [1] })).toEqual({ o: { port: 8080 }, s: [1] });
+  });
+
   it("holds each distinct element of a set once, as a cty set does, in the order Nomad sends them", () => {
     const sets = create(SpecSchema, {
       block: {
