@@ -1,7 +1,8 @@
 /**
  * The nomadkit executor: a detached per-task supervisor process serving Nomad's
  * `hashicorp.nomad.plugins.executor.proto.Executor` over go-plugin, so tasks outlive driver
- * restarts; plus the driver-side handle (launch, reattach from `driver_state`, exec forwarding).
+ * restarts; plus the driver-side handle (launch, reattach from `driver_state`, exec forwarding,
+ * shared stats streams).
  *
  * @example
  * ```ts
@@ -43,5 +44,7 @@ export { isProcessAlive } from "./executor/pids.js";
 export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
 export { execStreamingInTask } from "./executor/exec-streaming.js";
 export { forwardExecStream } from "./executor/forward.js";
+export { ExecutorStatsFeed } from "./executor/stats-feed.js";
+export type { ExecutorStatsCall, ExecutorStatsSample } from "./executor/stats-feed.js";
 export { OUTPUT_HANDOFF_HEADER, openHandedOutputs, closeHandedOutputs } from "./exec/handoff.js";
 export type { HandedOutputs } from "./exec/handoff.js";

@@ -274,8 +274,8 @@ export interface CallContext<PC = unknown, TC = unknown> extends DriverContext<P
  * @example
  * ```ts
  * taskStats(taskId, ctx) {
- *   // One executor Stats stream per interval, shared by the TaskStats streams that use it.
- *   return feeds.get(taskId).next(ctx.intervalMs, ctx.signal);
+ *   // An ExecutorStatsFeed (@nomadkit/server/executor): one executor Stats stream per interval.
+ *   return tasks.get(taskId)!.stats.next(ctx);
  * },
  * ```
  */
