@@ -220,7 +220,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
 
     async taskStats(taskId, ctx: TaskStatsContext<PluginConfig, TaskConfig>) {
       // The executor samples at the stream's interval, so CPU percent covers all of it.
-      return get(taskId).stats.next(ctx.intervalMs, ctx.signal);
+      return get(taskId).stats.next(ctx);
     },
 
     async createNetwork(allocId, hostname) {

@@ -1,14 +1,10 @@
-// One running task: its executor connection, the pending Wait, and a stats feed. The task process
+// One running task: its executor connection, the pending Wait, and its stats feed. The task process
 // belongs to the executor, not to this plugin, so everything here can be rebuilt after a restart
 // from the reattach info kept in the task handle.
 import { readFileSync } from "node:fs";
-import { isProcessAlive, type ExecutorHandle } from "@nomadkit/server/executor";
+import { ExecutorStatsFeed, isProcessAlive, type ExecutorHandle } from "@nomadkit/server/executor";
 import { parseProcStat } from "@nomadkit/server/stats";
 import type { TaskExit } from "@nomadkit/server";
-
-type StatsResponse = ReturnType<ExecutorHandle["client"]["stats"]> extends AsyncIterable<infer R> ? R : never;
-/** A TaskStats message as the executor sends it (total_ticks included). */
-type ExecutorStats = NonNullable<StatsResponse["stats"]>;
 
 /** What the plugin keeps in `TaskHandle.driver_state` next to the executor's reattach info. */
 export interface RawExecState {
@@ -99,143 +95,14 @@ export function killUnreachableExecutor(pid: number, logFile: string): boolean {
   }
 }
 
-/**
- * One executor Stats stream, opened with one `collection_interval` (the executor averages CPU over
- * it, as Nomad's raw_exec passes its interval to executor.Stats), shared by the TaskStats streams
- * with that interval: a stream (told apart by its call's signal) gets the newest sample it has not
- * seen, or waits for the next.
- */
-class StatsFeed {
-  private latest: ExecutorStats | undefined;
-  /** Number of the latest sample; 0 before the first. */
-  private seq = 0;
-  /** The number of the last sample each stream got. */
-  private readonly seen = new WeakMap<AbortSignal, number>();
-  /** The streams reading this feed; it closes when the last one ends. */
-  readonly readers = new Set<AbortSignal>();
-  private error: unknown;
-  private running = false;
-  private wakeups: (() => void)[] = [];
-  private stop = new AbortController();
-
-  constructor(
-    private readonly exe: ExecutorHandle,
-    readonly intervalMs: number,
-  ) {}
-
-  private wake(): void {
-    const w = this.wakeups;
-    this.wakeups = [];
-    for (const fn of w) fn();
-  }
-
-  private start(): void {
-    if (this.running || this.stop.signal.aborted) return;
-    this.running = true;
-    this.error = undefined;
-    void (async () => {
-      try {
-        const req = { interval: BigInt(Math.round(this.intervalMs * 1e6)) };
-        for await (const r of this.exe.client.stats(req, { signal: this.stop.signal })) {
-          if (!r.stats) continue;
-          this.latest = r.stats;
-          this.seq++;
-          this.wake();
-        }
-      } catch (err) {
-        if (!this.stop.signal.aborted) this.error = err;
-      } finally {
-        this.running = false;
-        this.wake();
-      }
-    })();
-  }
-
-  /**
-   * The next sample for the stream whose call `signal` belongs to, undefined once the task has
-   * exited; rejects when the executor cannot deliver one or `signal` aborts.
-   */
-  async next(signal: AbortSignal): Promise<ExecutorStats | undefined> {
-    for (;;) {
-      if (this.latest !== undefined && (this.seen.get(signal) ?? 0) < this.seq) {
-        this.seen.set(signal, this.seq);
-        return this.latest;
-      }
-      if (this.error !== undefined) {
-        const err = this.error;
-        this.error = undefined;
-        throw err;
-      }
-      if (this.stop.signal.aborted) return undefined; // the task exited: the stream ends
-      this.start();
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = () => reject(signal.reason);
-        if (signal.aborted) return onAbort();
-        signal.addEventListener("abort", onAbort, { once: true });
-        this.wakeups.push(() => {
-          signal.removeEventListener("abort", onAbort);
-          resolve();
-        });
-      });
-    }
-  }
-
-  close(): void {
-    this.stop.abort();
-    this.wake();
-  }
-}
-
-/**
- * The task's stats feeds, one per `collection_interval` in use. A feed's executor stream is closed
- * when the last TaskStats stream reading it ends, so an interval nobody asks for any more is not
- * sampled on.
- */
-class TaskStatsFeeds {
-  private readonly feeds = new Map<number, StatsFeed>();
-  private closed = false;
-
-  constructor(private readonly exe: ExecutorHandle) {}
-
-  /**
-   * The next sample for the TaskStats stream of `signal`, from the executor stream with `intervalMs`;
-   * undefined once the task has exited (Nomad's drivers end the stream then: their executor is gone).
-   */
-  next(intervalMs: number, signal: AbortSignal): Promise<ExecutorStats | undefined> {
-    if (this.closed) return Promise.resolve(undefined);
-    let feed = this.feeds.get(intervalMs);
-    if (feed === undefined) this.feeds.set(intervalMs, (feed = new StatsFeed(this.exe, intervalMs)));
-    if (!feed.readers.has(signal) && !signal.aborted) {
-      const f = feed;
-      f.readers.add(signal);
-      signal.addEventListener(
-        "abort",
-        () => {
-          f.readers.delete(signal);
-          if (f.readers.size > 0 || this.feeds.get(intervalMs) !== f) return;
-          this.feeds.delete(intervalMs);
-          f.close();
-        },
-        { once: true },
-      );
-    }
-    return feed.next(signal);
-  }
-
-  close(): void {
-    this.closed = true;
-    for (const f of this.feeds.values()) f.close();
-    this.feeds.clear();
-  }
-}
-
 /** A task supervised by an executor process. */
 export class RawExecTask {
   /** Set once the executor reported the exit. */
   exit: (TaskExit & { at: Date }) | undefined;
   /** Resolves with the exit (never rejects). */
   readonly exited: Promise<TaskExit>;
-  readonly stats: TaskStatsFeeds;
+  /** Its executor's Stats streams, shared by the task's TaskStats streams; closed at the exit. */
+  readonly stats: ExecutorStatsFeed;
   /** When the task started (from its state, so also after a recover); parsed once, InspectTask reads it. */
   readonly startedAt: Date;
 
@@ -246,7 +113,7 @@ export class RawExecTask {
     /** The task's allocation: how its process is told from a reused pid (see killOrphanedTask). */
     readonly allocId: string,
   ) {
-    this.stats = new TaskStatsFeeds(exe);
+    this.stats = new ExecutorStatsFeed(exe);
     this.startedAt = new Date(state.startedAt);
     // One long Wait per task: the executor answers it when the process ends, so the result is
     // captured while the executor is still there to tell it.
