@@ -165,8 +165,9 @@ export function decodeExecutorState<D = unknown>(
 /**
  * A connection to one executor process: the typed {@link @nomadkit/client!index.ExecutorClient}, the reattach config
  * for `driver_state`, and lifecycle helpers, over `@nomadkit/client`'s go-plugin host runtime
- * (`reattachPlugin`). Closing the handle never stops the executor; only Shutdown (the RPC) or
- * {@link ExecutorHandle.kill} do.
+ * (`reattachPlugin`). Closing the handle never stops an executor that has launched its task; only
+ * Shutdown (the RPC) or {@link ExecutorHandle.kill} do. One that never launched a task exits once
+ * its last connection is closed (its driver died during StartTask: nobody could reattach to it).
  *
  * @example
  * ```ts
@@ -227,7 +228,10 @@ export class ExecutorHandle {
     }
   }
 
-  /** Drops the connection; the executor keeps running. */
+  /**
+   * Drops the connection; the executor keeps running, unless no task was ever launched in it and
+   * this was its last connection (it then exits, as when its driver dies before Launch).
+   */
   close(): void {
     this.plugin.close();
   }
@@ -259,7 +263,9 @@ export async function reattachExecutor(reattach: ExecutorReattach, options: Reat
  * Starts a detached executor process for one task and connects to it. The executor runs in its
  * own session and process group with no stdio tied to this process after the go-plugin
  * handshake, so the driver may exit or be killed (even SIGKILL) while the executor and its task
- * keep running; reattach with {@link reattachExecutor} from `handle.reattach`. Unless the
+ * keep running; reattach with {@link reattachExecutor} from `handle.reattach`. An executor whose
+ * driver goes (its connections closed) before a Launch succeeded exits instead: with no handle
+ * returned, nobody could ever reattach to it. Unless the
  * environment sets `MALLOC_ARENA_MAX`, the executor runs with glibc's malloc arenas capped at 2
  * (~1 MiB less memory per task); its tasks do not inherit that setting.
  *

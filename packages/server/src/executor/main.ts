@@ -1,6 +1,6 @@
 import { openSync, writeSync } from "node:fs";
 import { createLogger, type Logger, type LogLevel } from "../log/index.js";
-import { servePlugin, type ServedPlugin } from "../goplugin/serve.js";
+import { serveOnTransport, type ServedPlugin } from "../goplugin/serve.js";
 import { registerExecutor } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { ServerRuntime } from "../runtime/server-runtime.js";
 import { ExecutorService } from "./service.js";
@@ -26,7 +26,15 @@ export interface ExecutorConfig {
    * (Wait, Stats...) until the driver kills it, as Nomad's Go executor does.
    */
   exitAfterShutdown?: boolean;
+  /**
+   * How long, in ms, the executor waits for its host's first connection after the handshake; with
+   * none by then, and no task launched, it exits (its host died before it could connect). Default
+   * 60000. `launchExecutor` connects at once.
+   */
+  hostConnectTimeoutMs?: number;
 }
+
+const DEFAULT_HOST_CONNECT_TIMEOUT_MS = 60_000;
 
 /** Options for {@link runExecutorMain}. */
 export interface RunExecutorOptions {
@@ -56,7 +64,16 @@ export function parseExecutorArgs(argv: readonly string[]): ExecutorConfig {
     throw new Error(`nomadkit-executor: the configuration argument is not JSON: ${(err as Error).message}`);
   }
   if (typeof parsed !== "object" || parsed === null) throw new Error("nomadkit-executor: the configuration argument must be a JSON object");
-  return parsed as ExecutorConfig;
+  return checkConfig(parsed as ExecutorConfig);
+}
+
+/** `config`, if the fields the executor relies on are well-formed; else an error naming the field. */
+function checkConfig(config: ExecutorConfig): ExecutorConfig {
+  const timeout = config.hostConnectTimeoutMs;
+  if (timeout !== undefined && !(typeof timeout === "number" && timeout > 0 && Number.isFinite(timeout))) {
+    throw new Error(`nomadkit-executor: hostConnectTimeoutMs must be a positive number of ms, not ${JSON.stringify(timeout)}`);
+  }
+  return config;
 }
 
 /**
@@ -92,8 +109,11 @@ function safeDestination(config: ExecutorConfig): { write(line: string): void } 
  * Runs this process as a nomadkit executor: serves `hashicorp.nomad.plugins.executor.proto.Executor`
  * for ONE task over go-plugin (the driver starts it with {@link launchExecutor}, which sets the
  * magic cookie). The process is built to outlive the driver that started it: stdout/stderr
- * failures are ignored, SIGHUP and SIGINT are ignored, and it exits only after Shutdown (or
- * GRPCController.Shutdown / SIGTERM).
+ * failures are ignored, SIGHUP and SIGINT are ignored, and once a task was launched it exits only
+ * after Shutdown (or GRPCController.Shutdown / SIGTERM). Before that, it also exits (socket
+ * directory removed, as on Shutdown) when its host's last connection closes, or none came within
+ * `hostConnectTimeoutMs`: its driver died before StartTask returned a handle, so no driver will
+ * ever reattach to it. A Launch under way then is cancelled first.
  *
  * The SDK ships a ready-made entry file (`dist/cjs/executor/bin.js`, see {@link executorBinPath});
  * call this yourself only to build a custom executor binary.
@@ -116,7 +136,7 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
 
   let config: ExecutorConfig;
   try {
-    config = options.config ?? parseExecutorArgs(process.argv.slice(2));
+    config = options.config ? checkConfig(options.config) : parseExecutorArgs(process.argv.slice(2));
   } catch (err) {
     writeSync(2, `${(err as Error).message}\n`);
     process.exit(1);
@@ -138,12 +158,33 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
     // Keep supervising the task: an executor crash would orphan it from the driver.
     logger.error("uncaught exception in executor", { error: err });
   });
-  served = await servePlugin({
+  const serving = await serveOnTransport({
     logger,
     register(router) {
       registerExecutor(router, service, new ServerRuntime({ logger }));
     },
   });
+  served = serving.served;
+  const { transport } = serving;
+  // No grace period for a reconnect: a driver holds one connection to its executor from
+  // launchExecutor on (reattachPlugin's health check and GRPCStdio stream share it, and connect's
+  // session manager only replaces a connection that is idle or broken, never one with that stream
+  // open), and nothing reconnects before Launch; only its death (or close()) ends that connection.
+  const unused = () => transport.hostConnections === 0 && !transport.signal.aborted;
+  const exitIfUnused = (why: string) => {
+    if (!unused()) return;
+    void service.retireIfUnused(unused).then((retired) => {
+      if (!retired) return;
+      logger.info("exiting: the host went away before any task was launched in this executor", { reason: why });
+      void served?.shutdown(why);
+    });
+  };
+  transport.onHostGone(() => exitIfUnused("host disconnected before any task was launched"));
+  const connectTimer = setTimeout(
+    () => exitIfUnused("no host connected"),
+    config.hostConnectTimeoutMs ?? DEFAULT_HOST_CONNECT_TIMEOUT_MS,
+  );
+  connectTimer.unref();
   return served;
 }
 

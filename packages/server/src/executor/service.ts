@@ -120,6 +120,11 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   private task: TaskProcess | undefined;
   private launching: Promise<TaskProcess> | undefined;
   private launchAbort: AbortController | undefined;
+  // The Launch call under way (settles, never rejects, when it returns), whether one ever
+  // succeeded, and whether Launch is refused for good (the executor is exiting unused).
+  private launchCall: Promise<void> | undefined;
+  private launchedOnce = false;
+  private retired = false;
   private readonly log: ExecutorLogger;
 
   constructor(private readonly options: ExecutorServiceOptions = {}) {
@@ -136,10 +141,45 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
     return this.task;
   }
 
+  /**
+   * Retires an executor that never ran a task: once no Launch is under way (one is waited for),
+   * if none has succeeded and `stillUnused()` holds, Launch is refused from then on (Unavailable)
+   * and the result is true. {@link runExecutorMain} asks when its host has gone (a driver killed
+   * during StartTask), then exits: nobody else knows the executor's address. Once a Launch has
+   * succeeded the answer is always false: the task's next driver reattaches.
+   *
+   * @example
+   * ```ts
+   * if (await service.retireIfUnused(() => hostConnections === 0)) await served.shutdown("host gone");
+   * ```
+   */
+  async retireIfUnused(stillUnused: () => boolean = () => true): Promise<boolean> {
+    while (this.launchCall !== undefined) await this.launchCall;
+    if (this.retired) return true;
+    if (this.launchedOnce || !stillUnused()) return false;
+    this.retired = true;
+    return true;
+  }
+
   // Return types declared, not inferred: the inferred ones reach the .d.ts with `$typeName?: undefined`,
   // which a consumer's exactOptionalPropertyTypes refuses against the handlers interface.
   async launch(req: LaunchRequest, ctx?: Pick<HandlerContext, "signal">): Promise<MessageInitShape<typeof LaunchResponseSchema>> {
+    if (this.retired) throw new ConnectError("launch: this executor is exiting: its host went away before any task was launched", Code.Unavailable);
     if (this.launching) throw new ConnectError("launch: this executor already runs a task (one task per executor)", Code.FailedPrecondition);
+    let settle!: () => void;
+    const call = new Promise<void>((resolve) => (settle = resolve));
+    this.launchCall = call;
+    try {
+      const res = await this.launchTask(req, ctx);
+      this.launchedOnce = true;
+      return res;
+    } finally {
+      if (this.launchCall === call) this.launchCall = undefined;
+      settle();
+    }
+  }
+
+  private async launchTask(req: LaunchRequest, ctx?: Pick<HandlerContext, "signal">): Promise<MessageInitShape<typeof LaunchResponseSchema>> {
     const cgroups = TaskCgroups.resolve({
       cgroupV2Override: req.cgroupV2Override,
       cgroupV1Override: req.cgroupV1Override,

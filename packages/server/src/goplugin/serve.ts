@@ -159,6 +159,16 @@ function warnIfNotAsRecorded(options: ServePluginOptions, transport: PluginTrans
 export async function servePlugin(
   options: ServePluginOptions,
 ): Promise<ServedPlugin> {
+  return (await serveOnTransport(options)).served;
+}
+
+/**
+ * {@link servePlugin}, also giving its transport: the task executor watches the host's connections
+ * (an executor whose host went away before any task was launched exits). Not public.
+ */
+export async function serveOnTransport(
+  options: ServePluginOptions,
+): Promise<{ served: ServedPlugin; transport: PluginTransport }> {
   // A bundled plugin's launcher may have started serving already (fast load launches): take it over.
   const adopted = adoptTransport();
   reportTransportOptions(options);
@@ -233,7 +243,7 @@ export async function servePlugin(
     transport.failStart(err);
   }
 
-  return {
+  const served: ServedPlugin = {
     network: transport.network,
     address: transport.address,
     protocolVersion: transport.protocolVersion,
@@ -244,4 +254,5 @@ export async function servePlugin(
     shutdown,
     closed: transport.closed,
   };
+  return { served, transport };
 }

@@ -104,6 +104,7 @@ export class PluginTransport {
   // destroyed only half-closes its socket and waits for the peer's end, which a busy or confused
   // peer may never send; the socket itself can always be destroyed.
   readonly #sockets = new Set<Socket>();
+  readonly #hostGoneListeners: (() => void)[] = [];
   #resolveClosed!: () => void;
   /** Resolves when the server has closed. */
   readonly closed = new Promise<void>((r) => (this.#resolveClosed = r));
@@ -132,6 +133,16 @@ export class PluginTransport {
   useLogger(logger: Logger): void {
     this.#logger = logger;
     this.stdio.useLogger(logger);
+  }
+
+  /** The host's connections (HTTP/2 sessions) open now. */
+  get hostConnections(): number {
+    return this.#sessions.size;
+  }
+
+  /** Calls `listener` each time the host's last connection has closed, unless shutting down. */
+  onHostGone(listener: () => void): void {
+    this.#hostGoneListeners.push(listener);
   }
 
   /** Aborted when shutdown starts. */
@@ -309,10 +320,13 @@ export class PluginTransport {
       clearTimeout(disconnectTimer);
       s.once("close", () => {
         this.#sessions.delete(s);
-        if (graceMs !== undefined && this.#sessions.size === 0 && this.#shutdownPromise === undefined) {
+        this.#logger.debug("host connection closed", { open: this.#sessions.size });
+        if (this.#sessions.size > 0 || this.#shutdownPromise !== undefined) return;
+        if (graceMs !== undefined) {
           disconnectTimer = setTimeout(() => void this.shutdown("host disconnected"), graceMs);
           disconnectTimer.unref();
         }
+        for (const listener of this.#hostGoneListeners) listener();
       });
       s.on("error", (err) => this.#logger.debug("HTTP/2 session error", { error: err.message }));
     });
