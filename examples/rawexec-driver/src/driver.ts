@@ -13,7 +13,7 @@ import {
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
-import { RawExecTask, killOrphanedTask, killUnreachableExecutor, processStart, type RawExecState } from "./task.js";
+import { RawExecTask, killOrphanedTask, killUnreachableExecutor, parseRawExecState, processStart, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
 export const PLUGIN_NAME = "nomadkit-rawexec";
@@ -38,6 +38,21 @@ export const taskConfigSchema = spec.object({
 
 export type PluginConfig = SpecValue<typeof pluginConfigSchema>;
 export type TaskConfig = SpecValue<typeof taskConfigSchema>;
+
+/**
+ * Stops the task and executor a `driver_state` names when only its driver part is unusable (the
+ * executor part checked as usual); nothing when the executor part is bad or the executor unreachable.
+ */
+async function stopTaskOfState(driverState: Uint8Array): Promise<void> {
+  let exe: ExecutorHandle;
+  try {
+    exe = await reattachExecutor(decodeExecutorState(driverState).executor);
+  } catch {
+    return;
+  }
+  await exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
+  await exe.kill().catch(() => undefined);
+}
 
 /** Options of {@link createRawExecDriver} (for tests and embedding). */
 export interface RawExecDriverOptions {
@@ -138,7 +153,16 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
 
     async recoverTask({ task, driverState }, ctx: Ctx) {
       if (tasks.has(task.id)) return;
-      const { executor, driver } = decodeExecutorState<RawExecState>(driverState);
+      let decoded: ReturnType<typeof decodeExecutorState<RawExecState>>;
+      try {
+        decoded = decodeExecutorState(driverState, parseRawExecState);
+      } catch (err) {
+        // Nomad starts the task again when recovery fails: a task whose executor part was sound
+        // must not run on beside it.
+        await stopTaskOfState(driverState);
+        throw err;
+      }
+      const { executor, driver } = decoded;
       let exe: ExecutorHandle;
       try {
         exe = await reattachExecutor(executor);

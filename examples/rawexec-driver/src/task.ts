@@ -20,6 +20,32 @@ export interface RawExecState {
   pidStart?: number;
 }
 
+/**
+ * The driver's part of a `driver_state`, checked field by field (for `decodeExecutorState`), in
+ * every shape a build of this driver wrote: `pidStart` absent (before it was recorded), a string of
+ * digits (the builds that first recorded it), or a number. Anything else is refused through
+ * `invalid`, naming the field. Unknown fields are ignored (a later build may add some).
+ *
+ * @example
+ * ```ts
+ * const { executor, driver } = decodeExecutorState(driverState, parseRawExecState);
+ * ```
+ */
+export function parseRawExecState(value: unknown, invalid: (field: string, problem: string) => never): RawExecState {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return invalid("", `must be an object, not ${JSON.stringify(value)}`);
+  const v = value as Record<string, unknown>;
+  if (typeof v.startedAt !== "string" || Number.isNaN(Date.parse(v.startedAt))) invalid("startedAt", `must be a time (ISO 8601), not ${JSON.stringify(v.startedAt)}`);
+  if (!Number.isSafeInteger(v.pid) || (v.pid as number) < 0) invalid("pid", `must be a process id (an integer >= 0), not ${JSON.stringify(v.pid)}`);
+  const state: RawExecState = { startedAt: v.startedAt as string, pid: v.pid as number };
+  const start = v.pidStart;
+  if (start !== undefined) {
+    const n = typeof start === "string" && /^\d+$/.test(start) ? Number(start) : start;
+    if (!Number.isSafeInteger(n) || (n as number) < 0) invalid("pidStart", `must be a process start time (clock ticks, an integer >= 0), not ${JSON.stringify(start)}`);
+    state.pidStart = n as number;
+  }
+  return state;
+}
+
 /** A process's start time as `/proc/<pid>/stat` has it (starttime); undefined when it is gone. */
 export function processStart(pid: number): number | undefined {
   if (pid <= 0) return undefined;

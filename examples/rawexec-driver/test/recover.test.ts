@@ -224,6 +224,65 @@ describe("recover after a plugin crash", () => {
     await until(() => !alive(s2.driver.pid), "the orphaned task to die");
   });
 
+  it("recovers handles of every earlier build: pidStart a string of digits (a1f5acd's era), a number, or absent", async () => {
+    for (const pidStart of ["string", "number", "absent"] as const) {
+      const { t, handle, state } = await orphanedTask();
+      const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: { pidStart?: number | string } };
+      expect(typeof raw.driver.pidStart).toBe("number");
+      if (pidStart === "string") raw.driver.pidStart = String(raw.driver.pidStart);
+      if (pidStart === "absent") delete raw.driver.pidStart;
+      const old = { ...handle, driverState: new TextEncoder().encode(JSON.stringify(raw)) };
+      const second = await startPlugin();
+      await second.driver.recoverTask({ taskId: t.id, handle: old });
+      expect((await second.driver.inspectTask({ taskId: t.id })).driver?.attributes.pid, pidStart).toBe(String(state.driver.pid));
+      await second.driver.destroyTask({ taskId: t.id, force: true });
+      await until(() => !alive(state.driver.pid) && !alive(state.executor.pid), "the task and its executor to be gone");
+    }
+  });
+
+  it("a failed recovery kills the orphaned task of a handle whose pidStart is a string (written before the upgrade)", async () => {
+    const { t, handle, state } = await orphanedTask();
+    const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: { pidStart?: number | string } };
+    raw.driver.pidStart = String(raw.driver.pidStart);
+    const old = { ...handle, driverState: new TextEncoder().encode(JSON.stringify(raw)) };
+    process.kill(state.executor.pid, "SIGKILL");
+    await until(() => !alive(state.executor.pid), "the executor to die");
+    const second = await startPlugin();
+    const err = await second.driver.recoverTask({ taskId: t.id, handle: old }).then(
+      () => undefined,
+      (e: Error & { code?: number }) => e,
+    );
+    expect(err?.code).toBe(9); // FailedPrecondition
+    // Before: "1234" !== 1234, so the task was taken for another process and ran on.
+    expect(err?.message).toContain(`its task (pid ${state.driver.pid}) was killed`);
+    await until(() => !alive(state.driver.pid), "the orphaned task to die");
+  });
+
+  it("a malformed driver part of driver_state is InvalidArgument naming the field, and its task does not run on beside a restart", async () => {
+    for (const [driver, field] of [
+      ["x", "driver_state: driver must be an object"],
+      [{ startedAt: "2026-01-01T00:00:00.000Z", pid: "12x" }, "driver_state: driver.pid must be a process id"],
+      [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, pidStart: "soon" }, "driver_state: driver.pidStart must be a process start time"],
+      [{ startedAt: 5, pid: 1 }, "driver_state: driver.startedAt must be a time"],
+    ] as const) {
+      const { t, handle, state } = await orphanedTask();
+      const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: unknown };
+      raw.driver = driver;
+      const bad = { ...handle, driverState: new TextEncoder().encode(JSON.stringify(raw)) };
+      const second = await startPlugin();
+      const err = await second.driver.recoverTask({ taskId: t.id, handle: bad }).then(
+        () => undefined,
+        (e: Error & { code?: number }) => e,
+      );
+      expect(err?.code, field).toBe(3); // InvalidArgument
+      expect(err?.message).toContain(field);
+      // Nomad starts the task again: the one the handle's executor runs is stopped, and the executor.
+      await until(() => !alive(state.driver.pid) && !alive(state.executor.pid), "the task and its executor to be stopped");
+      expect((await second.health.check({ service: "plugin" })).status).toBe(1);
+      await second.kill();
+    }
+  });
+
   it("when the executor runs on but cannot be reached, a failed recovery ends it with its task", async () => {
     const { t, handle, state } = await orphanedTask();
     const address = (JSON.parse(new TextDecoder().decode(handle.driverState)) as { executor: { address: string } }).executor.address;

@@ -41,7 +41,7 @@ export {
   decodeExecutorState,
 } from "./executor/launch.js";
 export { isProcessAlive } from "./executor/pids.js";
-export type { ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
+export type { DriverStateParser, ExecutorReattach, LaunchExecutorOptions, ReattachExecutorOptions } from "./executor/launch.js";
 export { execStreamingInTask } from "./executor/exec-streaming.js";
 export { forwardExecStream } from "./executor/forward.js";
 export { ExecutorStatsFeed } from "./executor/stats-feed.js";

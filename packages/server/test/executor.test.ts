@@ -798,6 +798,34 @@ describe("executor: outliving the driver", () => {
     expect(() => decodeExecutorState(new TextEncoder().encode("\x1b[2J\x00junk"))).toThrow('driver_state: not JSON (9 bytes: "\\u001b[2J\\u0000junk")');
   });
 
+  it("decodeExecutorState checks the driver's part with parseDriver: InvalidArgument naming the field", () => {
+    const reattach = { pid: 1, network: "unix" as const, address: "/x.sock" };
+    const bytes = (driver: unknown) => encodeExecutorState(reattach, driver);
+    const parse = (v: unknown, invalid: (field: string, problem: string) => never) => {
+      const pid = (v as { pid?: unknown }).pid;
+      if (typeof pid === "string" && /^\d+$/.test(pid)) return { pid: Number(pid) };
+      if (!Number.isInteger(pid)) invalid("pid", "must be an integer");
+      if (pid === 0) throw new Error("pid 0 is nobody");
+      return { pid: pid as number };
+    };
+    expect(decodeExecutorState(bytes({ pid: 7 }), parse)).toEqual({ executor: reattach, driver: { pid: 7 } });
+    expect(decodeExecutorState(bytes({ pid: "7" }), parse).driver).toEqual({ pid: 7 }); // converted
+    expect(decodeExecutorState(bytes(undefined), parse)).toEqual({ executor: reattach, driver: undefined }); // no part: not asked
+    const failure = (driver: unknown) => {
+      try {
+        decodeExecutorState(bytes(driver), parse);
+      } catch (err) {
+        return err as ConnectError;
+      }
+      throw new Error("accepted");
+    };
+    expect(failure({ pid: "x" })).toMatchObject({ code: Code.InvalidArgument, rawMessage: "driver_state: driver.pid must be an integer" });
+    expect(failure({ pid: 0 })).toMatchObject({ code: Code.InvalidArgument, rawMessage: "driver_state: driver: pid 0 is nobody" });
+    // The executor's part is checked first, and without a parser the driver's part is left as it is.
+    expect(() => decodeExecutorState(new TextEncoder().encode('{"driver":{"pid":"x"}}'), parse)).toThrow("driver_state: missing executor");
+    expect(decodeExecutorState(bytes("anything")).driver).toBe("anything");
+  });
+
   it("calls fail with PluginShutdownError once the executor is gone", async () => {
     const exe = await executor();
     const { process: p } = await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH] });

@@ -127,25 +127,40 @@ export function encodeExecutorState(reattach: ExecutorReattach, driver?: unknown
 }
 
 /**
+ * Checks and converts the driver's own part of a `driver_state` ({@link decodeExecutorState}):
+ * returns it typed, or calls `invalid` (which throws) naming the bad field.
+ */
+export type DriverStateParser<D> = (value: unknown, invalid: (field: string, problem: string) => never) => D;
+
+/**
  * Parses `TaskHandle.driver_state` written by {@link encodeExecutorState}. Throws
- * InvalidArgument naming `driver_state` (and the bad key) for anything else.
+ * InvalidArgument naming `driver_state` (and the bad key) for anything else. The driver's own part
+ * is returned as it is, unless `parseDriver` is given: it then checks and converts that part (when
+ * present), and what it refuses is InvalidArgument naming the field too
+ * (`driver_state: driver.pid must be ...`), not a failure somewhere later. Accept there every
+ * shape an earlier build of the driver wrote: Nomad hands those back after an upgrade.
  *
  * @example
  * ```ts
  * import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
- * const { executor, driver } = decodeExecutorState(req.handle!.driverState);
+ * const { executor, driver } = decodeExecutorState(req.handle!.driverState, (v, invalid) => {
+ *   const pid = (v as { pid?: unknown })?.pid;
+ *   if (!Number.isInteger(pid)) invalid("pid", "must be an integer");
+ *   return { pid: pid as number };
+ * });
  * const handle = await reattachExecutor(executor);
  * ```
  */
 export function decodeExecutorState<D = unknown>(
   bytes: Uint8Array,
+  parseDriver?: DriverStateParser<D>,
 ): {
   /** Where to reattach to the executor ({@link reattachExecutor}). */
   executor: ExecutorReattach;
-  /** The driver's own state passed to {@link encodeExecutorState}, if any. */
+  /** The driver's own state passed to {@link encodeExecutorState}, if any (checked by `parseDriver` if given). */
   driver: D | undefined;
 } {
-  let parsed: { executor?: Partial<ExecutorReattach>; driver?: D };
+  let parsed: { executor?: Partial<ExecutorReattach>; driver?: unknown };
   const text = new TextDecoder().decode(bytes);
   try {
     parsed = JSON.parse(text) as typeof parsed;
@@ -159,7 +174,19 @@ export function decodeExecutorState<D = unknown>(
   if (!Number.isInteger(e.pid) || (e.pid as number) <= 0) throw new ConnectError("driver_state: executor.pid must be a positive integer", Code.InvalidArgument);
   if (e.network !== "unix" && e.network !== "tcp") throw new ConnectError('driver_state: executor.network must be "unix" or "tcp"', Code.InvalidArgument);
   if (typeof e.address !== "string" || e.address === "") throw new ConnectError("driver_state: executor.address must be a non-empty string", Code.InvalidArgument);
-  return { executor: { pid: e.pid!, network: e.network, address: e.address }, driver: parsed.driver };
+  const executor: ExecutorReattach = { pid: e.pid!, network: e.network, address: e.address };
+  if (parseDriver === undefined || parsed.driver === undefined) return { executor, driver: parsed.driver as D | undefined };
+  const invalid = (field: string, problem: string): never => {
+    throw new ConnectError(`driver_state: driver${field ? `.${field}` : ""} ${problem}`, Code.InvalidArgument);
+  };
+  let driver: D;
+  try {
+    driver = parseDriver(parsed.driver, invalid);
+  } catch (err) {
+    if (err instanceof ConnectError) throw err;
+    throw new ConnectError(`driver_state: driver: ${(err as Error).message}`, Code.InvalidArgument);
+  }
+  return { executor, driver };
 }
 
 /**
