@@ -5,11 +5,12 @@
  */
 import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, constants, openSync, write } from "node:fs";
+import { closeSync, constants, existsSync, openSync, write } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
+import { ownFile } from "../runtime/own-file.js";
 import { assertDirectory, findExecutable } from "./find-executable.js";
 import { closeHandedOutputs, type HandedOutputs } from "./handoff.js";
 import { openOutputPipes, type OutputPipes } from "./output-pipes.js";
@@ -290,6 +291,16 @@ async function loadNodePty(): Promise<typeof import("node-pty")> {
       );
     }
     if (code !== "MODULE_NOT_FOUND" && code !== "ERR_MODULE_NOT_FOUND") throw err;
+    // node-pty is looked for next to the files this process started from. Gone: the plugin was
+    // upgraded into a new directory (or removed) after this process (a task's executor, say)
+    // started, and installing anything would not help it.
+    const own = ownFile();
+    if (own !== undefined && !existsSync(own)) {
+      throw new ConnectError(
+        `tty: a terminal needs node-pty, which this process loads on first use from the directory it was started from, and that directory no longer holds its files (${own} is gone): the plugin was upgraded or moved after this process started. A task's executor keeps running the plugin build that started the task: restart the task to get terminals from the installed build (commands without a terminal still run)`,
+        Code.FailedPrecondition,
+      );
+    }
     throw new ConnectError(
       "tty: a terminal needs the node-pty package, which is not installed where the plugin runs. It is an optional dependency that npm skips when its native addon cannot be built: install python3, make and a C++ compiler, then run `npm install --omit=dev` again (in a `nomadkit bundle` directory: in that directory)",
       Code.FailedPrecondition,

@@ -3,12 +3,12 @@ import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import type * as net from "node:net";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PluginClient, PluginLogger } from "@nomadkit/client";
 import { ExecutorClient } from "@nomadkit/client/gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { PluginShutdownError } from "@nomadkit/client/runtime";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
+import { ownFile } from "../runtime/own-file.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { capMallocArenas } from "./malloc-arenas.js";
 
@@ -57,15 +57,6 @@ export interface LaunchExecutorOptions {
 export interface ReattachExecutorOptions {
   /** How often to check whether the executor is still alive; default 500 ms (reattachPlugin's). */
   pollIntervalMs?: number;
-}
-
-function ownFile(): string | undefined {
-  // CommonJS build: __filename is defined. ESM build (no import.meta allowed): our own frame.
-  if (typeof __filename === "string") return __filename;
-  const stack = new Error().stack ?? "";
-  const m = /(file:\/\/\/[^\s)]+?):\d+:\d+/.exec(stack) ?? /\((\/[^\s)]+?):\d+:\d+\)/.exec(stack);
-  if (!m) return undefined;
-  return m[1]!.startsWith("file:") ? fileURLToPath(m[1]!) : m[1];
 }
 
 /**
