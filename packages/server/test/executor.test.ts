@@ -164,6 +164,37 @@ describe("executor: launch and wait", () => {
     expect(names.filter((k) => k === "NOMAD_PLUGIN_MAGIC_COOKIE" || k.startsWith("PLUGIN_"))).toEqual([]);
   });
 
+  it("puts the executor's socket under a PLUGIN_UNIX_SOCKET_DIR given in options.env, not under the driver's own", async () => {
+    const chosen = mkdtempSync(join(dir, "sockets-"));
+    const drivers = mkdtempSync(join(dir, "drivers-"));
+    process.env.PLUGIN_UNIX_SOCKET_DIR = drivers; // as Nomad may set it for the driver
+    let inherited: ExecutorHandle;
+    let honoured: ExecutorHandle;
+    try {
+      inherited = await launchExecutor();
+      handles.push(inherited);
+      honoured = await launchExecutor({ env: { PLUGIN_UNIX_SOCKET_DIR: chosen } });
+      handles.push(honoured);
+    } finally {
+      delete process.env.PLUGIN_UNIX_SOCKET_DIR;
+    }
+    expect(inherited.reattach.address.startsWith(`${drivers}/`)).toBe(false);
+    // Before: dropped with the go-plugin variables, the socket went to the temp dir.
+    expect(honoured.reattach.address).toMatch(new RegExp(`^${chosen}/plugin-[^/]+/plugin\\.sock$`));
+    expect(statSync(honoured.reattach.address).isSocket()).toBe(true);
+    // Its task does not inherit it.
+    const out = file("env-socket-dir");
+    await honoured.client.launch({ cmd: "/usr/bin/env", env: [], stdoutPath: out });
+    expect((await honoured.client.wait({})).process!.exitCode).toBe(0);
+    expect(readFileSync(out, "utf8")).not.toContain("PLUGIN_UNIX_SOCKET_DIR");
+    // A directory that does not exist is named in the error.
+    const missing = join(dir, "no-such-socket-dir");
+    const err = await launchExecutor({ env: { PLUGIN_UNIX_SOCKET_DIR: missing } }).catch((e: unknown) => e);
+    if (!(err instanceof Error)) handles.push(err as ExecutorHandle);
+    expect(err).toBeInstanceOf(PluginLaunchError);
+    expect((err as PluginLaunchError).stderr).toContain(`PLUGIN_UNIX_SOCKET_DIR=${missing}`);
+  });
+
   it("caps the executor's malloc arenas for the executor only, and keeps an operator's own cap for its tasks too", async () => {
     const environOf = (pid: number) =>
       Object.fromEntries(

@@ -42,7 +42,17 @@ export interface LaunchExecutorOptions {
   nodePath?: string;
   /** Extra arguments for node before the entry file (e.g. `--max-old-space-size=64`). */
   nodeArgs?: string[];
-  /** Extra environment for the executor process (go-plugin variables are always set by us). */
+  /**
+   * Extra environment for the executor process. go-plugin's variables are launchExecutor's to set
+   * and the driver's own are never passed on, with one exception: a `PLUGIN_UNIX_SOCKET_DIR` given
+   * here is honoured, and the executor makes its socket's private directory under it (e.g. where a
+   * temp-dir cleaner does not reach; it must exist). Tasks do not inherit it.
+   *
+   * @example
+   * ```ts
+   * await launchExecutor({ env: { PLUGIN_UNIX_SOCKET_DIR: "/run/my-driver" } });
+   * ```
+   */
   env?: NodeJS.ProcessEnv;
   /**
    * Receives the executor's log (hclog JSON on its stderr, parsed like `launchPlugin` does) while this
@@ -299,8 +309,11 @@ export async function launchExecutor(options: LaunchExecutorOptions = {}): Promi
   const host = await loadGoPluginHost();
   const { NOMAD_PLUGIN_COOKIE } = host;
   const entry = options.executorPath ?? executorBinPath();
-  // The driver's own go-plugin variables (e.g. AutoMTLS's) must not leak into the executor.
+  // The driver's own go-plugin variables (e.g. AutoMTLS's) must not leak into the executor; where
+  // to put its socket is the one the caller may choose (as go-plugin hosts may for their plugins).
   const env: NodeJS.ProcessEnv = withoutGoPluginVariables({ ...process.env, ...options.env });
+  const socketDir = options.env?.PLUGIN_UNIX_SOCKET_DIR;
+  if (socketDir) env.PLUGIN_UNIX_SOCKET_DIR = socketDir;
   env[NOMAD_PLUGIN_COOKIE.key] = NOMAD_PLUGIN_COOKIE.value;
   env.PLUGIN_PROTOCOL_VERSIONS = "2";
   env.PLUGIN_MIN_PORT = "0";
