@@ -745,6 +745,8 @@ describe.skipIf(!isRoot)("executor cgroups: the task user's groups", () => {
     expect(Number(pid)).toBe(p!.pid);
     expect(parseGroups(groups!)).toEqual(user.groups);
     expect(cgroupLine).toBe(`0::/${tag}-user`);
+    // grep has written its line but may not have exited: the shell has waited for it once it execs sleep.
+    await until("the task's exec of sleep", () => readFileSync(`/proc/${p!.pid}/comm`, "utf8").trim() === "sleep");
     expect(procs(cg)).toEqual([p!.pid]);
     // Exec joins the cgroup as the user too.
     const r = await exe.client.exec({ cmd: "sh", args: ["-c", "id -G; grep ^0:: /proc/self/cgroup"] });
