@@ -9,6 +9,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -136,6 +137,14 @@ beforeAll(() => {
     'import { defineDriver, serveDriver } from "@nomadkit/server";\n' +
       'const self = import.meta.resolve("./meta-resolve.mjs");\n' +
       `void serveDriver(${stubDriver("meta-resolve", "fingerprint: () => ({ health: self ? \"healthy\" : \"undetected\" }), ")});\n`,
+  );
+  // A driver that launches task executors (bundled with it), which never runs a task.
+  writeFileSync(
+    join(work, "exec-stub.mjs"),
+    'import { defineDriver, serveDriver } from "@nomadkit/server";\n' +
+      'import { launchExecutor } from "@nomadkit/server/executor";\n' +
+      "export const launch = launchExecutor;\n" +
+      `void serveDriver(${stubDriver("exec-stub")});\n`,
   );
   writeFileSync(join(work, "a-file"), "");
   // A package with a native addon (a stand-in .node file; never loaded at bundle time).
@@ -640,6 +649,29 @@ describe("nomadkit bundle", () => {
     expect(report(join(dir, "nomadkit-rawexec-executor")).stderr).toContain(
       "nomadkit-rawexec-executor: code cache none",
     );
+  });
+
+  it("makes only the launcher executable: Nomad's plugin loader launches every executable file in plugin_dir", () => {
+    const r = bundle("exec-stub.mjs", "--out", "exec-stub", "--name", "exec-stub");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const dir = join(work, "exec-stub");
+    const modes = Object.fromEntries(
+      readdirSync(dir).map((f) => [f, (statSync(join(dir, f)).mode & 0o777).toString(8)]),
+    );
+    expect(modes).toEqual({
+      "exec-stub": "755",
+      "exec-stub.cjs": "644",
+      "exec-stub.cjs.v8cache": "644",
+      "exec-stub.load.json": "644",
+      "exec-stub-load.cjs": "644",
+      "exec-stub-load.cjs.v8cache": "644",
+      // Started as `node <file>` by launchExecutor (the code-cache run above did).
+      "exec-stub-executor": "644",
+      "exec-stub-executor.cjs": "644",
+      "exec-stub-executor.cjs.v8cache": "644",
+      "package.json": "644",
+    });
   });
 
   it("names the file or flag when it cannot bundle", () => {

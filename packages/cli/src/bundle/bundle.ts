@@ -245,6 +245,7 @@ export async function bundlePlugin(
     external,
     options.entry,
   );
+  notExecutable(main.file);
   // Whichever format was not written now may be left from an earlier run.
   rmSync(out(main.format === "cjs" ? files.esmBundle : files.bundle), {
     force: true,
@@ -279,6 +280,9 @@ export async function bundlePlugin(
       external,
       "executor",
     );
+    // Not for Nomad's plugin loader, which launches every executable file in plugin_dir (the
+    // executor answers Nomad's handshake, then fails PluginInfo); launchExecutor runs `node <file>`.
+    notExecutable(ex.file);
     written.push(ex.file);
     warnings.push(...ex.warnings);
     esbuildWarnings.push(...ex.warnings);
@@ -286,6 +290,7 @@ export async function bundlePlugin(
     if (ex.format === "cjs") {
       executorLauncher = out(files.executorLauncher);
       writeFileSync(executorLauncher, executorLauncherSource(name));
+      notExecutable(executorLauncher);
       written.push(executorLauncher);
     }
   } else {
@@ -314,6 +319,7 @@ export async function bundlePlugin(
       external,
       "load fast path",
     );
+    notExecutable(pre.file);
     warnings.push(...pre.warnings);
     esbuildWarnings.push(...pre.warnings);
     prelude = pre.file;
@@ -455,6 +461,9 @@ export async function bundlePlugin(
       );
     }
   }
+  // Only the launcher is for plugin_dir (the files the runs wrote, and a package.json kept from
+  // an earlier run, included).
+  for (const f of written) if (f !== out(files.launcher)) notExecutable(f);
   return {
     launcher: out(files.launcher),
     files: written,
@@ -464,6 +473,11 @@ export async function bundlePlugin(
     pluginInfo,
     warnings,
   };
+}
+
+/** Mode 0644: anything but the launcher, which Nomad's plugin loader would otherwise launch. */
+function notExecutable(file: string): void {
+  chmodSync(file, 0o644);
 }
 
 /** The transport options a recording run's launcher wrote to `file` (removed); `undefined` when none. */
