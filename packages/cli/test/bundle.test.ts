@@ -2,6 +2,7 @@
 // a Nomad plugin on its own, copied away from every node_modules, with its V8 code cache used only
 // for exactly the bundle it was made from; packages left outside load from node_modules next to it.
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import * as http2 from "node:http2";
 import { connect } from "node:net";
 import {
@@ -517,6 +518,71 @@ describe("nomadkit bundle", () => {
       expect(caps.capabilities?.exec).toBe(true);
       expect(fast.log).toContain("hello: code cache used");
       expect(await fast.plugin.kill()).toEqual({ code: 0, signal: null });
+    });
+
+    /** A copy of the fast path's directory whose hello-load.cjs is `edit` of it. */
+    const withPrelude = (dir: string, edit: (text: string) => string) => {
+      const copy = join(away, dir);
+      cpSync(fastDir, copy, { recursive: true });
+      const file = join(copy, "hello-load.cjs");
+      const text = readFileSync(file, "latin1");
+      const edited = edit(text);
+      expect(edited).not.toBe(text);
+      writeFileSync(file, edited, "latin1");
+      return copy;
+    };
+    const LOADING = "loading the plugin for a call the load recording does not answer";
+
+    it("is not used when the fast path file is from another build: the plugin serves every call itself and says why", async () => {
+      // Another build's fast path, working (as an upgrade copying `hello hello.*` leaves it).
+      const dir = withPrelude("fast-other-prelude", (t) => t.replace(LOADING, LOADING.toUpperCase()));
+      const other = await launch(dir);
+      expect((await other.plugin.basePlugin.pluginInfo({})).name).toBe("hello");
+      // SetConfig: the plugin's own (the driver has no plugin config: an empty msgpack map).
+      await other.plugin.basePlugin.setConfig({ msgpackConfig: Uint8Array.of(0x80), pluginApiVersion: "v0.1.0" });
+      expect((await other.plugin.driver.capabilities({})).capabilities?.exec).toBe(true);
+      const warning = "the launcher did not use the load launch's fast path: hello-load.cjs is not the one bundled with this hello.cjs";
+      await expect.poll(() => other.log.join("\n"), { timeout: 10_000 }).toContain(warning);
+      // Said before the plugin started (stderr keeps its order): the fast path never ran.
+      expect(other.log).toContain("hello: load recording stale (hello-load.cjs is not the one bundled with this hello.cjs)");
+      expect(other.log).toContain("hello: code cache used");
+      expect(other.log.join("\n")).not.toContain("hello-load: code cache");
+      expect(other.log.join("\n")).not.toContain(LOADING.toUpperCase());
+      expect(await other.plugin.kill()).toEqual({ code: 0, signal: null });
+      // Missing altogether: the same, and said so.
+      rmSync(join(dir, "hello-load.cjs"));
+      const none = await launch(dir);
+      expect((await none.plugin.basePlugin.pluginInfo({})).name).toBe("hello");
+      await expect
+        .poll(() => none.log.join("\n"), { timeout: 10_000 })
+        .toContain("the launcher did not use the load launch's fast path: hello-load.cjs is missing or cannot be read");
+      expect(await none.plugin.kill()).toEqual({ code: 0, signal: null });
+    });
+
+    it("a fast path of another build that is run anyway (a launcher that checks only the bundle) makes the plugin refuse its transport, naming the files", async () => {
+      const recordingFile = join(fastDir, "hello.load.json");
+      const { build } = JSON.parse(readFileSync(recordingFile, "utf8")) as { build: string };
+      expect(build).toMatch(/^[0-9a-f]{64}$/);
+      const other = build.replace(/./g, (c) => (c === "0" ? "1" : "0"));
+      const dir = withPrelude("fast-foreign-transport", (t) => t.split(build).join(other));
+      // The recording vouches for that fast path, as one of its own build would.
+      const recording = JSON.parse(readFileSync(recordingFile, "utf8")) as Record<string, unknown>;
+      recording.build = other;
+      recording.preludeSha256 = createHash("sha256").update(readFileSync(join(dir, "hello-load.cjs"))).digest("hex");
+      writeFileSync(join(dir, "hello.load.json"), JSON.stringify(recording));
+      const foreign = await launch(dir);
+      expect((await foreign.plugin.basePlugin.pluginInfo({})).name).toBe("hello");
+      expect(foreign.log).toContain("hello: load recording used");
+      // The plugin loads for this call, and ends start-up rather than serve on that transport.
+      await expect(foreign.plugin.driver.capabilities({})).rejects.toThrow();
+      expect(await foreign.plugin.kill()).toMatchObject({ code: 1 });
+      await expect
+        .poll(() => foreign.log.join("\n"), { timeout: 10_000 })
+        .toContain(
+          `the load launch's fast path that started this process (${join(dir, "hello-load.cjs")}) is from another build than this plugin`,
+        );
+      expect(foreign.log.join("\n")).toContain(`or remove ${join(dir, "hello-load.cjs")} and ${join(dir, "hello.load.json")}`);
+      expect(foreign.log.join("\n")).not.toContain("TypeError");
     });
 
     it("gives every request it does not hold to the plugin with the bytes received, so the answers are the plugin's", async () => {

@@ -35,10 +35,13 @@ const recordedInfo = toBinary(
   create(PluginInfoResponseSchema, { type: PluginType.DRIVER, name: "from-the-recording", pluginApiVersions: ["v0.1.0"], pluginVersion: "9.9.9" }),
 );
 
-function recording(transport: LoadRecording["transport"] = {}): string {
+function recording(transport: LoadRecording["transport"] = {}, build = ""): string {
   const r: LoadRecording = {
-    version: 1,
+    version: 2,
     bundleSha256: "not checked by startPrelude (the launcher does)",
+    preludeSha256: "not checked by startPrelude (the launcher does)",
+    // The package's own builds are not stamped (nomadkit bundle stamps the bundle and fast path).
+    build,
     transport,
     calls: [
       { path: "/grpc.health.v1.Health/Check", request: envelope(Buffer.from("0a06706c7567696e", "hex")), body: envelope(Buffer.from("0801", "hex")), ...OK },
@@ -51,11 +54,11 @@ function recording(transport: LoadRecording["transport"] = {}): string {
   return file;
 }
 
-async function launch(recordingFile: string, mode = "") {
+async function launch(recordingFile: string, mode = "", env: Record<string, string> = {}) {
   const logs = new LogCollector();
   const stdout: string[] = [];
   const plugin = await launchPlugin(process.execPath, [fixture("prelude-launcher.cjs")], {
-    env: { TEST_RECORDING: recordingFile, TEST_PLUGIN_MODE: mode },
+    env: { TEST_RECORDING: recordingFile, TEST_PLUGIN_MODE: mode, ...env },
     logger: logs.logger,
     onStdout: (d) => stdout.push(Buffer.from(d).toString()),
   });
@@ -225,6 +228,26 @@ describe("the load launch's fast path (startPrelude)", () => {
     expect(JSON.parse(warning.fields.options as string)).toMatchObject({ network: "unix" });
     expect(JSON.parse(warning.fields.recorded as string)).toMatchObject({ network: "tcp" });
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("is not served with a recording of another build: the driver loads at once and answers everything", async () => {
+    const { plugin, logs } = await launch(recording({}, "another build"));
+    expect(loaded(logs)).toBe(true);
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
+    expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("the driver refuses a transport of another build with a message naming the files, instead of failing on what it lacks", async () => {
+    // As a fast path bundled before the build stamp hands over (no `build`, no `options`).
+    const { plugin, logs } = await launch(recording(), "", { TEST_FOREIGN_TRANSPORT: "1" });
+    expect((await plugin.basePlugin.pluginInfo({})).name).toBe("from-the-recording");
+    await expect(plugin.driver.capabilities({})).rejects.toThrow();
+    expect(await plugin.kill()).toMatchObject({ code: 1 });
+    const log = () => logs.entries.map((e) => `${e.level} ${e.message}`).join("\n");
+    await expect.poll(log, { timeout: 10_000 }).toContain("error the load launch's fast path that started this process (");
+    expect(log()).toContain("-load.cjs) is from another build than this plugin");
+    expect(log()).toContain("install the whole bundle directory");
+    expect(log()).not.toContain("TypeError");
   });
 
   it("records only the options a launcher can replay", () => {

@@ -32,6 +32,13 @@ import {
   launcherSource,
 } from "./launcher.js";
 
+/**
+ * What esbuild writes for @nomadkit/server's NOMADKIT_TRANSPORT_BUILD in the plugin's bundle and
+ * its load fast path (64 characters, as the stamp that replaces it: see {@link stampBuild}).
+ */
+const BUILD_PLACEHOLDER = "nomadkit-bundle: transport build not stamped yet".padEnd(64, "-");
+const BUILD_DEFINE = { NOMADKIT_TRANSPORT_BUILD: JSON.stringify(BUILD_PLACEHOLDER) };
+
 /** Packages never bundled: a native addon (tty exec) and AutoMTLS's certificates, loaded on first use. */
 export const ALWAYS_EXTERNAL: readonly string[] = [
   "node-pty",
@@ -244,6 +251,7 @@ export async function bundlePlugin(
     out(files.bundle),
     external,
     options.entry,
+    BUILD_DEFINE,
   );
   notExecutable(main.file);
   // Whichever format was not written now may be left from an earlier run.
@@ -318,6 +326,7 @@ export async function bundlePlugin(
       out(files.prelude),
       external,
       "load fast path",
+      BUILD_DEFINE,
     );
     notExecutable(pre.file);
     warnings.push(...pre.warnings);
@@ -326,6 +335,7 @@ export async function bundlePlugin(
   } else {
     rmSync(out(files.prelude), { force: true });
   }
+  const build = stampBuild(prelude === undefined ? [main.file] : [main.file, prelude]);
 
   writeFileSync(out(files.launcher), launcherSource(name, main.format));
   // Also when an earlier run's launcher is being replaced (a mode applies only to new files).
@@ -416,7 +426,7 @@ export async function bundlePlugin(
       written.push(out(files.executorCodeCache));
     }
     if (prelude !== undefined) {
-      const recorded = recordLoadLaunch(transport, main.file, run.calls);
+      const recorded = recordLoadLaunch(transport, main.file, prelude, build, run.calls);
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
         writeFileSync(out(files.loadRecording), recorded.json);
@@ -475,9 +485,38 @@ export async function bundlePlugin(
   };
 }
 
+/** SHA-256 of `bytes`, hex. */
+function sha256(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
 /** Mode 0644: anything but the launcher, which Nomad's plugin loader would otherwise launch. */
 function notExecutable(file: string): void {
   chmodSync(file, 0o644);
+}
+
+/**
+ * Replaces the placeholder esbuild wrote for NOMADKIT_TRANSPORT_BUILD in `files` (the plugin's
+ * bundle and its load fast path) with one stamp, the SHA-256 of the files as esbuild wrote them:
+ * the same inputs give the same files, and a fast path of another build has another stamp, whose
+ * transport the plugin's servePlugin refuses to take over. Returns the stamp.
+ */
+function stampBuild(files: readonly string[]): string {
+  const contents = files.map((f) => readFileSync(f));
+  const hash = createHash("sha256");
+  for (const c of contents) hash.update(sha256(c));
+  const stamp = hash.digest("hex");
+  const placeholder = Buffer.from(BUILD_PLACEHOLDER);
+  files.forEach((file, i) => {
+    const bytes = contents[i]!;
+    let changed = false;
+    for (let at = bytes.indexOf(placeholder); at >= 0; at = bytes.indexOf(placeholder, at + placeholder.length)) {
+      bytes.write(stamp, at, "latin1");
+      changed = true;
+    }
+    if (changed) writeFileSync(file, bytes);
+  });
+  return stamp;
 }
 
 /** The transport options a recording run's launcher wrote to `file` (removed); `undefined` when none. */
@@ -494,11 +533,13 @@ function takeTransportRecord(file: string): unknown {
 /**
  * The load recording for the launcher's fast path, from the code-cache run: the transport options
  * the plugin's servePlugin reported (`undefined`: none; `null`: not replayable) and the recorded
- * calls, tied to the bundle by its SHA-256.
+ * calls, tied to the bundle and the fast path by their SHA-256 and to their `build` stamp.
  */
 function recordLoadLaunch(
   transport: unknown,
   bundleFile: string,
+  preludeFile: string,
+  build: string,
   calls: RecordedCall[],
 ):
   | { ok: true; json: string; warning?: undefined }
@@ -517,13 +558,13 @@ function recordLoadLaunch(
         "servePlugin gets an env of its own or exitProcess: false, which a launcher cannot replay, so its load launches start the whole plugin",
     };
   }
-  const bundleSha256 = createHash("sha256")
-    .update(readFileSync(bundleFile))
-    .digest("hex");
-  return {
-    ok: true,
-    json:
-      JSON.stringify({ version: 1, bundleSha256, transport, calls }, null, 2) +
-      "\n",
+  const recording = {
+    version: 2,
+    bundleSha256: sha256(readFileSync(bundleFile)),
+    preludeSha256: sha256(readFileSync(preludeFile)),
+    build,
+    transport,
+    calls,
   };
+  return { ok: true, json: JSON.stringify(recording, null, 2) + "\n" };
 }

@@ -67,7 +67,8 @@ const importMetaShim = {
 /**
  * One file of `entry` and its imports, as start-up wants it: CommonJS (`outfile`), or, for an entry
  * that uses top-level await (which CommonJS cannot express), an ES module next to it (`.mjs`).
- * esbuild's errors become a CliError naming `label`.
+ * `define` is esbuild's (identifier → JavaScript expression). esbuild's errors become a CliError
+ * naming `label`.
  */
 export async function buildBundle(
   esbuild: Esbuild,
@@ -75,6 +76,7 @@ export async function buildBundle(
   outfile: string,
   external: readonly string[],
   label: string,
+  define: Record<string, string> = {},
 ): Promise<Built> {
   const cwd = dirname(entry);
   const build = async (format: "cjs" | "esm", file: string) => {
@@ -96,6 +98,7 @@ export async function buildBundle(
             }
           : undefined,
       ...(format === "cjs" ? importMetaShim : {}),
+      define: { ...define, ...(format === "cjs" ? importMetaShim.define : {}) },
       external: [...external],
       // Smaller to parse; identifiers (and so stack traces) stay readable.
       minifyWhitespace: true,

@@ -6,10 +6,12 @@
 // await can only be bundled as an ES module, which it imports instead (no code cache in Node.js 20).
 //
 // Nomad's first launch of a plugin while an agent starts asks only the health check, PluginInfo and
-// ConfigSchema. When the bundle step recorded those answers from exactly this bundle
-// (`<name>.load.json`), the launcher starts `<name>-load.cjs` instead (the go-plugin transport of
-// the plugin's own @nomadkit/server, see its goplugin/prelude.ts), which answers them from the
-// recording and runs the bundle only for the first other call, handing the transport over.
+// ConfigSchema. When the bundle step recorded those answers from exactly this bundle and fast path
+// (`<name>.load.json` holds the SHA-256 of both), the launcher starts `<name>-load.cjs` instead
+// (the go-plugin transport of the plugin's own @nomadkit/server, see its goplugin/prelude.ts),
+// which answers them from the recording and runs the bundle only for the first other call, handing
+// the transport over. Files of another build (an upgrade that copied only some of the directory's
+// files) are not used; the launcher tells the plugin, which logs why (goplugin/launcher-report.ts).
 //
 // `launch` is never called in the CLI: its compiled text is the launcher's body
 // (`launcherSource`), so it is type-checked with the rest of the package. It may use only its
@@ -54,6 +56,9 @@ export function bundleFiles(name: string): {
 /** Global through which a recording run's plugin reports its transport options (see the server's prelude.ts). */
 export const TRANSPORT_RECORDER_KEY = "@nomadkit/server.transportRecorder";
 
+/** Global through which the launcher tells the plugin what to log about its files (the server's goplugin/launcher-report.ts). */
+export const LAUNCHER_REPORT_KEY = "@nomadkit/server.launcherReport";
+
 /** What one launcher runs, relative to its directory. */
 interface LaunchFiles {
   bundle: string;
@@ -73,6 +78,7 @@ function launch(
   files: LaunchFiles,
   cacheEnv: string,
   recorderKey: string,
+  reportKey: string,
   importModule?: (url: string) => Promise<unknown>,
 ): void {
   const { readFileSync, writeFileSync, existsSync } =
@@ -90,6 +96,9 @@ function launch(
   // on stderr what was used.
   const mode = process.env[cacheEnv];
   const bundleFile = join(__dirname, files.bundle);
+  // For the plugin's log (its servePlugin takes it).
+  const report: { warnings: string[] } = { warnings: [] };
+  (globalThis as Record<symbol, unknown>)[Symbol.for(reportKey)] = report;
   // The task executor bundled with the plugin, for launchExecutor, unless the operator chose one.
   if (!process.env.NOMADKIT_EXECUTOR_PATH) {
     const executor = files.executors
@@ -98,11 +107,15 @@ function launch(
     if (executor !== undefined) process.env.NOMADKIT_EXECUTOR_PATH = executor;
   }
 
+  /** SHA-256 of `b`. */
+  const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest();
+
   /**
    * Runs the CommonJS file `file` compiled with the V8 code cache `cacheFile` when that cache was
    * made from exactly this file by this Node.js; with `save`, writes the cache of what ran as the
    * process exits cleanly. With `main`, the file is the process's main module, as with `node file`.
-   * Returns the module's exports.
+   * `read` is the file's bytes and their SHA-256 when the caller has them already. Returns the
+   * module's exports.
    */
   const runCached = (
     file: string,
@@ -110,6 +123,7 @@ function launch(
     label: string,
     save: boolean,
     main: boolean,
+    read?: { bytes: Buffer; hash: Buffer },
   ): unknown => {
     const { isAscii } = require("node:buffer") as typeof import("node:buffer");
     const { dirname } = require("node:path") as typeof import("node:path");
@@ -118,7 +132,7 @@ function launch(
       _nodeModulePaths(dir: string): string[];
     };
     const { Script } = require("node:vm") as typeof import("node:vm");
-    const bytes = readFileSync(file);
+    const bytes = read?.bytes ?? readFileSync(file);
     // esbuild writes ASCII, which decodes fastest as latin1.
     let source = bytes.toString(isAscii(bytes) ? "latin1" : "utf8");
     // esbuild keeps the entry's `#!` line, which is valid only as a script's first characters.
@@ -126,8 +140,7 @@ function launch(
     // V8 checks a cache against the source's length only, and deserialises a damaged one (a crash,
     // not a rejection). The cache file starts with the SHA-256 of the file it was made from, so a
     // rebuilt bundle never runs with another build's code, then the SHA-256 of the cache itself.
-    const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest();
-    const hash = sha256(bytes);
+    const hash = read?.hash ?? sha256(bytes);
     let cachedData: Buffer | undefined;
     let cacheState = "none";
     try {
@@ -183,7 +196,8 @@ function launch(
     return module.exports;
   };
 
-  const runPlugin = (): void => {
+  /** Runs the plugin's bundle; `read`: its bytes and SHA-256 when already read (never for an ES module bundle). */
+  const runPlugin = (read?: { bytes: Buffer; hash: Buffer }): void => {
     if (importModule) {
       // Top-level await made the bundle an ES module (<name>.mjs): Node.js 20 has no code cache for those.
       if (mode === "report")
@@ -202,6 +216,7 @@ function launch(
         name,
         mode === "write",
         true,
+        read,
       );
     } catch (err) {
       fail(err);
@@ -222,41 +237,75 @@ function launch(
       (globalThis as Record<symbol, unknown>)[Symbol.for(recorderKey)] = (
         options: unknown,
       ) => writeFileSync(transportFile, JSON.stringify(options ?? null));
-    } else if (existsSync(recordingFile) && existsSync(preludeFile)) {
+    } else if (existsSync(recordingFile)) {
       try {
         // Unreadable (a damaged file) counts as stale: the plugin serves every call itself.
-        const readRecording = (): { version?: number; bundleSha256?: string } | null => {
+        const readRecording = (): {
+          version?: number;
+          bundleSha256?: string;
+          preludeSha256?: string;
+        } | null => {
           try {
-            return JSON.parse(readFileSync(recordingFile, "utf8")) as { version?: number; bundleSha256?: string } | null;
+            return JSON.parse(readFileSync(recordingFile, "utf8")) as {
+              version?: number;
+            } | null;
           } catch {
             return null;
           }
         };
         const recording = readRecording();
-        const bundleHash = createHash("sha256")
-          .update(
-            readFileSync(
-              importModule ? join(__dirname, files.esmBundle) : bundleFile,
-            ),
-          )
-          .digest("hex");
-        if (recording?.version === 1 && recording.bundleSha256 === bundleHash) {
-          if (mode === "report")
-            process.stderr.write(`${name}: load recording used\n`);
-          const prelude = runCached(
-            preludeFile,
-            join(__dirname, files.preludeCodeCache),
-            files.prelude.replace(/\.cjs$/, ""),
-            mode === "write-load",
-            false,
-          ) as {
-            startPrelude(r: unknown, load: () => void): Promise<unknown>;
-          };
-          prelude.startPrelude(recording, runPlugin).catch(fail);
-          return;
+        const bundleName = importModule ? files.esmBundle : files.bundle;
+        // Why the fast path is not used: the recording, the bundle and the fast path must all come
+        // from one bundle step (a fast path of another build would serve the plugin's transport).
+        let stale: string;
+        // The bundle as read for its hash, run as read when the fast path is not used.
+        let bundleRead: { bytes: Buffer; hash: Buffer } | undefined;
+        if (recording === null || typeof recording !== "object")
+          stale = `${files.loadRecording} cannot be read`;
+        else if (recording.version !== 2)
+          stale = `${files.loadRecording} was written by another version of nomadkit bundle`;
+        else {
+          const bytes = readFileSync(join(__dirname, bundleName));
+          bundleRead = { bytes, hash: sha256(bytes) };
+          if (recording.bundleSha256 !== bundleRead.hash.toString("hex"))
+            stale = `${files.loadRecording} was not recorded from this ${bundleName}`;
+          else {
+            // Hashed as read and compiled from the same bytes: nothing can change in between.
+            let preludeRead: { bytes: Buffer; hash: Buffer } | undefined;
+            try {
+              const bytes = readFileSync(preludeFile);
+              preludeRead = { bytes, hash: sha256(bytes) };
+            } catch {
+              // said below
+            }
+            if (preludeRead === undefined)
+              stale = `${files.prelude} is missing or cannot be read`;
+            else if (recording.preludeSha256 !== preludeRead.hash.toString("hex"))
+              stale = `${files.prelude} is not the one bundled with this ${bundleName}`;
+            else {
+              if (mode === "report")
+                process.stderr.write(`${name}: load recording used\n`);
+              const prelude = runCached(
+                preludeFile,
+                join(__dirname, files.preludeCodeCache),
+                files.prelude.replace(/\.cjs$/, ""),
+                mode === "write-load",
+                false,
+                preludeRead,
+              ) as {
+                startPrelude(r: unknown, load: () => void): Promise<unknown>;
+              };
+              prelude.startPrelude(recording, () => runPlugin()).catch(fail);
+              return;
+            }
+          }
         }
         if (mode === "report")
-          process.stderr.write(`${name}: load recording stale\n`);
+          process.stderr.write(`${name}: load recording stale (${stale})\n`);
+        report.warnings.push(
+          `the launcher did not use the load launch's fast path: ${stale} (an install or upgrade that copied only some of the bundle's files?); load launches start the whole plugin. Install the whole bundle directory, every file of it from the same \`nomadkit bundle\``,
+        );
+        return runPlugin(importModule ? undefined : bundleRead);
       } catch (err) {
         fail(err);
       }
@@ -272,9 +321,13 @@ function launcherText(
   comment: readonly string[],
   esm = false,
 ): string {
-  const args = [name, files, CODE_CACHE_ENV, TRANSPORT_RECORDER_KEY].map((a) =>
-    JSON.stringify(a),
-  );
+  const args = [
+    name,
+    files,
+    CODE_CACHE_ENV,
+    TRANSPORT_RECORDER_KEY,
+    LAUNCHER_REPORT_KEY,
+  ].map((a) => JSON.stringify(a));
   // Written out, not compiled: the CommonJS build of this package would turn import() into require().
   if (esm) args.push("(url) => import(url)");
   return [

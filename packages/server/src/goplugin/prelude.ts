@@ -14,7 +14,7 @@
  */
 import type * as http2 from "node:http2";
 import type { HandshakeConfig } from "./env.js";
-import { ignoreError, leaveTransport, openTransport, type PluginTransport, type StreamListener, type TransportOptions } from "./transport.js";
+import { TRANSPORT_BUILD, ignoreError, leaveTransport, openTransport, type PluginTransport, type StreamListener, type TransportOptions } from "./transport.js";
 
 /** go-plugin's controller call that ends the process after its answer. */
 const SHUTDOWN = "/plugin.GRPCController/Shutdown";
@@ -35,14 +35,22 @@ export interface RecordedCall {
   trailers: Record<string, string>;
 }
 
-/** What `nomadkit bundle` records for the fast path (the `.load.json` file next to the bundle). */
+/**
+ * What `nomadkit bundle` records for the fast path (the `.load.json` file next to the bundle). It
+ * ties the three files together: the launcher uses the fast path only when both hashes match.
+ */
 export interface LoadRecording {
-  /** Format version: 1. */
-  version: 1;
+  /** Format version: 2 (1 had no `preludeSha256` or `build`: launchers of either refuse the other's). */
+  version: 2;
   /** SHA-256 (hex) of the bundle the calls were recorded from; the launcher checks it. */
   bundleSha256: string;
+  /** SHA-256 (hex) of the fast path (`<name>-load.cjs`) bundled with it; the launcher checks it. */
+  preludeSha256: string;
+  /** The build stamp of both ({@link TRANSPORT_BUILD}); {@link startPrelude} checks it. */
+  build: string;
   /** The transport options the plugin's servePlugin was called with. */
   transport: RecordedTransportOptions;
+  /** The recorded calls, answered byte for byte. */
   calls: RecordedCall[];
 }
 
@@ -86,7 +94,8 @@ const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
  * Serves the go-plugin transport with `recording`'s options and answers its recorded calls;
  * `loadPlugin` runs the plugin's own code (whose `servePlugin` adopts this transport) on the
  * first call the recording cannot answer. go-plugin's Shutdown is answered and ends the process
- * as servePlugin's does.
+ * as servePlugin's does. A recording of another build (an older launcher checks only the bundle's
+ * hash) is not served: `loadPlugin` runs at once, and the plugin serves every call itself.
  *
  * @example
  * ```ts
@@ -94,7 +103,11 @@ const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
  * await startPrelude(recording, () => require("./my-driver.cjs"));
  * ```
  */
-export async function startPrelude(recording: LoadRecording, loadPlugin: () => void): Promise<PluginTransport> {
+export async function startPrelude(recording: LoadRecording, loadPlugin: () => void): Promise<PluginTransport | undefined> {
+  if (recording.build !== TRANSPORT_BUILD) {
+    loadPlugin();
+    return undefined;
+  }
   const transport = openTransport(recording.transport);
   await transport.listen();
   const calls = new Map(recording.calls.map((c) => [c.path, { ...c, requestBytes: Buffer.from(c.request, "base64"), bodyBytes: Buffer.from(c.body, "base64") }]));

@@ -3,10 +3,12 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
 import type { Logger } from "../log/index.js";
 import type { HandshakeConfig } from "./env.js";
+import { logLauncherReport } from "./launcher-report.js";
 import { reportTransportOptions } from "./prelude.js";
 import {
   adoptTransport,
   effectiveTransportOptions,
+  fail,
   openTransport,
   type PluginTransport,
 } from "./transport.js";
@@ -127,6 +129,30 @@ function warnIfNotAsRecorded(options: ServePluginOptions, transport: PluginTrans
 }
 
 /**
+ * A transport left by a load fast path of another build (see TRANSPORT_BUILD) already owns the
+ * process's stdout (the handshake is written), socket and host connection, so this plugin cannot
+ * serve in its place, nor rely on it: ends start-up with a message naming the files to install.
+ */
+function refuseForeignTransport(foreign: unknown, options: ServePluginOptions): never {
+  // The fast path's files are named after the launcher: the main module (a CommonJS bundle, which
+  // the launcher runs as main: <launcher>.cjs, symlinks resolved), else the path it was started as.
+  const main = (process as { mainModule?: { filename?: unknown } }).mainModule?.filename;
+  const launcher =
+    typeof main === "string" && main !== ""
+      ? main.replace(/\.[cm]js$/, "")
+      : typeof process.argv[1] === "string" && process.argv[1] !== ""
+        ? process.argv[1]
+        : "<launcher>";
+  const message =
+    `the load launch's fast path that started this process (${launcher}-load.cjs) is from another build than this plugin, ` +
+    `whose go-plugin transport this plugin cannot take over: install the whole bundle directory, every file of it from the same \`nomadkit bundle\` ` +
+    `(or remove ${launcher}-load.cjs and ${launcher}.load.json to start without the fast path)`;
+  // The foreign transport's logger, if it has one, writes hclog lines as the host expects.
+  const logger = (foreign as { logger?: { error?: unknown } } | null)?.logger;
+  fail(message, options.exitProcess ?? true, typeof logger?.error === "function" ? (logger as Pick<Logger, "error">) : undefined);
+}
+
+/**
  * Serves a go-plugin (gRPC) plugin the way Nomad launches one: checks the magic cookie, negotiates
  * `PLUGIN_PROTOCOL_VERSIONS`, listens on a private unix socket (or TCP), serves h2c gRPC (TLS with
  * AutoMTLS when `PLUGIN_CLIENT_CERT` is set) with go-plugin's health, controller, stdio and broker
@@ -170,7 +196,9 @@ export async function serveOnTransport(
   options: ServePluginOptions,
 ): Promise<{ served: ServedPlugin; transport: PluginTransport }> {
   // A bundled plugin's launcher may have started serving already (fast load launches): take it over.
-  const adopted = adoptTransport();
+  const waiting = adoptTransport();
+  if (waiting !== undefined && "foreign" in waiting) refuseForeignTransport(waiting.foreign, options);
+  const adopted = waiting?.transport;
   reportTransportOptions(options);
   const transport = adopted ?? openTransport(options);
   if (adopted !== undefined) {
@@ -239,6 +267,7 @@ export async function serveOnTransport(
       options.shutdownTimeoutMs ?? DEFAULT_SHUTDOWN_TIMEOUT_MS,
     );
     transport.serve(streamListener(transport.server, handler));
+    logLauncherReport(logger);
   } catch (err) {
     transport.failStart(err);
   }

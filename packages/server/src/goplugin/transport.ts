@@ -21,6 +21,19 @@ import {
 import { listenTcp, listenUnix, type ListenResult } from "./listen.js";
 import { StdioCapture } from "./stdio.js";
 
+// Set by `nomadkit bundle` (esbuild's define) to one stamp in a plugin's bundle and in its load
+// fast path; absent from the package's own builds.
+declare const NOMADKIT_TRANSPORT_BUILD: string | undefined;
+
+/**
+ * Which build of this code made a transport: the stamp `nomadkit bundle` writes into a plugin's
+ * bundle and its load launch's fast path, "" unbundled. The plugin's servePlugin adopts only a
+ * transport of its own build: one left by a fast path of another build (an upgrade that copied
+ * some of the bundle's files) may lack what it relies on, and would serve the plugin with old code.
+ */
+export const TRANSPORT_BUILD: string =
+  typeof NOMADKIT_TRANSPORT_BUILD === "string" ? NOMADKIT_TRANSPORT_BUILD : "";
+
 /** The part of servePlugin's options the transport uses (see ServePluginOptions for each). */
 export interface TransportOptions {
   logger?: Logger | undefined;
@@ -71,7 +84,8 @@ export function effectiveTransportOptions(options: TransportOptions): string {
   });
 }
 
-function fail(message: string, exitProcess: boolean, logger?: Logger): never {
+/** Ends start-up with `message`: exit 1, logged with `logger` (else plain on stderr), or thrown without `exitProcess`. */
+export function fail(message: string, exitProcess: boolean, logger?: Pick<Logger, "error">): never {
   if (!exitProcess) throw new PluginEnvironmentError(message);
   if (logger) logger.error(message);
   else writeSync(2, message.endsWith("\n") ? message : message + "\n");
@@ -90,6 +104,8 @@ export class PluginTransport {
   #logger: Logger;
   /** The options it was opened with. */
   readonly options: TransportOptions;
+  /** {@link TRANSPORT_BUILD} of the code that made it (checked by {@link adoptTransport}). */
+  readonly build = TRANSPORT_BUILD;
   readonly #shutdownController = new AbortController();
   #shutdownPromise: Promise<void> | undefined;
   #onShutdown: (() => Promise<void>) | undefined;
@@ -419,12 +435,19 @@ export function leaveTransport(transport: PluginTransport): void {
   (globalThis as { [WAITING]?: PluginTransport })[WAITING] = transport;
 }
 
-/** The transport a fast path left in this process, if any (taken: a second call gets none). */
-export function adoptTransport(): PluginTransport | undefined {
-  const g = globalThis as { [WAITING]?: PluginTransport };
+/**
+ * The transport a fast path left in this process, if any (taken: a second call gets none). One of
+ * another build (see {@link TRANSPORT_BUILD}) comes back as `foreign`: it cannot be adopted, and
+ * it already owns the process's stdout, socket and host connection.
+ */
+export function adoptTransport(): { transport: PluginTransport } | { foreign: unknown } | undefined {
+  const g = globalThis as { [WAITING]?: unknown };
   const t = g[WAITING];
   delete g[WAITING];
-  return t;
+  if (t === undefined) return undefined;
+  // Transports of fast paths older than the stamp have no `build` at all.
+  if (typeof t === "object" && t !== null && (t as { build?: unknown }).build === TRANSPORT_BUILD) return { transport: t as PluginTransport };
+  return { foreign: t };
 }
 
 /** An "error" listener for a stream nobody answers yet; whoever answers it sees failures its own way. */
