@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import * as http2 from "node:http2";
 import { connect } from "node:net";
 import {
+  appendFileSync,
   cpSync,
   existsSync,
   mkdirSync,
@@ -737,6 +738,47 @@ describe("nomadkit bundle", () => {
       "exec-stub-executor.cjs": "644",
       "exec-stub-executor.cjs.v8cache": "644",
       "package.json": "644",
+    });
+  });
+
+  it("says in the plugin's log when the task executor files next to it are not those bundled with it", async () => {
+    /** The plugin in `dir` launched as Nomad does, after its first call: its log once the executor files are checked. */
+    const check = async (dir: string) => {
+      const log: { level: string; message: string; fields: Record<string, unknown> }[] = [];
+      const plugin = await launchPlugin(process.execPath, [join(dir, "exec-stub")], {
+        logger: (e) => log.push({ level: e.level, message: e.message, fields: e.fields }),
+      });
+      try {
+        // Not recorded: the plugin itself serves it (its servePlugin checks the files).
+        expect((await plugin.driver.capabilities({})).capabilities).toBeDefined();
+        await expect
+          .poll(() => log.find((e) => e.message.includes("task executor files")), { timeout: 10_000 })
+          .toBeDefined();
+      } finally {
+        expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+      }
+      return log.filter((e) => e.message.includes("task executor files"));
+    };
+    // The bundle of the test above, as written and in copies with other executor files.
+    const intact = join(away, "exec-stub-intact");
+    cpSync(join(work, "exec-stub"), intact, { recursive: true });
+    expect(await check(intact)).toEqual([
+      { level: "debug", message: "the task executor files are those bundled with this plugin", fields: { files: 2 } },
+    ]);
+    // Another build's executor bundle, and no executor launcher (copied with `exec-stub exec-stub.*`, say).
+    const mixed = join(away, "exec-stub-mixed");
+    cpSync(join(work, "exec-stub"), mixed, { recursive: true });
+    appendFileSync(join(mixed, "exec-stub-executor.cjs"), "\n// another build\n");
+    rmSync(join(mixed, "exec-stub-executor"));
+    const [warning, ...more] = await check(mixed);
+    expect(more).toEqual([]);
+    expect(warning!.level).toBe("warn");
+    expect(warning!.message).toContain(
+      "the task executor files next to the plugin's launcher are not those `nomadkit bundle` wrote with this plugin",
+    );
+    expect(warning!.fields).toEqual({
+      differ: [join(mixed, "exec-stub-executor.cjs")],
+      missing: [join(mixed, "exec-stub-executor")],
     });
   });
 

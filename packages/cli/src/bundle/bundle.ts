@@ -337,7 +337,13 @@ export async function bundlePlugin(
   }
   const build = stampBuild(prelude === undefined ? [main.file] : [main.file, prelude]);
 
-  writeFileSync(out(files.launcher), launcherSource(name, main.format));
+  // The executor files as bundled with this plugin, in its launcher: the plugin warns when those it
+  // finds differ (an upgrade that copied only some of the directory's files).
+  const executorSha256: Record<string, string> = {};
+  for (const f of [files.executorLauncher, files.executor]) {
+    if (written.includes(out(f))) executorSha256[f] = sha256(readFileSync(out(f)));
+  }
+  writeFileSync(out(files.launcher), launcherSource(name, main.format, executorSha256));
   // Also when an earlier run's launcher is being replaced (a mode applies only to new files).
   chmodSync(out(files.launcher), 0o755);
   written.unshift(out(files.launcher));

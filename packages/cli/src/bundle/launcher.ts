@@ -66,6 +66,8 @@ interface LaunchFiles {
   codeCache: string;
   /** The task executor's entries for launchExecutor, the first that exists wins (a plugin's launcher). */
   executors: string[];
+  /** SHA-256 (hex) of each executor file as bundled with the plugin, checked by the plugin after start-up. */
+  executorSha256?: Record<string, string>;
   /** The fast path for load launches and its recording (a plugin's launcher). */
   prelude?: string;
   preludeCodeCache?: string;
@@ -96,8 +98,8 @@ function launch(
   // on stderr what was used.
   const mode = process.env[cacheEnv];
   const bundleFile = join(__dirname, files.bundle);
-  // For the plugin's log (its servePlugin takes it).
-  const report: { warnings: string[] } = { warnings: [] };
+  // For the plugin's log (its servePlugin takes it): nothing is read or hashed here for it.
+  const report: { warnings: string[]; executorFiles?: Record<string, string> } = { warnings: [] };
   (globalThis as Record<symbol, unknown>)[Symbol.for(reportKey)] = report;
   // The task executor bundled with the plugin, for launchExecutor, unless the operator chose one.
   if (!process.env.NOMADKIT_EXECUTOR_PATH) {
@@ -105,6 +107,11 @@ function launch(
       .map((f) => join(__dirname, f))
       .find((f) => existsSync(f));
     if (executor !== undefined) process.env.NOMADKIT_EXECUTOR_PATH = executor;
+    const expected = Object.entries(files.executorSha256 ?? {});
+    if (expected.length > 0)
+      report.executorFiles = Object.fromEntries(
+        expected.map(([f, sha256]) => [join(__dirname, f), sha256]),
+      );
   }
 
   /** SHA-256 of `b`. */
@@ -341,11 +348,13 @@ function launcherText(
 
 /**
  * The launcher's text for a plugin called `name`: a CommonJS script with a `node` shebang that runs
- * `<name>.cjs` (or, for `format` `esm`, `<name>.mjs`) from its own directory.
+ * `<name>.cjs` (or, for `format` `esm`, `<name>.mjs`) from its own directory. `executorSha256`: the
+ * SHA-256 (hex) of each task executor file bundled with it, by file name.
  */
 export function launcherSource(
   name: string,
   format: "cjs" | "esm" = "cjs",
+  executorSha256: Record<string, string> = {},
 ): string {
   const files = bundleFiles(name);
   return launcherText(
@@ -355,6 +364,7 @@ export function launcherSource(
       esmBundle: files.esmBundle,
       codeCache: files.codeCache,
       executors: [files.executorLauncher, files.executor],
+      executorSha256,
       prelude: files.prelude,
       preludeCodeCache: files.preludeCodeCache,
       loadRecording: files.loadRecording,
