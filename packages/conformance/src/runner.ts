@@ -1,5 +1,6 @@
 import { PluginShutdownError } from "@nomadkit/client";
 import { CHECKS, type Check } from "./checks.js";
+import { cleanupOnExit } from "./exit-cleanup.js";
 import { Suite, type ResolvedOptions } from "./suite.js";
 import type { CheckInfo, CheckResult, ConformanceOptions, ConformanceReport } from "./types.js";
 import { SkipCheck, describe } from "./util.js";
@@ -110,6 +111,8 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
   const selected = selection(opts.checks);
   const t0 = performance.now();
   const suite = new Suite(opts);
+  // A process ended mid-run (a test runner's timeout) runs no finally: clean up synchronously then.
+  const forget = cleanupOnExit(suite);
   const results: CheckResult[] = [];
   const passed = new Set<string>();
   const stop = options.abortSignal;
@@ -133,6 +136,7 @@ export async function runConformance(options: ConformanceOptions): Promise<Confo
     }
   } finally {
     await suite.cleanup();
+    forget();
   }
   const count = (st: string) => results.filter((r) => r.status === st).length;
   return {

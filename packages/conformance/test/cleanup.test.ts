@@ -2,7 +2,8 @@
 // plugin the suite SIGKILLs on purpose: every plugin, task and socket directory the suite started
 // is gone when runConformance settles. All with real plugin processes (the reference driver and a
 // fixture driver whose tasks are plain children of the plugin).
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -185,4 +186,47 @@ describe("a driver that cannot recover tasks", () => {
     },
     120_000,
   );
+});
+
+describe("a process that ends mid-run", () => {
+  const exitMidRun = fileURLToPath(new URL("./fixtures/exit-mid-run.mjs", import.meta.url));
+  /** The cgroup directories named `parent` under any controller (v1) or the v2 root. */
+  const cgroupDirs = (parent: string) =>
+    ["", ...(existsSync("/sys/fs/cgroup") ? readdirSync("/sys/fs/cgroup") : [])].map((c) => join("/sys/fs/cgroup", c, parent)).filter((d) => existsSync(d));
+
+  // What a test runner does to a worker whose test timed out: process.exit (Node then runs the
+  // "exit" listeners), or SIGTERM (vitest's forks pool), whose default action runs no JavaScript.
+  for (const how of ["exit", "SIGTERM"] as const) {
+    it(
+      `leaves no plugin, task, directory or cgroup of the run behind (${how})`,
+      async () => {
+        const tmp = mkdtempSync(join(root, `exit-${how}-`));
+        const pidsFile = join(root, `exit-${how}-pids`);
+        const cgroupParent = `nomadkit-exit-test-${randomUUID().slice(0, 8)}`;
+        // TMPDIR: the suite's work dir and the plugin's and executor's socket directories land there.
+        const child = spawn(process.execPath, [exitMidRun, rawexec, tmp, cgroupParent, pidsFile, how], {
+          env: { ...process.env, TMPDIR: tmp },
+          stdio: ["ignore", "ignore", "pipe"],
+        });
+        let stderr = "";
+        child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+        const exit = await new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+        const [status, ...pids] = readFileSync(pidsFile, "utf8").trim().split(" ");
+        pids.map(Number).forEach((p) => survivors.add(p));
+        // How it ended is unchanged: the exit code given, or death by the signal.
+        expect(exit, stderr).toEqual(how === "exit" ? { code: 7, signal: null } : { code: null, signal: "SIGTERM" });
+        expect(status, stderr).toBe("pass");
+        // The plugin, its executor and the task at least.
+        expect(pids.length).toBeGreaterThanOrEqual(3);
+        const gone = await until(() => pids.map(Number).every(processGone), 10_000);
+        expect(gone, `still running: ${pids.filter((p) => !processGone(Number(p))).join(", ")}`).toBe(true);
+        expect(readdirSync(tmp)).toEqual([]);
+        const leftCgroups = cgroupDirs(cgroupParent);
+        // Not left to the next run whatever the outcome (the processes went with survivors).
+        for (const d of leftCgroups) spawnSync("find", [d, "-depth", "-type", "d", "-exec", "rmdir", "{}", ";"]);
+        expect(leftCgroups).toEqual([]);
+      },
+      120_000,
+    );
+  }
 });
