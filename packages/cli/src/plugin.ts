@@ -108,6 +108,11 @@ export function pluginCommand(plugin: string): { cmd: string; args: string[] } {
   try {
     accessSync(path, constants.X_OK);
   } catch {
+    // chmod +x would not help: Node cannot run a .ts file (ERR_UNKNOWN_FILE_EXTENSION), nor Nomad.
+    if ([".ts", ".mts", ".cts"].includes(extname(path)))
+      throw new CliError(
+        `plugin ${plugin}: TypeScript source: compile it (tsc) or bundle it (npx nomadkit bundle ${plugin}) and pass the output`,
+      );
     throw new CliError(`plugin ${plugin}: not executable (chmod +x ${plugin})`);
   }
   return { cmd: path, args: [] };

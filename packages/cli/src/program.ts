@@ -8,7 +8,7 @@ Plugins are started exactly as Nomad starts them (magic cookie, go-plugin handsh
 plugin may be a native binary or a .js/.mjs/.cjs file (run with this Node). On Ctrl-C, SIGTERM or
 SIGHUP, what a command started (plugins, tasks) is stopped before it exits with 128+N.
 
-Examples:
+Examples (with @nomadkit/cli installed in the project, not globally: npx nomadkit ...):
   $ nomadkit info ./nomad-driver-foo
   $ nomadkit capabilities ./driver.mjs --json
   $ nomadkit fingerprint ./driver.mjs --config agent.json --watch
@@ -126,7 +126,6 @@ export function createProgram(info: { version?: string } = {}): Command {
     .option(
       "--kill-signal <signal>",
       'the task\'s kill_signal (SIGTERM, TERM or 15; sent as SIGTERM), sent with StopTask on Ctrl-C; default "" (none, as in a job without kill_signal: the driver picks, SIGINT for Nomad\'s executor)',
-      "",
     )
     .option(
       "--state <file>",

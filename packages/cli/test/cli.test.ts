@@ -139,7 +139,17 @@ describe("nomadkit", () => {
       "stats",
     ])
       expect(r.stdout).toContain(c);
-    expect(r.stdout).toContain("Examples:");
+    expect(r.stdout).toContain("Examples");
+    // Installed in a project (the usual case), the binary is not on PATH.
+    expect(r.stdout).toContain("npx nomadkit");
+  });
+
+  it("run --help gives --kill-signal's default once", async () => {
+    const r = await nomadkit("run", "--help");
+    expect(r.code).toBe(0);
+    const help = r.stdout.replace(/\s+/g, " ");
+    expect(help).toContain('default "" (none, as in a job without kill_signal');
+    expect(help).not.toContain('(default: "")');
   });
 
   it("info prints PluginInfo", async () => {
@@ -315,7 +325,9 @@ describe("nomadkit", () => {
       state,
     ]);
     const [, taskId] = await run.stderrMatch(/started task (\S+)/);
-    await run.stderrMatch(/wrote /);
+    // A command to paste: with the CLI installed in the project, `nomadkit` alone is not on PATH.
+    const [, hint] = await run.stderrMatch(/wrote \S+; try: (.*)\n/);
+    expect(hint).toBe(`npx nomadkit exec ${state} ${taskId} -it -- /bin/sh`);
     expect(JSON.parse(readFileSync(state, "utf8"))).toMatchObject({
       kind: "nomadkit-run-state",
       taskId,
@@ -742,6 +754,16 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     const r = await nomadkit("info", join(dir, "not-executable"));
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("not executable");
+  });
+
+  it("TypeScript source: says to compile or bundle it, not to chmod it", async () => {
+    for (const ext of [".ts", ".mts", ".cts"]) {
+      const src = join(dir, `main${ext}`);
+      writeFileSync(src, "export {};\n");
+      const r = await nomadkit("info", src);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(`nomadkit: plugin ${src}: TypeScript source: compile it (tsc) or bundle it (npx nomadkit bundle ${src}) and pass the output\n`);
+    }
   });
 
   it("missing, broken and non-object config files", async () => {

@@ -51,7 +51,8 @@ export interface RunOptions {
   env: string[];
   state?: string;
   /** The task's kill_signal, sent with StopTask on Ctrl-C; "" (Nomad's when the job sets none) lets the driver pick. */
-  killSignal: string;
+  /** Undefined when not given (commander prints a default's value itself: the help text says it). */
+  killSignal?: string;
   /** Create the task's cgroup as Nomad's client does (false with --no-task-cgroup). */
   taskCgroup: boolean;
   /** Its parent (--cgroup-parent); default createTaskCgroup's. */
@@ -89,7 +90,7 @@ export async function runCommand(
       `--name ${JSON.stringify(opts.name)}: use letters, digits, "_", "." or "-" (not "." or "..")`,
     );
   // Checked here: a signal the driver refuses would only surface as a StopTask failure at Ctrl-C.
-  const killSignal = opts.killSignal === "" ? "" : signalFlag("--kill-signal", opts.killSignal, "SIGTERM");
+  const killSignal = opts.killSignal === undefined || opts.killSignal === "" ? "" : signalFlag("--kill-signal", opts.killSignal, "SIGTERM");
   const parent = opts.cgroupParent;
   if (opts.taskCgroup) checkCgroupParent(parent);
 
@@ -344,7 +345,7 @@ export async function runCommand(
       writeState();
       wroteState = true;
       process.stderr.write(
-        `nomadkit: wrote ${statePath}; try: nomadkit exec ${shellQuote(opts.state!)} ${taskId} -it -- /bin/sh\n`,
+        `nomadkit: wrote ${statePath}; try: npx nomadkit exec ${shellQuote(opts.state!)} ${taskId} -it -- /bin/sh\n`,
       );
     }
     let wait;
