@@ -50,6 +50,14 @@ describe("driver results of the wrong shape", () => {
     }
   });
 
+  it("a waitTask that returns a TaskExit itself, not a Promise, is answered with it", async () => {
+    const h = host({ waitTask: () => ({ exitCode: 3, signal: "SIGTERM" }) });
+    await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());
+    const r = await h.driver.waitTask!(create(WaitTaskRequestSchema, { taskId: "t" }), hc());
+    expect(r.result).toMatchObject({ exitCode: 3, signal: 15 });
+    await h.close();
+  });
+
   it("an inspectTask date that is not a Date names the field", async () => {
     const h = host({ inspectTask: () => ({ startedAt: "2026-01-01T00:00:00Z" as never }) });
     await h.driver.startTask!({ task: { id: "t", name: "t" } } as never, hc());

@@ -397,7 +397,7 @@ export interface Driver<PC = unknown, TC = unknown> {
   /** Start a task. Throw `RecoverableError` to tell Nomad whether a retry may help. */
   startTask(task: DriverTask<TC>, ctx: CallContext<PC, TC>): Promise<StartTaskResult | void> | StartTaskResult | void;
   /** Block until the task exits (resolve at once for an exited task). When Nomad stops waiting, the SDK answers the call at once, as Nomad's Go shim does, whether or not this settles; `ctx.signal` aborts then. */
-  waitTask(taskId: string, ctx: CallContext<PC, TC>): Promise<TaskExit>;
+  waitTask(taskId: string, ctx: CallContext<PC, TC>): Promise<TaskExit> | TaskExit;
   /** Send `signal`, wait up to `timeoutMs`, then kill. Do not release resources (that is destroyTask). */
   stopTask(taskId: string, options: StopTaskOptions, ctx: CallContext<PC, TC>): Promise<void> | void;
   /** Release the task's resources; the SDK forgets the task afterwards. */
