@@ -36,3 +36,12 @@ export { serveDriver, type ServeDriverOptions, type ServedDriver } from "./serve
 export { RecoverableError, recoverable, unrecoverable, taskNotFound, invalidArgument, failedPrecondition } from "./errors.js";
 export { normalizeTaskStats, computeFromTopology, statsIntervalMs, DEFAULT_STATS_INTERVAL_MS } from "./stats.js";
 export { toFingerprintResponse, toAttribute, DEFAULT_FINGERPRINT_INTERVAL_MS } from "./fingerprint.js";
+// The enums a driver's `capabilities` use, so a driver needs no direct dependency on
+// @nomadkit/protocol (with npm's linked install strategy it could not import it). The adapter loads
+// their module anyway: re-exporting them adds nothing to a plugin's start-up.
+export {
+  DriverCapabilities_FSIsolation,
+  DriverCapabilities_MountConfigs,
+  NetworkIsolationSpec_NetworkIsolationMode,
+  type NetworkIsolationSpec,
+} from "@nomadkit/protocol/driver";
