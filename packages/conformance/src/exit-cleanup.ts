@@ -36,20 +36,29 @@ function onSignal(signal: NodeJS.Signals): void {
   process.kill(process.pid, signal);
 }
 
+/** The signals this module listens to: those nobody else did when the first run began. */
+const listening: NodeJS.Signals[] = [];
+
 function install(): void {
   process.once("exit", cleanupAll);
-  for (const sig of SIGNALS) process.on(sig, onSignal);
+  // A signal someone already handles is theirs: the CLI's handlers, for one, stop the run and
+  // clean up, and take any other SIGINT listener for a command that gives Ctrl-C its own meaning.
+  for (const sig of SIGNALS) {
+    if (process.listenerCount(sig) > 0) continue;
+    process.on(sig, onSignal);
+    listening.push(sig);
+  }
 }
 
 function uninstall(): void {
   process.off("exit", cleanupAll);
-  for (const sig of SIGNALS) process.off(sig, onSignal);
+  for (const sig of listening.splice(0)) process.off(sig, onSignal);
 }
 
 /**
- * Runs `s.cleanupSync()` if this process exits (or is ended by SIGTERM, SIGINT or SIGHUP that nobody
- * else handles) before the returned function is called. The listeners exist only while a run is in
- * progress.
+ * Runs `s.cleanupSync()` if this process exits (or is ended by SIGTERM, SIGINT or SIGHUP, when the
+ * process had no listener for it as the first run began and none was added since) before the
+ * returned function is called. The listeners exist only while a run is in progress.
  */
 export function cleanupOnExit(s: SyncCleanup): () => void {
   if (running.size === 0) install();

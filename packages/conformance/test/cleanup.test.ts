@@ -194,6 +194,30 @@ describe("a process that ends mid-run", () => {
   const cgroupDirs = (parent: string) =>
     ["", ...(existsSync("/sys/fs/cgroup") ? readdirSync("/sys/fs/cgroup") : [])].map((c) => join("/sys/fs/cgroup", c, parent)).filter((d) => existsSync(d));
 
+  it(
+    "leaves a signal someone already listens for to them (the CLI's Ctrl-C), and takes its listeners away after the run",
+    async () => {
+      const mine = () => undefined;
+      process.on("SIGINT", mine);
+      const before = { SIGINT: process.listenerCount("SIGINT"), SIGHUP: process.listenerCount("SIGHUP"), exit: process.listenerCount("exit") };
+      const during: (typeof before)[] = [];
+      try {
+        await runConformance({
+          plugin: rawexec,
+          ...generous,
+          checks: ["health"],
+          onResult: () => void during.push({ SIGINT: process.listenerCount("SIGINT"), SIGHUP: process.listenerCount("SIGHUP"), exit: process.listenerCount("exit") }),
+        });
+      } finally {
+        process.off("SIGINT", mine);
+      }
+      // SIGINT had a listener: not the suite's to add one (the CLI takes any other for a command's own).
+      expect(during[0]).toEqual({ SIGINT: before.SIGINT, SIGHUP: before.SIGHUP === 0 ? 1 : before.SIGHUP, exit: before.exit + 1 });
+      expect({ SIGINT: process.listenerCount("SIGINT") + 1, SIGHUP: process.listenerCount("SIGHUP"), exit: process.listenerCount("exit") }).toEqual(before);
+    },
+    120_000,
+  );
+
   // What a test runner does to a worker whose test timed out: process.exit (Node then runs the
   // "exit" listeners), or SIGTERM (vitest's forks pool), whose default action runs no JavaScript.
   for (const how of ["exit", "SIGTERM"] as const) {
