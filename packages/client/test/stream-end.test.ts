@@ -114,6 +114,65 @@ describe("streaming calls", () => {
     }
   }, 30_000);
 
+  it("reads every message and the status while its requests go on after the trailers", async () => {
+    // A command that exits while stdin still flows, read by a slow reader (nomadkit exec -i with a
+    // slow terminal): connect-node writes requests until the caller has read the whole response,
+    // so the request side must not end before that (a write after the end failed the response).
+    const COUNT = 40;
+    const out = toBinary(driver.ExecTaskStreamingResponseSchema, create(driver.ExecTaskStreamingResponseSchema, { stdout: { data: new Uint8Array(16 * 1024) } }));
+    const exited = toBinary(driver.ExecTaskStreamingResponseSchema, create(driver.ExecTaskStreamingResponseSchema, { exited: true, result: { exitCode: 0 } }));
+    const frame = (m: Uint8Array) => {
+      const b = Buffer.alloc(5 + m.length);
+      b.writeUInt32BE(m.length, 1);
+      b.set(m, 5);
+      return b;
+    };
+    const server = http2.createServer();
+    server.on("session", (session) => session.on("error", () => {}));
+    server.on("stream", (s, h) => {
+      s.on("error", () => {});
+      if (h[":path"]!.includes("Health")) return s.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "12" }, { endStream: true });
+      if (!h[":path"]!.endsWith("/ExecTaskStreaming")) return;
+      s.resume();
+      if (h["x-trailers-only"] !== undefined) return s.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "0" }, { endStream: true });
+      s.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+      s.once("wantTrailers", () => s.sendTrailers({ "grpc-status": "0" }));
+      for (let i = 0; i < COUNT; i++) s.write(frame(out));
+      s.end(frame(exited));
+    });
+    const sock = join(tmp.dir, "slow.sock");
+    await new Promise<void>((r) => server.listen(sock, r));
+    const plugin = await reattachPlugin({ pid: process.pid, network: "unix", address: sock });
+    let reading = true;
+    const requests = async function* () {
+      yield { setup: { taskId: "t", command: ["cat"] } };
+      // stdin keeps coming while the output is read
+      while (reading) {
+        yield { stdin: { data: new Uint8Array(8) } };
+        await new Promise((r) => setImmediate(r));
+      }
+    };
+    try {
+      let stdout = 0;
+      let exit: boolean | undefined;
+      for await (const r of plugin.driver.execTaskStreaming(requests())) {
+        if (r.stdout !== undefined) stdout++;
+        if (r.exited) exit = r.exited;
+        await new Promise((res) => setTimeout(res, 5)); // a slow reader
+      }
+      expect(stdout).toBe(COUNT);
+      expect(exit).toBe(true);
+      // The same with an answer in one HEADERS frame (no messages, status OK).
+      let messages = 0;
+      for await (const _ of plugin.driver.execTaskStreaming(requests(), { headers: { "x-trailers-only": "1" } })) messages++;
+      expect(messages).toBe(0);
+    } finally {
+      reading = false;
+      plugin.close();
+      server.close();
+    }
+  }, 30_000);
+
   it("a stream that outlives its timeout names the method and the timeout", async () => {
     const server = http2.createServer();
     server.on("session", (session) => session.on("error", () => {}));

@@ -67,18 +67,20 @@ export class PluginSessionManager extends Http2SessionManager {
 }
 
 /**
- * Ends the request side once the response is complete (trailers, or a trailers-only answer), as
- * grpc-go's client does: the call is over then, whatever the caller still sends. connect-node's
- * request writer stops without ending the stream when it finds the response over after a write
- * (an exec whose command fails to start while the stdin close is on its way), which left the
- * stream half-open here and open in the plugin for the life of the connection. An END_STREAM, not
- * a reset: resets count towards the plugin's rapid-reset limit, and nothing is lost either way.
+ * Ends the request side once the response is complete and read (a trailers-only answer, or the
+ * body's end), as grpc-go's client does: the call is over then, whatever the caller still sends.
+ * connect-node's request writer stops without ending the stream when it finds the response over
+ * after a write (an exec whose command fails to start while the stdin close is on its way), which
+ * left the stream half-open here and open in the plugin for the life of the connection. Not at the
+ * trailers: the writer goes on writing until the caller has read everything, and a write after the
+ * end fails the stream's response iterator, losing the unread output and the status. An
+ * END_STREAM, not a reset: resets count towards the plugin's rapid-reset limit.
  */
 function endRequestsWithResponse(stream: http2.ClientHttp2Stream): void {
   const end = () => {
     if (!stream.writableEnded && !stream.destroyed) stream.end();
   };
-  stream.once("trailers", end);
+  stream.once("end", end);
   stream.once("response", (_headers, flags: number) => {
     if ((flags & http2Constants.NGHTTP2_FLAG_END_STREAM) !== 0) end();
   });
