@@ -249,6 +249,14 @@ describe("executor: a host that never connects", () => {
     expect(existsSync(dirname(address))).toBe(false);
   });
 
+  it("takes a hostConnectTimeoutMs beyond setTimeout's range as a long wait, not as none", async () => {
+    // setTimeout fires at once for a delay over 2^31-1 ms: the executor left before its host connected.
+    const exe = await launchExecutor({ config: { hostConnectTimeoutMs: 1e10 } });
+    handles.push(exe);
+    const { process: p } = await exe.client.launch({ cmd: "/bin/true", args: [], env: [] });
+    expect(p?.pid).toBeGreaterThan(0);
+  });
+
   it("refuses a hostConnectTimeoutMs that is not a positive number, naming it", async () => {
     const exe = spawnExecutor({ hostConnectTimeoutMs: "soon" });
     expect(await exe.exit).toBe(1);

@@ -3,6 +3,7 @@ import { createLogger, type Logger, type LogLevel } from "../log/index.js";
 import { serveOnTransport, type ServedPlugin } from "../goplugin/serve.js";
 import { registerExecutor } from "../gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";
 import { ServerRuntime } from "../runtime/server-runtime.js";
+import { timerDelayMs } from "../runtime/timer-delay.js";
 import { ExecutorService } from "./service.js";
 import { hostCompute } from "../stats/host.js";
 import { dropOwnMallocArenaCap } from "./malloc-arenas.js";
@@ -182,7 +183,8 @@ export async function runExecutorMain(options: RunExecutorOptions = {}): Promise
   transport.onHostGone(() => exitIfUnused("host disconnected before any task was launched"));
   const connectTimer = setTimeout(
     () => exitIfUnused("no host connected"),
-    config.hostConnectTimeoutMs ?? DEFAULT_HOST_CONNECT_TIMEOUT_MS,
+    // Clamped: setTimeout fires at once for a delay over 2^31-1 ms.
+    timerDelayMs(config.hostConnectTimeoutMs ?? DEFAULT_HOST_CONNECT_TIMEOUT_MS),
   );
   connectTimer.unref();
   return served;
