@@ -130,6 +130,15 @@ export function encodeExecutorState(reattach: ExecutorReattach, driver?: unknown
 /**
  * Checks and converts the driver's own part of a `driver_state` ({@link decodeExecutorState}):
  * returns it typed, or calls `invalid` (which throws) naming the bad field.
+ *
+ * @example
+ * ```ts
+ * const parsePid: DriverStateParser<{ pid: number }> = (v, invalid) => {
+ *   const pid = (v as { pid?: unknown } | null)?.pid;
+ *   return typeof pid === "number" ? { pid } : invalid("pid", "must be a number");
+ * };
+ * const { driver } = decodeExecutorState(handle.driverState, parsePid);
+ * ```
  */
 export type DriverStateParser<D> = (value: unknown, invalid: (field: string, problem: string) => never) => D;
 

@@ -56,7 +56,8 @@ export interface ExecutorStatsCall {
  * // at start:
  * const exe = await launchExecutor();
  * const stats = new ExecutorStatsFeed(exe);
- * void exe.client.wait({}).finally(() => stats.close()); // the task exited: its streams end
+ * // the task exited (or the executor is gone: Wait rejects then): its streams end
+ * exe.client.wait({}).then(() => stats.close(), () => stats.close());
  * // in the driver definition:
  * taskStats: (taskId, ctx) => tasks.get(taskId)!.stats.next(ctx),
  * ```
@@ -74,7 +75,14 @@ export class ExecutorStatsFeed {
     else executor.exited.addEventListener("abort", this.#onExecutorExit, { once: true });
   }
 
-  /** True once closed: by {@link ExecutorStatsFeed.close}, or because the executor process is gone. */
+  /**
+   * True once closed: by {@link ExecutorStatsFeed.close}, or because the executor process is gone.
+   *
+   * @example
+   * ```ts
+   * if (stats.closed) return undefined; // the task's TaskStats streams have ended
+   * ```
+   */
   get closed(): boolean {
     return this.#closed;
   }
@@ -141,6 +149,8 @@ interface Reader {
 /** One executor Stats stream, opened with one interval, and the calls reading it. */
 class IntervalStream {
   #latest: TaskStats | undefined;
+  /** The latest sample came from an executor stream that has ended since: not for new readers. */
+  #latestStale = false;
   /** Number of the latest sample; 0 before the first. */
   #seq = 0;
   /** Executor streams that ended on their own (not closed by us), and how the last one did. */
@@ -197,7 +207,7 @@ class IntervalStream {
       this.close();
     };
     // A new call gets the latest sample at once; an ending before it joined is not its own.
-    reader = { seen: 0, endings: this.#endings, onAbort };
+    reader = { seen: this.#latestStale ? this.#seq : 0, endings: this.#endings, onAbort };
     this.#readers.set(signal, reader);
     signal.addEventListener("abort", onAbort, { once: true });
     return reader;
@@ -213,6 +223,7 @@ class IntervalStream {
         for await (const r of this.executor.client.stats(req, { signal: ac.signal })) {
           if (r.stats === undefined) continue;
           this.#latest = r.stats;
+          this.#latestStale = false;
           this.#seq++;
           this.#wake();
         }
@@ -229,6 +240,7 @@ class IntervalStream {
         if (ex.exited.aborted || ending.error instanceof PluginShutdownError || !isProcessAlive(ex.pid)) return this.on.gone();
         this.#endings++;
         this.#ending = ending;
+        this.#latestStale = true;
       }
       this.#wake();
     })();
