@@ -432,7 +432,8 @@ export async function bundlePlugin(
       written.push(out(files.executorCodeCache));
     }
     if (prelude !== undefined) {
-      const recorded = recordLoadLaunch(transport, main.file, prelude, build, run.calls);
+      const [bundleSha256, preludeSha256] = build.sha256 as [string, string];
+      const recorded = recordLoadLaunch(transport, { bundleSha256, preludeSha256, build: build.stamp }, run.calls);
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
         writeFileSync(out(files.loadRecording), recorded.json);
@@ -505,9 +506,10 @@ function notExecutable(file: string): void {
  * Replaces the placeholder esbuild wrote for NOMADKIT_TRANSPORT_BUILD in `files` (the plugin's
  * bundle and its load fast path) with one stamp, the SHA-256 of the files as esbuild wrote them:
  * the same inputs give the same files, and a fast path of another build has another stamp, whose
- * transport the plugin's servePlugin refuses to take over. Returns the stamp.
+ * transport the plugin's servePlugin refuses to take over. Returns the stamp and the SHA-256 of
+ * each file as stamped (what the load recording ties the launcher to).
  */
-function stampBuild(files: readonly string[]): string {
+function stampBuild(files: readonly string[]): { stamp: string; sha256: string[] } {
   const contents = files.map((f) => readFileSync(f));
   const hash = createHash("sha256");
   for (const c of contents) hash.update(sha256(c));
@@ -522,7 +524,7 @@ function stampBuild(files: readonly string[]): string {
     }
     if (changed) writeFileSync(file, bytes);
   });
-  return stamp;
+  return { stamp, sha256: contents.map((c) => sha256(c)) };
 }
 
 /** The transport options a recording run's launcher wrote to `file` (removed); `undefined` when none. */
@@ -543,9 +545,7 @@ function takeTransportRecord(file: string): unknown {
  */
 function recordLoadLaunch(
   transport: unknown,
-  bundleFile: string,
-  preludeFile: string,
-  build: string,
+  tie: { bundleSha256: string; preludeSha256: string; build: string },
   calls: RecordedCall[],
 ):
   | { ok: true; json: string; warning?: undefined }
@@ -566,9 +566,7 @@ function recordLoadLaunch(
   }
   const recording = {
     version: 2,
-    bundleSha256: sha256(readFileSync(bundleFile)),
-    preludeSha256: sha256(readFileSync(preludeFile)),
-    build,
+    ...tie,
     transport,
     calls,
   };
