@@ -5,10 +5,10 @@
 // made by hand so that who answered is visible (its PluginInfo is not the driver's); `nomadkit
 // bundle` records real ones (tested in @nomadkit/cli, byte for byte against the plugin).
 import * as http2 from "node:http2";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, sep } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { launchPlugin, type PluginClient } from "@nomadkit/client";
 import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
@@ -95,11 +95,22 @@ function rawCall(plugin: PluginClient, path: string, body: Buffer, end = true) {
   return { status, received };
 }
 
+// A preload that lists, as the process exits, the files it loaded with require (pino is CommonJS).
+const modulesPreload = join(dir, "record-modules.cjs");
+writeFileSync(
+  modulesPreload,
+  `process.once("exit", () => require("node:fs").writeFileSync(process.env.NK_MODULES_OUT, Object.keys(require.cache).join("\\n")));\n`,
+);
+/** launch()'s env to record the modules the process loaded into `out`. */
+const recordModules = (out: string) => ({ NODE_OPTIONS: `--require ${modulesPreload}`, NK_MODULES_OUT: out });
+const loadedPino = (out: string) => readFileSync(out, "utf8").split("\n").some((f) => f.includes(`${sep}node_modules${sep}pino${sep}`));
+
 const loaded = (logs: LogCollector) => logs.entries.some((e) => e.message.includes("loading the test driver"));
 
 describe("the load launch's fast path (startPrelude)", () => {
   it("answers the recorded calls itself; Shutdown ends the process, streams it held get Unavailable", async () => {
-    const { plugin, logs } = await launch(recording());
+    const modules = join(dir, "modules-fast.txt");
+    const { plugin, logs } = await launch(recording(), "", recordModules(modules));
     expect(await plugin.health.check({ service: "plugin" })).toMatchObject({ status: 1 });
     expect(await plugin.basePlugin.pluginInfo({})).toMatchObject({ name: "from-the-recording", pluginVersion: "9.9.9" });
     // GRPCStdio as a host opens it: held, never answered, until the process shuts down.
@@ -108,11 +119,16 @@ describe("the load launch's fast path (startPrelude)", () => {
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
     expect(await stdio.status).toBe("14");
     expect(loaded(logs)).toBe(false);
+    // Its own lines, parsed by the host as hclog JSON, written without loading pino.
     expect(logs.entries.map((e) => e.message)).toEqual(expect.arrayContaining(["plugin started", "plugin shutting down"]));
+    expect(logs.entries.find((e) => e.message === "plugin started")).toMatchObject({ level: "debug", fields: { network: "unix", address: plugin.address } });
+    expect(readFileSync(modules, "utf8")).toContain("prelude.js");
+    expect(loadedPino(modules)).toBe(false);
   });
 
   it("hands its transport to the driver's servePlugin on the first other call: same socket, held streams, the driver's logger", async () => {
-    const { plugin, logs, stdout } = await launch(recording(), "console");
+    const modules = join(dir, "modules-handed-over.txt");
+    const { plugin, logs, stdout } = await launch(recording(), "console", recordModules(modules));
     expect((await plugin.basePlugin.pluginInfo({})).name).toBe("from-the-recording");
     // Not recorded: the driver loads and answers this call.
     expect(await plugin.driver.capabilities({})).toMatchObject({ capabilities: { sendSignals: true, exec: true } });
@@ -128,6 +144,8 @@ describe("the load launch's fast path (startPrelude)", () => {
     // Its options (all defaults here) are those the recording was served with ({}): no warning.
     expect(logs.entries.filter((e) => e.level === "warn")).toEqual([]);
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+    // The record shows pino once the driver's own code has loaded (so the first test's "not loaded" means something).
+    expect(loadedPino(modules)).toBe(true);
   });
 
   it("answers a recorded request only once it has ended: a second message, even in a later frame, goes to the driver", async () => {

@@ -13,6 +13,7 @@
  * @module
  */
 import type * as http2 from "node:http2";
+import { createLineLogger } from "../log/lines.js";
 import type { HandshakeConfig } from "./env.js";
 import { TRANSPORT_BUILD, ignoreError, leaveTransport, openTransport, type PluginTransport, type StreamListener, type TransportOptions } from "./transport.js";
 
@@ -108,7 +109,7 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     loadPlugin();
     return undefined;
   }
-  const transport = openTransport(recording.transport);
+  const transport = openTransport(recording.transport, createLineLogger);
   await transport.listen();
   const calls = new Map(recording.calls.map((c) => [c.path, { ...c, requestBytes: Buffer.from(c.request, "base64"), bodyBytes: Buffer.from(c.body, "base64") }]));
   let loaded = false;

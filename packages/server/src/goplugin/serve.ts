@@ -1,7 +1,7 @@
 import type * as http2 from "node:http2";
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { ServerRuntime } from "../runtime/server-runtime.js";
-import type { Logger } from "../log/index.js";
+import { createLogger, type Logger } from "../log/index.js";
 import type { HandshakeConfig } from "./env.js";
 import { logLauncherReport } from "./launcher-report.js";
 import { reportTransportOptions } from "./prelude.js";
@@ -200,9 +200,10 @@ export async function serveOnTransport(
   if (waiting !== undefined && "foreign" in waiting) refuseForeignTransport(waiting.foreign, options);
   const adopted = waiting?.transport;
   reportTransportOptions(options);
-  const transport = adopted ?? openTransport(options);
+  const transport = adopted ?? openTransport(options, createLogger);
   if (adopted !== undefined) {
-    if (options.logger !== undefined) transport.useLogger(options.logger);
+    // The fast path wrote its few lines without pino; the plugin logs with pino from here on.
+    transport.useLogger(options.logger ?? createLogger());
     warnIfNotAsRecorded(options, adopted);
   }
   const logger = transport.logger;

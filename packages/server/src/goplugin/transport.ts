@@ -7,7 +7,7 @@ import { X509Certificate } from "node:crypto";
 import { rmSync, writeSync } from "node:fs";
 import type * as http2 from "node:http2";
 import type { Server as NetServer, Socket } from "node:net";
-import { createLogger, type Logger } from "../log/index.js";
+import type { Logger } from "../log/hclog.js";
 import {
   CORE_PROTOCOL_VERSION,
   NOMAD_HANDSHAKE,
@@ -403,16 +403,17 @@ function withTimeout(p: Promise<unknown>, ms: number): Promise<"timeout" | undef
 /**
  * Checks the environment as go-plugin does (the magic cookie: a human who ran the binary gets a
  * plain message; the app protocol version) and takes over stdout and stderr, so that from here on
- * nothing but the handshake line reaches file descriptor 1.
+ * nothing but the handshake line reaches file descriptor 1. `defaultLogger` makes the logger when
+ * `options` has none: servePlugin's is pino's, the load fast path's writes its lines without pino.
  */
-export function openTransport(options: TransportOptions): PluginTransport {
+export function openTransport(options: TransportOptions, defaultLogger: () => Logger): PluginTransport {
   const env = options.env ?? process.env;
   const exitProcess = options.exitProcess ?? true;
   const handshake = options.handshake ?? NOMAD_HANDSHAKE;
   // A human ran the binary: say so plainly, not as JSON.
   if (!hasCookie(env, handshake)) fail(notAPluginMessage(handshake), exitProcess);
   noteHostCookie(handshake);
-  const logger = options.logger ?? createLogger();
+  const logger = options.logger ?? defaultLogger();
   let protocolVersion: number;
   try {
     protocolVersion = negotiateProtocolVersion(env, options.protocolVersions ?? DEFAULT_PROTOCOL_VERSIONS);

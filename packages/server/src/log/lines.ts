@@ -1,0 +1,120 @@
+/**
+ * The hclog lines of a bundled plugin's load launch, written without pino: the same JSON lines
+ * `createLogger` writes, made with `JSON.stringify` and written synchronously to stderr.
+ * The launcher's fast path (goplugin/prelude.ts) serves a few recorded calls and exits, writing a
+ * line or two; loading pino took ~5 ms of that process's ~40 ms of its own (BENCHMARKS.md). Once
+ * the plugin itself loads, its servePlugin gives the transport the pino logger.
+ * @module
+ */
+import { writeSync } from "node:fs";
+import {
+  envLevel,
+  formatHclogTimestamp,
+  LEVELS,
+  logArgs,
+  normaliseFields,
+  nowMs,
+  type LogFields,
+  type Logger,
+  type LogLevel,
+  type LogMethod,
+} from "./hclog.js";
+
+/** Options for {@link createLineLogger}. */
+export interface LineLoggerOptions {
+  /** `@module` of the root logger, as createLogger's `name`. */
+  name?: string;
+  /** Lowest level written: defaults as createLogger's (`NOMADKIT_LOG_LEVEL`, else `trace`). */
+  level?: LogLevel;
+  /** Receives each line with its newline; defaults to a synchronous write to file descriptor 2. */
+  write?: (line: string) => void;
+}
+
+/**
+ * A logger writing hclog JSON lines as createLogger's does, without loading pino.
+ * @internal
+ */
+export function createLineLogger(options: LineLoggerOptions = {}): Logger {
+  return new LineLogger(
+    options.level ?? envLevel() ?? "trace",
+    options.write ?? writeStderr,
+    options.name ?? "",
+    {},
+  );
+}
+
+function writeStderr(line: string): void {
+  try {
+    writeSync(2, line);
+  } catch {
+    // stderr gone (the host stopped reading): nothing to tell anyone
+  }
+}
+
+class LineLogger implements Logger {
+  constructor(
+    readonly level: LogLevel,
+    private readonly write: (line: string) => void,
+    private readonly module: string,
+    private readonly fields: LogFields,
+  ) {}
+
+  isLevelEnabled(level: LogLevel): boolean {
+    return LEVELS.indexOf(level) >= LEVELS.indexOf(this.level);
+  }
+
+  private log(level: LogLevel, a: unknown, b: unknown): void {
+    if (!this.isLevelEnabled(level)) return;
+    const { message, fields } = logArgs(a, b);
+    // pino's order: level, time, the logger's bindings, the call's fields, the message.
+    const head = {
+      "@level": level,
+      "@timestamp": formatHclogTimestamp(nowMs()),
+      ...(this.module ? { "@module": this.module } : {}),
+      ...this.fields,
+    };
+    let line: string;
+    try {
+      line = JSON.stringify({
+        ...head,
+        ...(fields && normaliseFields(fields)),
+        "@message": message,
+      });
+    } catch (err) {
+      // A cycle, or a toJSON that throws: the line without the call's fields, and why.
+      line = JSON.stringify({
+        ...head,
+        log_error: `fields not written: ${(err as Error).message}`,
+        "@message": message,
+      });
+    }
+    this.write(line + "\n");
+  }
+
+  readonly trace: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("trace", a, b);
+  readonly debug: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("debug", a, b);
+  readonly info: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("info", a, b);
+  readonly warn: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("warn", a, b);
+  readonly error: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("error", a, b);
+
+  named(name: string): Logger {
+    return new LineLogger(
+      this.level,
+      this.write,
+      this.module ? `${this.module}.${name}` : name,
+      this.fields,
+    );
+  }
+
+  with(fields: LogFields): Logger {
+    return new LineLogger(this.level, this.write, this.module, {
+      ...this.fields,
+      ...normaliseFields(fields),
+    });
+  }
+}
