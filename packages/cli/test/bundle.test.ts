@@ -339,6 +339,8 @@ describe("nomadkit bundle", () => {
   it("ignores a code cache made from another bundle of the same length, and one that is missing", () => {
     const copy = join(away, "stale");
     cpSync(out, copy, { recursive: true });
+    // The bundle must run for its code cache to matter: without the load recording it runs at once.
+    rmSync(join(copy, "hello.load.json"));
     const bundle = join(copy, "hello.cjs");
     const source = readFileSync(bundle, "latin1");
     expect(source).toContain(REFUSAL);
@@ -349,8 +351,6 @@ describe("nomadkit bundle", () => {
       "latin1",
     );
     let r = report(join(copy, "hello"));
-    // Neither the load recording nor the code cache belongs to this bundle.
-    expect(r.stderr).toContain("hello: load recording stale");
     expect(r.stderr).toContain("hello: code cache stale");
     expect(r.stderr).toContain(REFUSAL.toUpperCase());
     expect(r.code).toBe(1);
@@ -358,6 +358,32 @@ describe("nomadkit bundle", () => {
     r = report(join(copy, "hello"));
     expect(r.stderr).toContain("hello: code cache none");
     expect(r.code).toBe(1);
+  });
+
+  it("uses the load recording only with a bundle that ends with the recording's build stamp", () => {
+    const copy = join(away, "other-build");
+    cpSync(out, copy, { recursive: true });
+    const bundle = join(copy, "hello.cjs");
+    const source = readFileSync(bundle, "latin1");
+    const { build } = JSON.parse(readFileSync(join(copy, "hello.load.json"), "utf8")) as { build: string };
+    expect(build).toMatch(/^[0-9a-f]{64}$/);
+    const stampLine = `// nomadkit-bundle build ${build}\n`;
+    expect(source.endsWith(stampLine)).toBe(true);
+    expect(report(join(copy, "hello")).stderr).toContain("hello: load recording used");
+    const stale = "hello: load recording stale (hello.load.json was not recorded from this hello.cjs)";
+    // A bundle of another build (as an upgrade that copied only hello.cjs leaves it) ends with another stamp.
+    const other = build.replace(/./g, (c) => (c === "0" ? "1" : "0"));
+    writeFileSync(bundle, source.slice(0, -stampLine.length) + stampLine.replace(build, other), "latin1");
+    let r = report(join(copy, "hello"));
+    expect(r.stderr).toContain(stale);
+    // The plugin itself ran and refused (started by hand).
+    expect(r.stderr).toContain(REFUSAL);
+    // No stamp as the last line (a bundle not from nomadkit bundle, or cut short): not used either.
+    for (const text of [source + "// appended\n", source.slice(0, -stampLine.length), source.slice(0, -1)]) {
+      writeFileSync(bundle, text, "latin1");
+      r = report(join(copy, "hello"));
+      expect(r.stderr).toContain(stale);
+    }
   });
 
   it("runs without a damaged code cache or load recording instead of crashing on them", () => {
@@ -566,6 +592,9 @@ describe("nomadkit bundle", () => {
       expect(build).toMatch(/^[0-9a-f]{64}$/);
       const other = build.replace(/./g, (c) => (c === "0" ? "1" : "0"));
       const dir = withPrelude("fast-foreign-transport", (t) => t.split(build).join(other));
+      // The bundle's last line vouches for it too, as a launcher that checks only that would accept.
+      const bundleFile = join(dir, "hello.cjs");
+      writeFileSync(bundleFile, readFileSync(bundleFile, "latin1").replace(new RegExp(`${build}\\n$`), `${other}\n`), "latin1");
       // The recording vouches for that fast path, as one of its own build would.
       const recording = JSON.parse(readFileSync(recordingFile, "utf8")) as Record<string, unknown>;
       recording.build = other;

@@ -26,6 +26,7 @@ import {
 } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
 import {
+  BUILD_STAMP_PREFIX,
   LAUNCHER_MARK,
   bundleFiles,
   executorLauncherSource,
@@ -432,8 +433,7 @@ export async function bundlePlugin(
       written.push(out(files.executorCodeCache));
     }
     if (prelude !== undefined) {
-      const [bundleSha256, preludeSha256] = build.sha256 as [string, string];
-      const recorded = recordLoadLaunch(transport, { bundleSha256, preludeSha256, build: build.stamp }, run.calls);
+      const recorded = recordLoadLaunch(transport, { preludeSha256: build.sha256[1]!, build: build.stamp }, run.calls);
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
         writeFileSync(out(files.loadRecording), recorded.json);
@@ -506,8 +506,9 @@ function notExecutable(file: string): void {
  * Replaces the placeholder esbuild wrote for NOMADKIT_TRANSPORT_BUILD in `files` (the plugin's
  * bundle and its load fast path) with one stamp, the SHA-256 of the files as esbuild wrote them:
  * the same inputs give the same files, and a fast path of another build has another stamp, whose
- * transport the plugin's servePlugin refuses to take over. Returns the stamp and the SHA-256 of
- * each file as stamped (what the load recording ties the launcher to).
+ * transport the plugin's servePlugin refuses to take over. The first file, the plugin's bundle, also
+ * ends with it (after {@link BUILD_STAMP_PREFIX}), where its launcher reads it. Returns the stamp and
+ * the SHA-256 of each file as stamped.
  */
 function stampBuild(files: readonly string[]): { stamp: string; sha256: string[] } {
   const contents = files.map((f) => readFileSync(f));
@@ -516,10 +517,15 @@ function stampBuild(files: readonly string[]): { stamp: string; sha256: string[]
   const stamp = hash.digest("hex");
   const placeholder = Buffer.from(BUILD_PLACEHOLDER);
   files.forEach((file, i) => {
-    const bytes = contents[i]!;
+    let bytes = contents[i]!;
     let changed = false;
     for (let at = bytes.indexOf(placeholder); at >= 0; at = bytes.indexOf(placeholder, at + placeholder.length)) {
       bytes.write(stamp, at, "latin1");
+      changed = true;
+    }
+    if (i === 0) {
+      const lastLine = `${bytes.at(-1) === 0x0a ? "" : "\n"}${BUILD_STAMP_PREFIX}${stamp}\n`;
+      contents[0] = bytes = Buffer.concat([bytes, Buffer.from(lastLine, "latin1")]);
       changed = true;
     }
     if (changed) writeFileSync(file, bytes);
@@ -541,11 +547,12 @@ function takeTransportRecord(file: string): unknown {
 /**
  * The load recording for the launcher's fast path, from the code-cache run: the transport options
  * the plugin's servePlugin reported (`undefined`: none; `null`: not replayable) and the recorded
- * calls, tied to the bundle and the fast path by their SHA-256 and to their `build` stamp.
+ * calls, tied to the bundle by its `build` stamp (which the bundle ends with) and to the fast path
+ * by its SHA-256.
  */
 function recordLoadLaunch(
   transport: unknown,
-  tie: { bundleSha256: string; preludeSha256: string; build: string },
+  tie: { preludeSha256: string; build: string },
   calls: RecordedCall[],
 ):
   | { ok: true; json: string; warning?: undefined }
@@ -565,7 +572,7 @@ function recordLoadLaunch(
     };
   }
   const recording = {
-    version: 2,
+    version: 3,
     ...tie,
     transport,
     calls,

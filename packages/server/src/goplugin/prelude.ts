@@ -38,16 +38,21 @@ export interface RecordedCall {
 
 /**
  * What `nomadkit bundle` records for the fast path (the `.load.json` file next to the bundle). It
- * ties the three files together: the launcher uses the fast path only when both hashes match.
+ * ties the three files together: the launcher uses the fast path only when the bundle ends with
+ * this build stamp and the fast path has this SHA-256.
  */
 export interface LoadRecording {
-  /** Format version: 2 (1 had no `preludeSha256` or `build`: launchers of either refuse the other's). */
-  version: 2;
-  /** SHA-256 (hex) of the bundle the calls were recorded from; the launcher checks it. */
-  bundleSha256: string;
+  /**
+   * Format version: 3 (2 tied the bundle by its SHA-256, 1 had no `preludeSha256` or `build`: a
+   * launcher refuses a recording of another version).
+   */
+  version: 3;
   /** SHA-256 (hex) of the fast path (`<name>-load.cjs`) bundled with it; the launcher checks it. */
   preludeSha256: string;
-  /** The build stamp of both ({@link TRANSPORT_BUILD}); {@link startPrelude} checks it. */
+  /**
+   * The build stamp ({@link TRANSPORT_BUILD}) of the bundle the calls were recorded from and of the
+   * fast path: the launcher checks the one the bundle ends with, {@link startPrelude} its own.
+   */
   build: string;
   /** The transport options the plugin's servePlugin was called with. */
   transport: RecordedTransportOptions;
