@@ -47,6 +47,7 @@ export {
   TaskCgroupUnavailableError,
   type CgroupParents,
   type TaskCgroup,
+  type TaskCgroupDestroySyncOptions,
   type TaskCgroupOptions,
 } from "./task-cgroup.js";
 export { openTaskLogs, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";

@@ -58,6 +58,34 @@ export interface TaskCgroup {
    * rejects naming what could not be removed (within 10 s), and may then be called again.
    */
   destroy(): Promise<void>;
+  /**
+   * {@link destroy}, synchronously, within `timeoutMs`: for where nothing can be awaited, such as a
+   * process's "exit" listener or a handler of the signal that is about to end it (vitest sends
+   * SIGKILL 500 ms after SIGTERM). The same kill rounds, removals and parent levels; it blocks the
+   * thread where destroy waits. Throws naming what could not be removed in time, and may then be
+   * called again.
+   *
+   * @example
+   * ```ts
+   * process.once("exit", () => {
+   *   try {
+   *     cgroup.destroySync({ timeoutMs: 200 });
+   *   } catch (err) {
+   *     console.error(String(err)); // a process that would not die in time
+   *   }
+   * });
+   * ```
+   */
+  destroySync(options?: TaskCgroupDestroySyncOptions): void;
+}
+
+/** Inputs of {@link TaskCgroup.destroySync}. */
+export interface TaskCgroupDestroySyncOptions {
+  /**
+   * How long it may block, in milliseconds: the killed processes leaving, a v1 freezer freezing;
+   * default 1000. One round (kill, then removal) runs whatever the bound, even 0.
+   */
+  timeoutMs?: number;
 }
 
 const unavailableBrand = Symbol.for("@nomadkit/client/TaskCgroupUnavailableError");
@@ -101,6 +129,8 @@ const V2_CONTROLLERS = ["cpuset", "cpu", "io", "memory", "pids"];
 const V1_CONTROLLERS = ["freezer", "cpu", "memory"];
 /** How long {@link TaskCgroup.destroy} keeps killing and retrying rmdir before it gives up. */
 const DESTROY_MS = 10_000;
+/** destroySync's default bound: it blocks the thread, so much less than destroy's. */
+const DESTROY_SYNC_MS = 1_000;
 /** How long a v1 freezer may stay FREEZING before the kill goes ahead. */
 const FREEZE_MS = 1_000;
 
@@ -281,26 +311,39 @@ class Cgroup implements TaskCgroup {
 
   destroy(): Promise<void> {
     // A failed teardown (a process that would not die in time) may be retried.
-    return (this.destroying ??= this.teardown().catch((err: unknown) => {
+    return (this.destroying ??= runAsync(this.teardown(DESTROY_MS)).catch((err: unknown) => {
       this.destroying = undefined;
       throw err;
     }));
   }
 
-  private async teardown(): Promise<void> {
-    const until = Date.now() + DESTROY_MS;
+  destroySync(options: TaskCgroupDestroySyncOptions = {}): void {
+    const ms = options.timeoutMs ?? DESTROY_SYNC_MS;
+    if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
+      throw new RangeError(`destroySync: timeoutMs ${String(ms)} is not a number of milliseconds >= 0`);
+    }
+    runSync(this.teardown(ms));
+  }
+
+  /**
+   * The teardown of destroy and destroySync: it yields how long to wait before its next step (the
+   * kernel still lists killed processes, a v1 freezer is still freezing), and each waits its way.
+   */
+  private *teardown(ms: number): Generator<number, void, void> {
+    const until = Date.now() + ms;
     const left: string[] = [];
     for (let round = 0; ; round++) {
-      await this.kill();
+      yield* this.kill(until);
       left.length = 0;
       // Deepest first: sub-cgroups the task made, then the task's own.
       for (const dir of this.paths.flatMap((p) => subtree(p).reverse())) {
         const err = tryRmdir(dir);
         if (err) left.push(`${dir}: ${err}`);
       }
-      if (left.length === 0 || Date.now() > until) break;
+      const now = Date.now();
+      if (left.length === 0 || now >= until) break;
       // A killed process stays listed until the kernel is done with it.
-      await delay(Math.min(100, 5 * 2 ** round));
+      yield Math.min(100, 5 * 2 ** round, until - now);
     }
     if (left.length > 0) throw new Error(`cannot remove the task's cgroups: ${left.join("; ")}`);
     // Busy (other tasks') or gone levels stay as they are.
@@ -322,8 +365,11 @@ class Cgroup implements TaskCgroup {
     return [...out];
   }
 
-  /** One kill round, as Nomad's Lifecycle.Kill: the kernel's cgroup.kill on v2, freeze-kill-thaw on v1. */
-  private async kill(): Promise<void> {
+  /**
+   * One kill round, as Nomad's Lifecycle.Kill: the kernel's cgroup.kill on v2, freeze-kill-thaw on
+   * v1. A freeze not done by `until` (or within FREEZE_MS) does not hold the kill back.
+   */
+  private *kill(until: number): Generator<number, void, void> {
     const pids = this.pids();
     if (pids.length === 0) return;
     if (this.version === 2 && tryWrite(join(this.path, "cgroup.kill"), "1")) return;
@@ -333,8 +379,8 @@ class Cgroup implements TaskCgroup {
     if (frozen) {
       // Freezing completes asynchronously: v1 reports FROZEN in freezer.state, v2 "frozen 1" in cgroup.events.
       const done = this.version === 2 ? () => /^frozen 1$/m.test(tryRead(join(this.path, "cgroup.events"))) : () => /^FROZEN$/m.test(tryRead(state!));
-      const end = Date.now() + FREEZE_MS;
-      while (Date.now() < end && !done()) await delay(5);
+      const end = Math.min(Date.now() + FREEZE_MS, until);
+      while (Date.now() < end && !done()) yield Math.min(5, end - Date.now());
     }
     for (const pid of frozen ? this.pids() : pids) {
       try {
@@ -345,6 +391,21 @@ class Cgroup implements TaskCgroup {
     }
     if (frozen) tryWrite(state!, this.version === 2 ? "0" : "THAWED");
   }
+}
+
+/** Runs a teardown, waiting with timers. */
+async function runAsync(steps: Generator<number, void, void>): Promise<void> {
+  for (let step = steps.next(); !step.done; step = steps.next()) await delay(step.value);
+}
+
+/** Runs a teardown, blocking the thread while it waits. */
+function runSync(steps: Generator<number, void, void>): void {
+  for (let step = steps.next(); !step.done; step = steps.next()) sleepSync(step.value);
+}
+
+/** Blocks for `ms` milliseconds without spinning: a wait on memory nobody will change. */
+function sleepSync(ms: number): void {
+  if (ms > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 /** `dir` and every cgroup below it, parents before children. */

@@ -5,7 +5,7 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { CGROUP_ROOT, canMakeCgroups, mountCgroup2, removeCgroupTree, testCgroups, v2Host } from "./cgroup-fixtures.js";
 import { createTaskCgroup, createTaskDirs, DEFAULT_CGROUP_PARENTS, nomadTaskConfig, TaskCgroupUnavailableError, type TaskCgroup } from "../src/index.js";
@@ -42,6 +42,26 @@ function sleeper(): { pid: number; exited: Promise<NodeJS.Signals | null> } {
 
 function cgroupOf(pid: number): string {
   return readFileSync(`/proc/${pid}/cgroup`, "utf8");
+}
+
+/** Dead: gone, or a zombie its parent (this process, between two turns of the event loop) has not reaped. */
+function dead(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+  } catch {
+    return true;
+  }
+}
+
+/** Puts `pid` in every directory of the task (on v1 one per controller). */
+function enter(cg: TaskCgroup, pid: number): void {
+  for (const p of cg.paths) writeFileSync(join(p, "cgroup.procs"), `${pid}\n`);
+}
+
+/** The parent levels above the task's directories: `<parent>/share(.slice)` and `<parent>` above `path`, `<parent>` above the others. */
+function levelsOf(cg: TaskCgroup): string[] {
+  return cg.paths.flatMap((p) => (p === cg.path ? [dirname(p), dirname(dirname(p))] : [dirname(p)]));
 }
 
 describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
@@ -107,6 +127,60 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     expect(await sleep.exited).toBe("SIGKILL");
     expect(existsSync(own)).toBe(true);
     expect(readdirSync(own).some((d) => d.startsWith("share"))).toBe(false);
+  });
+
+  it("destroySync does it synchronously: the task killed, its cgroups and the parent levels this process made removed, a level another task holds kept", async () => {
+    const parent = `${tag}-sync`;
+    const a = make({ allocId: "alloc1", task: "a", parent });
+    const b = make({ allocId: "alloc2", task: "b", parent });
+    const sleep = sleeper();
+    enter(a, sleep.pid);
+    const other = sleeper();
+    enter(b, other.pid);
+    // A process in a sub-cgroup the task made (on v1 in the freezer hierarchy, as above).
+    const nested = sleeper();
+    const sub = join(a.paths.find((p) => p.includes("/freezer/")) ?? a.path, "sub");
+    mkdirSync(sub);
+    writeFileSync(join(sub, "cgroup.procs"), `${nested.pid}\n`);
+    expect(() => a.destroySync({ timeoutMs: -1 })).toThrow(/timeoutMs -1 is not a number of milliseconds/);
+    expect(a.pids().sort()).toEqual([sleep.pid, nested.pid].sort());
+
+    a.destroySync();
+    // Done when it returns: nothing awaited in between.
+    expect(dead(sleep.pid)).toBe(true);
+    expect(dead(nested.pid)).toBe(true);
+    for (const p of [...a.paths, sub]) expect(existsSync(p), p).toBe(false);
+    expect(a.pids()).toEqual([]);
+    // The parent levels still hold b's cgroups, and b's task runs on.
+    for (const p of [...b.paths, ...levelsOf(b)]) expect(existsSync(p), p).toBe(true);
+    expect(dead(other.pid)).toBe(false);
+    expect(b.pids()).toEqual([other.pid]);
+
+    b.destroySync({ timeoutMs: 2_000 });
+    expect(dead(other.pid)).toBe(true);
+    for (const p of [...b.paths, ...levelsOf(b)]) expect(existsSync(p), p).toBe(false);
+    a.destroySync(); // idempotent
+    expect(await sleep.exited).toBe("SIGKILL");
+    expect(await nested.exited).toBe("SIGKILL");
+    expect(await other.exited).toBe("SIGKILL");
+  });
+
+  it("destroySync throws naming what it could not remove in time, and may be called again", () => {
+    const parent = `${tag}-busy`;
+    const cg = make({ allocId: "alloc1", task: "web", parent });
+    // A mount point cannot be removed: EBUSY, however long destroySync retries.
+    const sub = join(cg.path, "mnt");
+    mkdirSync(sub);
+    execFileSync("mount", ["-t", "tmpfs", "none", sub]);
+    let mounted = true;
+    cleanups.push(() => mounted && execFileSync("umount", [sub]));
+    expect(() => cg.destroySync({ timeoutMs: 50 })).toThrow(`cannot remove the task's cgroups: ${sub}: EBUSY`);
+    expect(existsSync(cg.path)).toBe(true);
+    execFileSync("umount", [sub]);
+    mounted = false;
+    cg.destroySync({ timeoutMs: 0 });
+    expect(existsSync(cg.path)).toBe(false);
+    for (const p of levelsOf(cg)) expect(existsSync(p), p).toBe(false);
   });
 
   it("reuses a cgroup that exists (a task started again) and refuses ids and names that are not one directory name", async () => {
@@ -181,6 +255,20 @@ describe("createTaskCgroup on cgroup v2", () => {
     expect(await sleep.exited).toBe("SIGKILL");
     expect(existsSync(cg.path)).toBe(false);
     expect(existsSync(`${mnt}/${parent}`)).toBe(false);
+  });
+
+  it("destroySync kills with cgroup.kill and removes the scope and its parent levels before it returns", async (t) => {
+    const mnt = canCgroup ? mountCgroup2(cleanups, tag) : undefined;
+    if (!mnt) return t.skip();
+    const parent = `${tag}-sync.slice`;
+    const cg = make({ allocId: "alloc1", task: "web", parent, root: mnt });
+    const sleep = sleeper();
+    writeFileSync(join(cg.path, "cgroup.procs"), `${sleep.pid}\n`);
+    cg.destroySync({ timeoutMs: 2_000 });
+    expect(dead(sleep.pid)).toBe(true);
+    expect(existsSync(cg.path)).toBe(false);
+    expect(existsSync(`${mnt}/${parent}`)).toBe(false);
+    expect(await sleep.exited).toBe("SIGKILL");
   });
 });
 
