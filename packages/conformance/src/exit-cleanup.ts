@@ -1,6 +1,6 @@
-import { readdirSync, readFileSync, readlinkSync, rmdirSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname } from "node:path";
 
 /** What a suite with a run in progress does, synchronously, when its process ends mid-run. */
 export interface SyncCleanup {
@@ -67,34 +67,6 @@ export function cleanupOnExit(s: SyncCleanup): () => void {
     if (!running.delete(s)) return;
     if (running.size === 0) uninstall();
   };
-}
-
-/** Blocks for `ms` milliseconds (the "exit" listeners cannot await). */
-export function sleepSync(ms: number): void {
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-}
-
-/** rmdir, ignoring every failure (busy, not empty, gone). */
-export function tryRmdir(dir: string): boolean {
-  try {
-    rmdirSync(dir);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** `dir` and every directory below it, deepest first. */
-export function subtreeDeepestFirst(dir: string): string[] {
-  const out: string[] = [];
-  try {
-    for (const e of readdirSync(dir, { withFileTypes: true }))
-      if (e.isDirectory()) out.push(...subtreeDeepestFirst(join(dir, e.name)));
-  } catch {
-    // gone
-  }
-  out.push(dir);
-  return out;
 }
 
 /**

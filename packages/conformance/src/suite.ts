@@ -1,12 +1,11 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { constants, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   createTaskCgroup,
   createTaskDirs,
-  DEFAULT_CGROUP_PARENTS,
   launchPlugin,
   nomadAgentConfig,
   nomadTaskConfig,
@@ -36,7 +35,7 @@ import { encodeCheckedConfig } from "./config.js";
 import type { ConformanceOptions } from "./types.js";
 import { describe, descendants, hasProc, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
-import { inPluginSocketDir, sleepSync, subtreeDeepestFirst, tryRmdir, unixSocketPaths } from "./exit-cleanup.js";
+import { inPluginSocketDir, unixSocketPaths } from "./exit-cleanup.js";
 
 /** Options with every default applied. */
 export interface ResolvedOptions extends ConformanceOptions {
@@ -152,6 +151,9 @@ export interface KillRecord {
   ms: number;
 }
 
+/** How long cleanupSync may spend on the tasks' cgroups, all of them together. */
+const EXIT_CGROUPS_MS = 300;
+
 const FS_ISOLATION: Partial<Record<DriverCapabilities_FSIsolation, "none" | "chroot" | "image" | "unveil">> = {
   [DriverCapabilities_FSIsolation.NONE]: "none",
   [DriverCapabilities_FSIsolation.CHROOT]: "chroot",
@@ -189,11 +191,6 @@ export class Suite {
   private readonly known = new Map<number, number | undefined>();
   /** Start time of the earliest plugin process: no process of the run started before it. */
   private floor: number | undefined;
-  /**
-   * Parent levels the tasks' cgroups may have below the cgroup mounts, with whether each existed
-   * before the run made its first task cgroup (one that did may be a Nomad agent's: kept).
-   */
-  private cgroupParents: Map<string, boolean> | undefined;
 
   load?: PluginClient;
   run?: PluginClient;
@@ -469,7 +466,6 @@ export class Suite {
    */
   private taskCgroup(allocId: string, task: string): TaskCgroup | undefined {
     if (this.noCgroup !== undefined) return undefined;
-    this.cgroupParents ??= this.cgroupParentLevels();
     try {
       return createTaskCgroup({ allocId, task, parent: this.opts.cgroupParent });
     } catch (err) {
@@ -477,34 +473,6 @@ export class Suite {
       this.noCgroup = err.reason;
       return undefined;
     }
-  }
-
-  /**
-   * The directories createTaskCgroup may make above a task's cgroup (`<parent>` levels, then v1's
-   * `share` or v2's `share.slice`) under each controller's mount and the v2 root, deepest first,
-   * each with whether it exists now.
-   */
-  private cgroupParentLevels(): Map<string, boolean> {
-    const root = "/sys/fs/cgroup";
-    const levels = (this.opts.cgroupParent ?? "").split("/").filter((l) => l !== "" && l !== ".");
-    // The default parent is nomadkit's own: removed when empty, as the client does.
-    const own = levels.length === 0;
-    if (own) levels.push(DEFAULT_CGROUP_PARENTS.v2, DEFAULT_CGROUP_PARENTS.v1);
-    let mounts: string[] = [root];
-    try {
-      mounts = [root, ...readdirSync(root, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join(root, e.name))];
-    } catch {
-      // no cgroup filesystem: no task cgroup either
-    }
-    const out = new Map<string, boolean>();
-    for (const m of mounts) {
-      const chains = own ? levels.map((l) => [l]) : [levels];
-      for (const chain of chains) {
-        for (const leaf of ["share", "share.slice"]) out.set(join(m, ...chain, leaf), !own && existsSync(join(m, ...chain, leaf)));
-        for (let i = chain.length; i >= 1; i--) out.set(join(m, ...chain.slice(0, i)), !own && existsSync(join(m, ...chain.slice(0, i))));
-      }
-    }
-    return out;
   }
 
   /**
@@ -529,16 +497,17 @@ export class Suite {
       // A plugin shares this process's group: only a group the process leads is killed whole.
       killProcess(pid, info !== undefined && info.pgid === pid && info.pgid !== procInfo(process.pid)?.pgid);
     }
-    // The killed stay in their cgroups until the kernel is done with them: retry rmdir a while.
-    const cgroups = this.tasks.flatMap((t) => t.cgroup?.paths ?? []);
-    for (let round = 0; round < 100 && cgroups.length > 0; round++) {
-      for (const t of this.tasks) for (const pid of t.cgroup?.pids() ?? []) killProcess(pid, false);
-      const left = cgroups.filter((dir) => subtreeDeepestFirst(dir).map(tryRmdir).includes(false) && existsSync(dir));
-      if (left.length === 0) break;
-      cgroups.splice(0, cgroups.length, ...left);
-      sleepSync(20);
+    // The killed stay in their cgroups until the kernel is done with them: destroySync kills again
+    // and retries, with the parent levels the run made. One bound for all, well inside a test
+    // runner's grace between SIGTERM and SIGKILL (vitest's is 500 ms).
+    const until = Date.now() + EXIT_CGROUPS_MS;
+    for (const t of this.tasks) {
+      try {
+        t.cgroup?.destroySync({ timeoutMs: Math.max(0, until - Date.now()) });
+      } catch {
+        // a process that would not die in time: the other cgroups still go
+      }
     }
-    for (const [dir, existed] of this.cgroupParents ?? []) if (!existed) tryRmdir(dir);
     const keep = [this.opts.env?.PLUGIN_UNIX_SOCKET_DIR, process.env.PLUGIN_UNIX_SOCKET_DIR, process.env.TMPDIR];
     const bases = this.plugins.filter((p) => p.network === "unix").map((p) => dirname(dirname(p.address)));
     for (const p of this.plugins) if (p.network === "unix") sockets.push(p.address);
