@@ -22,6 +22,7 @@ import {
   reattachExecutor,
   type ExecutorHandle,
 } from "../src/executor.js";
+import { endExecutors } from "./executor-helpers.js";
 
 const PATH = "PATH=/usr/local/bin:/usr/bin:/bin";
 let dir: string;
@@ -35,22 +36,7 @@ beforeAll(() => {
     );
   dir = mkdtempSync(join(tmpdir(), "nk-executor-unused-"));
 });
-afterEach(async () => {
-  for (const h of handles.splice(0)) {
-    if (isProcessAlive(h.pid)) {
-      await h.shutdownTask("SIGKILL", 0).catch(() => undefined);
-      await h.kill().catch(() => undefined);
-    }
-    h.close();
-  }
-  for (const pid of stray.splice(0)) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      /* gone */
-    }
-  }
-});
+afterEach(() => endExecutors(handles, stray));
 afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });

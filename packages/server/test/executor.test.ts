@@ -29,6 +29,7 @@ import {
 import { LinuxNetnsManager } from "../src/network.js";
 import { hostCompute, processTree, totalTicks } from "../src/stats.js";
 import { createTestUser, parseGroups, type TestUser } from "./test-user.js";
+import { endExecutors } from "./executor-helpers.js";
 
 const isRoot = process.getuid?.() === 0;
 const PATH = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
@@ -40,19 +41,7 @@ beforeAll(() => {
   if (!existsSync(executorBinPath())) throw new Error(`build first: ${executorBinPath()} is missing (npx turbo run build)`);
   dir = mkdtempSync(join(tmpdir(), "nk-executor-"));
 });
-afterEach(async () => {
-  for (const h of handles.splice(0)) {
-    await h.shutdownTask("SIGKILL", 0).catch(() => undefined);
-    await h.kill();
-  }
-  for (const pid of stray.splice(0)) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      /* gone */
-    }
-  }
-});
+afterEach(() => endExecutors(handles, stray));
 afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
