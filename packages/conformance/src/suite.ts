@@ -516,6 +516,21 @@ export class Suite {
   }
 
   /**
+   * Destroys a task's cgroup, forgetting it only once it is gone: a process ending mid-destroy
+   * (cleanupSync) or a kill that failed leaves it for the next attempt.
+   */
+  private async destroyCgroup(t: SuiteTask): Promise<void> {
+    const cg = t.cgroup;
+    if (cg === undefined) return;
+    try {
+      await cg.destroy();
+      if (t.cgroup === cg) t.cgroup = undefined;
+    } catch {
+      // left for cleanupSync, or the next cleanup
+    }
+  }
+
+  /**
    * Removes the cgroups of the destroyed tasks, as Nomad's client does once a task is gone: after
    * the check that destroyed them, so that check saw what the driver alone did. What is left in
    * them is killed.
@@ -523,9 +538,7 @@ export class Suite {
   async releaseCgroups(): Promise<void> {
     for (const t of this.tasks) {
       if (!t.destroyed || !t.cgroup) continue;
-      const cg = t.cgroup;
-      t.cgroup = undefined;
-      await cg.destroy().catch(() => undefined);
+      await this.destroyCgroup(t);
     }
   }
 
@@ -648,11 +661,7 @@ export class Suite {
     this.killOrphans();
     // Like Nomad's client when a task is gone; it kills what no plugin or kill above ended.
     await Promise.all(
-      this.tasks.map(async (t) => {
-        const cg = t.cgroup;
-        t.cgroup = undefined;
-        await cg?.destroy().catch(() => undefined);
-      }),
+      this.tasks.map((t) => this.destroyCgroup(t)),
     );
     // The tasks are gone: what they wrote has been read.
     await Promise.all(this.tasks.map((t) => t.logs.close(0)));
