@@ -50,31 +50,45 @@ export type HclType =
 const cache = new Map<string, HclType>();
 
 /**
- * Parse an HCL type expression. Throws a `TypeError` naming the problem; schemas are code, so a bad
- * type is a programming error caught when the schema is built.
+ * Parse an HCL type expression. Throws a `TypeError` naming the problem and where it is; schemas
+ * are code, so a bad type is a programming error caught when the schema is built.
+ *
+ * The syntax is what Nomad takes in an hclspec `Attr.type` (and `BlockAttrs.type`): Nomad parses
+ * the string as an HCL expression and evaluates it with `string`, `number`, `bool` and `any` as
+ * variables and `list`, `set`, `map`, `tuple` and `object` as functions. So spaces, newlines and
+ * comments (`#` or `//` to the end of the line, or between `/*` and the next `*` `/`) may come
+ * between tokens; an object's attributes are separated by commas or newlines (a trailing comma is
+ * fine), given with `=` or `:`, and named bare (`source`) or quoted (`"a b"`). `optional(...)` is
+ * rejected: it belongs to HCL's `typeexpr`, which Nomad does not use for these types.
  *
  * @example
  * ```ts
  * parseHclType("list(map(string))"); // { kind: "list", elem: { kind: "map", elem: { kind: "string" } } }
+ * parseHclType(`object({
+ *   source   = string # host path
+ *   "read-only": bool
+ * })`); // { kind: "object", attrs: Map { "source" => { kind: "string" }, "read-only" => { kind: "bool" } } }
  * ```
  */
 export function parseHclType(expr: string): HclType {
   const hit = cache.get(expr);
   if (hit !== undefined) return hit;
   const p = new Parser(expr);
-  const t = p.type();
-  p.skipSpace();
-  if (p.pos !== expr.length) p.fail("unexpected trailing input");
+  const t = p.type(0);
+  p.skip();
+  if (p.pos !== expr.length) p.fail(`unexpected ${p.found()} after the type`);
   cache.set(expr, t);
   return t;
 }
 
 /**
- * Render a parsed type back to its canonical expression (used in error messages).
+ * Render a parsed type back to its canonical expression (used in error messages). Attribute names
+ * that are not HCL identifiers are quoted, so the result parses back to the same type.
  *
  * @example
  * ```ts
  * formatHclType(parseHclType("list( string )")); // "list(string)"
+ * formatHclType(parseHclType('object({ "a b" : number })')); // 'object({"a b"=number})'
  * ```
  */
 export function formatHclType(t: HclType): string {
@@ -84,7 +98,7 @@ export function formatHclType(t: HclType): string {
     case "map":
       return `${t.kind}(${formatHclType(t.elem)})`;
     case "object":
-      return `object({${[...t.attrs].map(([k, v]) => `${k}=${formatHclType(v)}`).join(",")}})`;
+      return `object({${[...t.attrs].map(([k, v]) => `${formatName(k)}=${formatHclType(v)}`).join(",")}})`;
     case "tuple":
       return `tuple([${t.elems.map(formatHclType).join(",")}])`;
     default:
@@ -94,84 +108,366 @@ export function formatHclType(t: HclType): string {
 
 const PRIMITIVES = new Set(["string", "number", "bool", "any"]);
 
+/** What each type function takes, for error messages. */
+const CONSTRUCTORS: Readonly<Record<string, string>> = {
+  list: "list(T), T the element type",
+  set: "set(T), T the element type",
+  map: "map(T), T the type of every value",
+  tuple: "tuple([T, ...]), the element types in brackets",
+  object: "object({name = T, ...}), the attribute types in braces",
+};
+
+// Why optional() fails: Nomad's hclspec decoder (helper/pluginutils/hclspecutils) evaluates the type
+// with its own list/set/map/tuple/object functions, not HCL's typeexpr.TypeConstraint, so
+// optional is an unknown function there and the driver's whole schema is refused.
+const OPTIONAL =
+  "optional(...) is not supported: Nomad evaluates Attr types with its own type functions " +
+  "(list, set, map, tuple, object), not HCL's typeexpr, and would refuse the schema (\"There is no " +
+  'function named \\"optional\\""); every attribute of an object type is required, so for optional ' +
+  "fields use a block (spec.block) whose attrs are not required, or map(...) / any";
+
+/** An HCL identifier (hclsyntax: `(ID_Start | '_') (ID_Continue | '-')*`). */
+const IDENT = /[\p{ID_Start}_][\p{ID_Continue}-]*/uy;
+
+const DIGITS = /[0-9]+/y;
+
+/** Deepest nesting parsed; a hostile type string must not exhaust the stack. */
+const MAX_DEPTH = 256;
+
+function formatName(name: string): string {
+  IDENT.lastIndex = 0;
+  // A bare `for` opening an object constructor starts a for expression, so it is always quoted.
+  const m = IDENT.exec(name);
+  if (m !== null && m[0].length === name.length && name !== "for") return name;
+  return `"${name.replace(/[\\"\n\r\t]|[$%]\{|[\u0000-\u001f\u007f]/g, (c) => {
+    switch (c) {
+      case "\\":
+      case '"':
+        return `\\${c}`;
+      case "\n":
+        return "\\n";
+      case "\r":
+        return "\\r";
+      case "\t":
+        return "\\t";
+      case "${":
+      case "%{":
+        return `${c[0]}${c}`;
+      default:
+        return `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+    }
+  })}"`;
+}
+
+/**
+ * A recursive-descent parser for the subset of HCL native syntax a type expression uses, with
+ * hclsyntax's newline rules: newlines separate attributes inside an object constructor's braces,
+ * and are plain spacing inside parentheses, brackets and at the top level.
+ */
 class Parser {
   pos = 0;
-  constructor(readonly src: string) {}
+  private readonly newlines: boolean[] = [false];
+  constructor(readonly src: string) {
+    // hclsyntax skips a leading UTF-8 byte order mark.
+    if (src.startsWith("\uFEFF")) this.pos = 1;
+  }
 
   fail(why: string): never {
+    let where = `offset ${this.pos}`;
+    if (this.src.includes("\n")) {
+      const before = this.src.slice(0, this.pos);
+      const line = before.split("\n").length;
+      where += ` (line ${line}, column ${this.pos - before.lastIndexOf("\n")})`;
+    }
     throw new TypeError(
-      `invalid HCL type ${JSON.stringify(this.src)} at offset ${this.pos}: ${why}`,
+      `invalid HCL type ${JSON.stringify(this.src)} at ${where}: ${why}`,
     );
   }
 
-  skipSpace(): void {
-    while (this.pos < this.src.length && /\s/.test(this.src[this.pos]!))
-      this.pos++;
+  /** The input at `pos`, for an error message. */
+  found(): string {
+    const c = this.src[this.pos];
+    if (c === undefined) return "the end of the input";
+    if (this.atNewline()) return "a newline";
+    IDENT.lastIndex = this.pos;
+    const word = IDENT.exec(this.src)?.[0];
+    if (word !== undefined) return JSON.stringify(word);
+    const code = this.src.codePointAt(this.pos)!;
+    if (/[\s\p{Cc}]/u.test(c)) {
+      return `character U+${code.toString(16).toUpperCase().padStart(4, "0")} (HCL takes only spaces, tabs and newlines between tokens)`;
+    }
+    return JSON.stringify(String.fromCodePoint(code));
   }
 
-  expect(ch: string): void {
-    this.skipSpace();
-    if (this.src[this.pos] !== ch) this.fail(`expected "${ch}"`);
-    this.pos++;
+  atNewline(): boolean {
+    const c = this.src[this.pos];
+    return c === "\n" || (c === "\r" && this.src[this.pos + 1] === "\n");
+  }
+
+  /**
+   * Skip spaces, tabs and comments, and newlines where they are spacing. A line comment ends
+   * before its newline, which then counts as one (hclsyntax turns it into a newline token).
+   */
+  skip(): void {
+    const separating = this.newlines[this.newlines.length - 1];
+    const src = this.src;
+    for (;;) {
+      const c = src[this.pos];
+      if (c === " " || c === "\t") this.pos++;
+      else if (this.atNewline()) {
+        if (separating) return;
+        this.pos += c === "\r" ? 2 : 1;
+      } else if (c === "#" || (c === "/" && src[this.pos + 1] === "/")) {
+        while (this.pos < src.length && !this.atNewline()) this.pos++;
+      } else if (c === "/" && src[this.pos + 1] === "*") {
+        const end = src.indexOf("*/", this.pos + 2);
+        if (end < 0)
+          this.fail('unterminated comment: "/*" without a closing "*/"');
+        this.pos = end + 2;
+      } else return;
+    }
   }
 
   peek(): string | undefined {
-    this.skipSpace();
+    this.skip();
     return this.src[this.pos];
   }
 
-  ident(): string {
-    this.skipSpace();
-    const m = /^[A-Za-z_][A-Za-z0-9_-]*/.exec(this.src.slice(this.pos));
-    if (m === null) this.fail("expected a type name");
+  /** `f` with newlines counting as separators (`{`) or as spacing (`(`, `[`). */
+  within<T>(separating: boolean, f: () => T): T {
+    this.newlines.push(separating);
+    const t = f();
+    this.newlines.pop();
+    return t;
+  }
+
+  /** The identifier at `pos` (spacing already skipped), or undefined. */
+  identifier(): string | undefined {
+    IDENT.lastIndex = this.pos;
+    const m = IDENT.exec(this.src);
+    if (m === null) return undefined;
     this.pos += m[0].length;
     return m[0];
   }
 
-  type(): HclType {
-    const name = this.ident();
-    if (PRIMITIVES.has(name)) return { kind: name as "string" };
-    switch (name) {
-      case "list":
-      case "set":
-      case "map": {
-        this.expect("(");
-        const elem = this.type();
-        this.expect(")");
-        return { kind: name, elem };
-      }
-      case "object": {
-        this.expect("(");
-        this.expect("{");
-        const attrs = new Map<string, HclType>();
-        while (this.peek() !== "}") {
-          const key = this.ident();
-          this.expect("=");
-          // A repeated attribute replaces the earlier one: HCL's typeexpr takes
-          // object({a=string,a=number}) as object({a=number}), and Nomad does too.
-          attrs.set(key, this.type());
-          if (this.peek() === ",") this.pos++;
-          else if (this.peek() !== "}") this.fail('expected "," or "}"');
-        }
-        this.expect("}");
-        this.expect(")");
-        return { kind: "object", attrs };
-      }
-      case "tuple": {
-        this.expect("(");
-        this.expect("[");
-        const elems: HclType[] = [];
-        while (this.peek() !== "]") {
-          elems.push(this.type());
-          if (this.peek() === ",") this.pos++;
-          else if (this.peek() !== "]") this.fail('expected "," or "]"');
-        }
-        this.expect("]");
-        this.expect(")");
-        return { kind: "tuple", elems };
-      }
-      default:
-        return this.fail(`unknown type "${name}"`);
+  /** The ")" ending `name(`'s one argument; a trailing comma may come first, as in any HCL call. */
+  closeCall(name: string, what: string): void {
+    let c = this.peek();
+    if (c === ",") {
+      this.pos++;
+      c = this.peek();
+      if (c !== ")" && c !== undefined)
+        this.fail(`${name}(...) takes one argument: ${what}`);
     }
+    if (c !== ")")
+      this.fail(`expected ")" to close "${name}(", found ${this.found()}`);
+    this.pos++;
+  }
+
+  type(depth: number): HclType {
+    if (depth > MAX_DEPTH) this.fail(`type nested deeper than ${MAX_DEPTH}`);
+    this.skip();
+    const start = this.pos;
+    if (this.src[this.pos] === "(") {
+      // (T) is T, as for any HCL expression.
+      this.pos++;
+      return this.within(false, () => {
+        const t = this.type(depth + 1);
+        if (this.peek() !== ")")
+          this.fail(
+            `expected ")" to close the "(" at offset ${start}, found ${this.found()}`,
+          );
+        this.pos++;
+        return t;
+      });
+    }
+    const name = this.identifier();
+    if (name === undefined) this.fail(`expected a type, found ${this.found()}`);
+    const call = this.peek() === "(";
+    if (PRIMITIVES.has(name)) {
+      if (call) this.fail(`"${name}" takes no arguments`);
+      return { kind: name as "string" };
+    }
+    if (name === "optional") {
+      this.pos = start;
+      this.fail(OPTIONAL);
+    }
+    const what = CONSTRUCTORS[name];
+    if (what === undefined) {
+      this.pos = start;
+      return this.fail(`unknown type "${name}"`);
+    }
+    if (!call)
+      this.fail(`"${name}" needs its argument in parentheses: ${what}`);
+    this.pos++;
+    return this.within(false, () => {
+      if (this.peek() === ")")
+        this.fail(`${name}() needs an argument: ${what}`);
+      let t: HclType;
+      if (name === "object") t = this.objectArg(depth, what);
+      else if (name === "tuple") t = this.tupleArg(depth, what);
+      else t = { kind: name as "list", elem: this.type(depth + 1) };
+      this.closeCall(name, what);
+      return t;
+    });
+  }
+
+  tupleArg(depth: number, what: string): HclType {
+    if (this.peek() !== "[")
+      this.fail(`tuple takes ${what}; found ${this.found()}`);
+    this.pos++;
+    return this.within(false, () => {
+      const elems: HclType[] = [];
+      while (this.peek() !== "]") {
+        elems.push(this.type(depth + 1));
+        const c = this.peek();
+        if (c === ",") this.pos++;
+        else if (c !== "]")
+          this.fail(
+            `expected "," or "]" after a tuple element, found ${this.found()}`,
+          );
+      }
+      this.pos++;
+      return { kind: "tuple", elems };
+    });
+  }
+
+  objectArg(depth: number, what: string): HclType {
+    if (this.peek() !== "{")
+      this.fail(`object takes ${what}; found ${this.found()}`);
+    this.pos++;
+    return this.within(true, () => {
+      const attrs = new Map<string, HclType>();
+      for (let first = true; ; first = false) {
+        this.skip();
+        while (this.atNewline()) {
+          this.pos += this.src[this.pos] === "\r" ? 2 : 1;
+          this.skip();
+        }
+        if (this.src[this.pos] === "}") break;
+        const key = this.attrName(first);
+        const sep = this.peek();
+        if (sep !== "=" && sep !== ":") {
+          this.fail(
+            `expected "=" or ":" after attribute name ${JSON.stringify(key)}, found ${this.found()}`,
+          );
+        }
+        this.pos++;
+        // The type must start on the same line: type() stops at a newline here.
+        // A repeated attribute replaces the earlier one: Nomad builds the attribute map from an
+        // HCL object constructor, where a repeated key's last value wins.
+        attrs.set(key, this.type(depth + 1));
+        const c = this.peek();
+        if (c === "}") break;
+        if (c === ",") this.pos++;
+        else if (!this.atNewline()) {
+          this.fail(
+            `expected "," or a newline after attribute ${JSON.stringify(key)}, or "}", found ${this.found()}`,
+          );
+        }
+      }
+      this.pos++;
+      return { kind: "object", attrs };
+    });
+  }
+
+  /** A bare identifier or a quoted string (cty normalizes either to NFC), or a whole number. */
+  attrName(first: boolean): string {
+    const start = this.pos;
+    if (this.src[this.pos] === '"') return this.quoted().normalize("NFC");
+    DIGITS.lastIndex = this.pos;
+    const digits = DIGITS.exec(this.src)?.[0];
+    if (digits !== undefined) {
+      // A number key is converted to a string as cty does (007 names attribute "7"); other
+      // number forms (1.5, 1e3) are left out: quoting says the same thing plainly.
+      this.pos += digits.length;
+      if (/[.eE\p{ID_Continue}-]/u.test(this.src[this.pos] ?? "")) {
+        this.pos = start;
+        this.fail("write a number-like attribute name quoted");
+      }
+      return BigInt(digits).toString();
+    }
+    const name = this.identifier();
+    if (name === undefined) {
+      this.fail(
+        `expected an attribute name (an identifier or a quoted string), found ${this.found()}`,
+      );
+    }
+    if (first && name === "for") {
+      this.pos = start;
+      this.fail(
+        'a bare "for" opening {...} begins a for expression in HCL; quote the attribute name: "for" = ...',
+      );
+    }
+    return name.normalize("NFC");
+  }
+
+  /** A quoted string without template sequences, unescaped as hclsyntax does. */
+  quoted(): string {
+    const open = this.pos++;
+    const src = this.src;
+    let out = "";
+    for (;;) {
+      const c = src[this.pos];
+      if (c === undefined) {
+        this.pos = open;
+        this.fail("unterminated quoted attribute name");
+      }
+      if (c === '"') {
+        this.pos++;
+        return out;
+      }
+      if (c === "\n" || c === "\r")
+        this.fail(
+          'a quoted attribute name cannot span lines (write a newline as "\\n")',
+        );
+      if ((c === "$" || c === "%") && src[this.pos + 1] === "{") {
+        this.fail(
+          `"${c}{" begins a template sequence, which an attribute name cannot hold; write "${c}${c}{" for a literal "${c}{"`,
+        );
+      }
+      if (
+        (c === "$" || c === "%") &&
+        src[this.pos + 1] === c &&
+        src[this.pos + 2] === "{"
+      ) {
+        out += `${c}{`;
+        this.pos += 3;
+      } else if (c === "\\") {
+        out += this.escape();
+      } else {
+        out += c;
+        this.pos++;
+      }
+    }
+  }
+
+  escape(): string {
+    const e = this.src[this.pos + 1];
+    const simple: Record<string, string> = {
+      n: "\n",
+      r: "\r",
+      t: "\t",
+      '"': '"',
+      "\\": "\\",
+    };
+    if (e !== undefined && Object.hasOwn(simple, e)) {
+      this.pos += 2;
+      return simple[e]!;
+    }
+    if (e === "u" || e === "U") {
+      const n = e === "u" ? 4 : 8;
+      const hex = this.src.slice(this.pos + 2, this.pos + 2 + n);
+      if (!/^[0-9A-Fa-f]+$/.test(hex) || hex.length !== n)
+        this.fail(`"\\${e}" must be followed by ${n} hexadecimal digits`);
+      const code = parseInt(hex, 16);
+      if (code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff))
+        this.fail(`"\\${e}${hex}" is not a Unicode character`);
+      this.pos += 2 + n;
+      return String.fromCodePoint(code);
+    }
+    return this.fail(
+      `invalid escape sequence ${JSON.stringify(`\\${e ?? ""}`)} (HCL has \\n, \\r, \\t, \\", \\\\, \\uNNNN and \\UNNNNNNNN)`,
+    );
   }
 }

@@ -82,8 +82,13 @@ describe("shapeConfig", () => {
     const odd = create(SpecSchema, {
       block: { case: "object", value: { attributes: { o: attr("o", "object({ port = string, port = number })"), s: attr("s", "li st(string)") } } },
     });
-    // Nomad's typeexpr takes the last `port`; "li st" is no type (Nomad refuses it), so the value is left as given.
+    // An HCL object constructor keeps the last `port`; "li st" is no type (Nomad refuses it), so the value is left as given.
     expect(shapeConfig(odd, { o: { port: "8080" }, s: [1] })).toEqual({ o: { port: 8080 }, s: [1] });
+    // A type as a Go driver's spec writes it: attributes on lines, comments, a quoted name, ":".
+    const goStyle = create(SpecSchema, {
+      block: { case: "object", value: { attributes: { v: attr("v", 'list(object({\n  # host side\n  source = string\n  "read-only": bool // quoted\n}))') } } },
+    });
+    expect(shapeConfig(goStyle, { v: [{ source: 5, "read-only": "true" }] })).toEqual({ v: [{ source: "5", "read-only": true }] });
   });
 
   it("holds each distinct element of a set once, as a cty set does, in the order Nomad sends them", () => {

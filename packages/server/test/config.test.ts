@@ -89,11 +89,38 @@ describe("hclspec builder", () => {
   });
 
   it("takes a repeated object attribute as HCL does: the last one is its type", () => {
-    // Nomad's typeexpr accepts object({port=string,port=number}) as object({port=number}).
+    // Nomad evaluates object({...}) over an HCL object constructor, where a repeated key's last value wins.
     expect(parseHclType("object({port = string, port = number})")).toEqual({ kind: "object", attrs: new Map([["port", { kind: "number" }]]) });
     const s = spec.object({ o: spec.attr("object({ port = string, port = number })") });
     expect(decodeConfig(s, encode({ o: { port: 8080 } }))).toEqual({ o: { port: 8080 } });
     expect(invalid(() => decodeConfig(s, encode({ o: { port: "http" } }), "task config"))).toMatch(/expected number, got string/);
+  });
+
+  it("takes a type as written in a Go driver's spec: attributes on lines, comments, quoted names; sent to Nomad as written", () => {
+    const type = `list(object({
+      # host side
+      source = string
+      "read-only": bool // quoted: not a name a Go struct field would have
+      ports = list(number), /* trailing comma */
+    }))`;
+    const s = spec.object({ volumes: spec.attr(type) });
+    const proto = s.toProto();
+    expect(proto.block.case === "object" && proto.block.value.attributes.volumes?.block).toEqual(
+      expect.objectContaining({ case: "Attr", value: expect.objectContaining({ name: "volumes", type }) }),
+    );
+    expect(decodeConfig(s, encode({ volumes: [{ source: "/data", "read-only": true, ports: [80, "443"] }] }))).toEqual({
+      volumes: [{ source: "/data", "read-only": true, ports: [80, 443] }],
+    });
+    expect(invalid(() => decodeConfig(s, encode({ volumes: [{ source: "/data", "read-only": "yes", ports: [] }] }), "task config"))).toBe(
+      'task config: field "volumes[0].read-only": expected bool, got string',
+    );
+  });
+
+  it("refuses optional(...) when the schema is built: Nomad would refuse the whole schema", () => {
+    expect(() => spec.attr("object({ source = string, readonly = optional(bool) })")).toThrow(
+      /at offset 37: optional\(\.\.\.\) is not supported: Nomad evaluates Attr types with its own type functions/,
+    );
+    expect(() => spec.blockAttrs("object({ a = optional(string, \"x\") })")).toThrow(/optional\(\.\.\.\) is not supported/);
   });
 });
 
