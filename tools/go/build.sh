@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds one of the repo's Go commands (tools/interop-go, tools/interop-go-plugin, tools/bench/client-go) offline:
+# Builds one of the repo's Go commands (tools/interop-go, tools/interop-go-plugin, tools/hcl-type-go,
+# tools/bench/client-go) offline:
 #   tools/go/build.sh <command-dir>      # prints the binary's path on stdout
 # Installs Debian's Go packages when missing, then builds in GOPATH mode against them (no module
 # proxy is reachable) into node_modules/.cache/nomadkit-go/<name>, keyed by the command's sources,
@@ -22,6 +23,7 @@ pkgs=(
   golang-google-grpc-dev
   golang-google-protobuf-dev
   golang-github-zclconf-go-cty-dev
+  golang-github-hashicorp-hcl-v2-dev
 )
 
 log() { echo "$name: $*" >&2; }
