@@ -314,11 +314,9 @@ export async function bundlePlugin(
       ? undefined
       : preludeEntry(main.metafile, main.cwd);
   let prelude: string | undefined;
-  for (const f of [
-    files.loadRecording,
-    files.loadTransport,
-    files.preludeCodeCache,
-  ])
+  // `<name>-load.cjs.v8cache`: the fast path's code cache, which nomadkit bundle wrote until the
+  // launcher compiled the fast path without one (faster); an earlier run's is left over.
+  for (const f of [files.loadRecording, files.loadTransport, `${files.prelude}.v8cache`])
     rmSync(out(f), { force: true });
   if (preludeSource) {
     const pre = await buildBundle(
@@ -437,37 +435,30 @@ export async function bundlePlugin(
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
         writeFileSync(out(files.loadRecording), recorded.json);
-        // The fast path's own run, for its code cache; also its test: the same answers, to the byte.
+        // The fast path's test: a load launch as Nomad makes it, served by the fast path with the
+        // same answers, to the byte.
         try {
           const again = await trainCodeCache(
             out(files.launcher),
             options.startTimeoutMs,
-            "write-load",
+            "check-load",
           );
+          if (!again.log.includes(`${name}: load recording used`)) {
+            throw new CliError(
+              `bundle: the launcher did not use the load launch's fast path it was written with (its report: ${JSON.stringify(again.log.filter((l) => l.startsWith(`${name}: `)))})`,
+            );
+          }
           if (JSON.stringify(again.calls) !== JSON.stringify(run.calls)) {
             throw new CliError(
               "bundle: the load launch's fast path answered differently from the plugin (PluginInfo or ConfigSchema vary from run to run?); --no-load-recording leaves it out",
             );
           }
-          if (!existsSync(out(files.preludeCodeCache))) {
-            throw new CliError(
-              `bundle: the load launch's fast path exited without writing ${out(files.preludeCodeCache)}`,
-            );
-          }
         } catch (err) {
-          for (const f of [
-            files.prelude,
-            files.preludeCodeCache,
-            files.loadRecording,
-          ])
+          for (const f of [files.prelude, files.loadRecording])
             rmSync(out(f), { force: true });
           throw withWarnings(err);
         }
-        written.push(
-          prelude,
-          out(files.preludeCodeCache),
-          out(files.loadRecording),
-        );
+        written.push(prelude, out(files.loadRecording));
       } else {
         rmSync(prelude, { force: true });
       }

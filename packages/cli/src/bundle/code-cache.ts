@@ -111,25 +111,31 @@ export interface TrainingRun {
   version: string;
   /** The load launch's calls as answered (for the launcher's fast path). */
   calls: RecordedCall[];
+  /** The messages of the plugin's stderr lines (with `check-load`: the launcher's report). */
+  log: string[];
 }
 
 /**
  * Launches the bundled plugin the way Nomad does and makes the calls of Nomad's load launch (health
  * check, PluginInfo, ConfigSchema) with exactly the bytes Nomad sends, recording the answers, then
- * GRPCController.Shutdown; the launcher saves V8's code cache as the process exits (`mode`
- * `write`: the plugin's, with its transport options; `write-load`: the load launch's fast path's).
+ * GRPCController.Shutdown. `mode` `write`: the launcher runs the plugin and saves its V8 code cache
+ * as the process exits, and reports the transport options; `check-load`: the launcher runs as it
+ * will for Nomad and reports what it used (the load launch's fast path, to be checked against the
+ * plugin's answers).
  */
 export async function trainCodeCache(
   launcher: string,
   startTimeoutMs = 60_000,
-  mode: "write" | "write-load" = "write",
+  mode: "write" | "check-load" = "write",
 ): Promise<TrainingRun> {
   const { launchPlugin } = await import("@nomadkit/client");
+  const log: string[] = [];
   let plugin;
   try {
     // launchPlugin's error carries the plugin's last stderr lines.
     plugin = await launchPlugin(process.execPath, [launcher], {
-      env: { [CODE_CACHE_ENV]: mode },
+      env: { [CODE_CACHE_ENV]: mode === "write" ? "write" : "report" },
+      logger: (entry) => log.push(entry.message),
       startTimeoutMs,
       signal: interrupted,
     });
@@ -137,20 +143,20 @@ export async function trainCodeCache(
     // Ctrl-C reaches the plugin too: however the race between its death and ours goes, 128+N.
     launchInterrupted(err);
     throw new CliError(
-      `bundle: the bundled plugin${mode === "write-load" ? " (load launch fast path)" : ""} did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
+      `bundle: the bundled plugin${mode === "check-load" ? " (load launch fast path)" : ""} did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
     );
   }
   const launched = plugin;
   const noCleanup = onInterrupt(() => launched.kill());
   try {
-    return await loadLaunchRun(plugin);
+    return { ...(await loadLaunchRun(plugin)), log };
   } finally {
     noCleanup();
   }
 }
 
 /** The load launch's calls and Shutdown, recorded from the plugin `trainCodeCache` launched. */
-async function loadLaunchRun(plugin: PluginClient): Promise<TrainingRun> {
+async function loadLaunchRun(plugin: PluginClient): Promise<Omit<TrainingRun, "log">> {
   let info;
   const calls: RecordedCall[] = [];
   const { network, address } = plugin;

@@ -7,7 +7,8 @@
 //
 // Nomad's first launch of a plugin while an agent starts asks only the health check, PluginInfo and
 // ConfigSchema. When the bundle step recorded those answers from exactly this bundle and fast path
-// (`<name>.load.json` holds the SHA-256 of both), the launcher starts `<name>-load.cjs` instead
+// (`<name>.load.json` holds the bundle's build stamp and the fast path's SHA-256), the launcher
+// starts `<name>-load.cjs` instead
 // (the go-plugin transport of the plugin's own @nomadkit/server, see its goplugin/prelude.ts),
 // which answers them from the recording and runs the bundle only for the first other call, handing
 // the transport over. Files of another build (an upgrade that copied only some of the directory's
@@ -33,7 +34,6 @@ export function bundleFiles(name: string): {
   executorLauncher: string;
   executorCodeCache: string;
   prelude: string;
-  preludeCodeCache: string;
   loadRecording: string;
   loadTransport: string;
 } {
@@ -46,7 +46,6 @@ export function bundleFiles(name: string): {
     executorLauncher: `${name}-executor`,
     executorCodeCache: `${name}-executor.cjs.v8cache`,
     prelude: `${name}-load.cjs`,
-    preludeCodeCache: `${name}-load.cjs.v8cache`,
     loadRecording: `${name}.load.json`,
     // Written by the recording run's launcher, merged into loadRecording by the bundle step.
     loadTransport: `${name}.load.json.transport`,
@@ -77,7 +76,6 @@ interface LaunchFiles {
   executorSha256?: Record<string, string>;
   /** The fast path for load launches and its recording (a plugin's launcher). */
   prelude?: string;
-  preludeCodeCache?: string;
   loadRecording?: string;
   loadTransport?: string;
 }
@@ -102,8 +100,7 @@ function launch(
     process.exit(1);
   };
   // "write": the bundle step's recording run (the plugin's code cache, its transport options);
-  // "write-load": its run of the load launch's fast path (that path's code cache); "report": say
-  // on stderr what was used.
+  // "report": say on stderr what was used.
   const mode = process.env[cacheEnv];
   const bundleFile = join(__dirname, files.bundle);
   // For the plugin's log (its servePlugin takes it): nothing is read or hashed here for it.
@@ -147,8 +144,7 @@ function launch(
    * Runs the CommonJS file `file` compiled with the V8 code cache `cacheFile` when that cache was
    * made from exactly this file by this Node.js; with `save`, writes the cache of what ran as the
    * process exits cleanly. With `main`, the file is the process's main module, as with `node file`.
-   * `read` is the file's bytes and their SHA-256 when the caller has them already. Returns the
-   * module's exports.
+   * Returns the module's exports.
    */
   const runCached = (
     file: string,
@@ -156,7 +152,6 @@ function launch(
     label: string,
     save: boolean,
     main: boolean,
-    read?: { bytes: Buffer; hash: Buffer },
   ): unknown => {
     const { isAscii } = require("node:buffer") as typeof import("node:buffer");
     const { dirname } = require("node:path") as typeof import("node:path");
@@ -165,7 +160,7 @@ function launch(
       _nodeModulePaths(dir: string): string[];
     };
     const { Script } = require("node:vm") as typeof import("node:vm");
-    const bytes = read?.bytes ?? readFileSync(file);
+    const bytes = readFileSync(file);
     // esbuild writes ASCII, which decodes fastest as latin1.
     let source = bytes.toString(isAscii(bytes) ? "latin1" : "utf8");
     // esbuild keeps the entry's `#!` line, which is valid only as a script's first characters.
@@ -173,7 +168,7 @@ function launch(
     // V8 checks a cache against the source's length only, and deserialises a damaged one (a crash,
     // not a rejection). The cache file starts with the SHA-256 of the file it was made from, so a
     // rebuilt bundle never runs with another build's code, then the SHA-256 of the cache itself.
-    const hash = read?.hash ?? sha256(bytes);
+    const hash = sha256(bytes);
     let cachedData: Buffer | undefined;
     let cacheState = "none";
     try {
@@ -257,7 +252,6 @@ function launch(
 
   if (
     files.prelude !== undefined &&
-    files.preludeCodeCache !== undefined &&
     files.loadRecording !== undefined &&
     files.loadTransport !== undefined
   ) {
@@ -315,14 +309,19 @@ function launch(
             else {
               if (mode === "report")
                 process.stderr.write(`${name}: load recording used\n`);
-              const prelude = runCached(
-                preludeFile,
-                join(__dirname, files.preludeCodeCache),
-                files.prelude.replace(/\.cjs$/, ""),
-                mode === "write-load",
-                false,
-                preludeRead,
-              ) as {
+              // Compiled from the bytes just hashed, by the loader that loaded this file: no code
+              // cache (deserialising one cost more than compiling these 30 KB lazily) and none of
+              // node:module and node:vm, which a load launch has no other use for.
+              const Module = module.constructor as unknown as {
+                new (id: string, parent: unknown): NodeJS.Module & { _compile(source: string, file: string): void };
+                _nodeModulePaths(dir: string): string[];
+              };
+              const fastPath = new Module(preludeFile, module);
+              fastPath.filename = preludeFile;
+              fastPath.paths = Module._nodeModulePaths(__dirname);
+              fastPath._compile(preludeRead.bytes.toString("utf8"), preludeFile);
+              fastPath.loaded = true;
+              const prelude = fastPath.exports as {
                 startPrelude(r: unknown, load: () => void): Promise<unknown>;
               };
               prelude.startPrelude(recording, () => runPlugin()).catch(fail);
@@ -390,7 +389,6 @@ export function launcherSource(
       executors: [files.executorLauncher, files.executor],
       executorSha256,
       prelude: files.prelude,
-      preludeCodeCache: files.preludeCodeCache,
       loadRecording: files.loadRecording,
       loadTransport: files.loadTransport,
     },
