@@ -148,7 +148,7 @@ export function envLevel(): LogLevel | undefined {
  * One log call's message and fields, from either argument order: hclog's `(message, fields?)` or
  * pino's `(fields, message?)`; an `Error` in either place is logged as `{ error }`.
  */
-export function logArgs(
+function logArgs(
   a: unknown,
   b: unknown,
 ): { message: string; fields: LogFields | undefined } {
@@ -170,4 +170,57 @@ export function logArgs(
         ? (a as LogFields)
         : undefined;
   return { message, fields };
+}
+
+/**
+ * What every hclog logger here shares: both argument orders, fields made JSON-safe, `named` and
+ * `with`. A subclass says whether a level is written and writes one line.
+ */
+export abstract class HclogLoggerBase implements Logger {
+  constructor(
+    protected readonly module: string,
+    protected readonly fields: LogFields,
+  ) {}
+
+  abstract readonly level: LogLevel;
+  abstract isLevelEnabled(level: LogLevel): boolean;
+  /** Writes one line at an enabled `level`; `fields` already JSON-safe. */
+  protected abstract write(
+    level: LogLevel,
+    message: string,
+    fields: LogFields | undefined,
+  ): void;
+  /** A logger like this one with another `@module` and bound fields. */
+  protected abstract derive(module: string, fields: LogFields): Logger;
+
+  private log(level: LogLevel, a: unknown, b: unknown): void {
+    if (!this.isLevelEnabled(level)) return;
+    const { message, fields } = logArgs(a, b);
+    this.write(level, message, fields && normaliseFields(fields));
+  }
+
+  readonly trace: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("trace", a, b);
+  readonly debug: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("debug", a, b);
+  readonly info: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("info", a, b);
+  readonly warn: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("warn", a, b);
+  readonly error: LogMethod = (a: unknown, b?: unknown) =>
+    this.log("error", a, b);
+
+  named(name: string): Logger {
+    return this.derive(
+      this.module ? `${this.module}.${name}` : name,
+      this.fields,
+    );
+  }
+
+  with(fields: LogFields): Logger {
+    return this.derive(this.module, {
+      ...this.fields,
+      ...normaliseFields(fields),
+    });
+  }
 }

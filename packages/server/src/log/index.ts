@@ -7,7 +7,7 @@
  * @module
  */
 import pino from "pino";
-import { envLevel, formatHclogTimestamp, logArgs, normaliseFields, nowMs, type LogFields, type Logger, type LogLevel, type LogMethod } from "./hclog.js";
+import { envLevel, formatHclogTimestamp, HclogLoggerBase, nowMs, type LogFields, type Logger, type LogLevel } from "./hclog.js";
 
 export type { LogFields, Logger, LogLevel, LogMethod } from "./hclog.js";
 export { formatHclogTimestamp } from "./hclog.js";
@@ -33,14 +33,15 @@ export interface LoggerOptions {
 
 // Sub-loggers are always children of the root pino logger carrying all their bindings: pino
 // concatenates bindings of nested children, which would repeat `@module` in one line.
-class HclogLogger implements Logger {
+class HclogLogger extends HclogLoggerBase {
   private readonly p: pino.Logger;
 
   constructor(
     private readonly root: pino.Logger,
-    private readonly module: string,
-    private readonly fields: LogFields,
+    module: string,
+    fields: LogFields,
   ) {
+    super(module, fields);
     const bindings = module ? { "@module": module, ...fields } : fields;
     this.p = Object.keys(bindings).length > 0 ? root.child(bindings) : root;
   }
@@ -53,34 +54,13 @@ class HclogLogger implements Logger {
     return this.p.isLevelEnabled(level);
   }
 
-  private log(level: LogLevel, a: unknown, b: unknown): void {
-    if (!this.p.isLevelEnabled(level)) return;
-    const { message, fields } = logArgs(a, b);
-    if (fields) this.p[level](normaliseFields(fields), message);
+  protected write(level: LogLevel, message: string, fields: LogFields | undefined): void {
+    if (fields) this.p[level](fields, message);
     else this.p[level](message);
   }
 
-  readonly trace: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("trace", a, b);
-  readonly debug: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("debug", a, b);
-  readonly info: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("info", a, b);
-  readonly warn: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("warn", a, b);
-  readonly error: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("error", a, b);
-
-  named(name: string): Logger {
-    const module = this.module ? `${this.module}.${name}` : name;
-    return new HclogLogger(this.root, module, this.fields);
-  }
-
-  with(fields: LogFields): Logger {
-    return new HclogLogger(this.root, this.module, {
-      ...this.fields,
-      ...normaliseFields(fields),
-    });
+  protected derive(module: string, fields: LogFields): Logger {
+    return new HclogLogger(this.root, module, fields);
   }
 }
 

@@ -10,14 +10,12 @@ import { writeSync } from "node:fs";
 import {
   envLevel,
   formatHclogTimestamp,
+  HclogLoggerBase,
   LEVELS,
-  logArgs,
-  normaliseFields,
   nowMs,
   type LogFields,
   type Logger,
   type LogLevel,
-  type LogMethod,
 } from "./hclog.js";
 
 /** Options for {@link createLineLogger}. */
@@ -51,21 +49,25 @@ function writeStderr(line: string): void {
   }
 }
 
-class LineLogger implements Logger {
+class LineLogger extends HclogLoggerBase {
   constructor(
     readonly level: LogLevel,
-    private readonly write: (line: string) => void,
-    private readonly module: string,
-    private readonly fields: LogFields,
-  ) {}
+    private readonly out: (line: string) => void,
+    module: string,
+    fields: LogFields,
+  ) {
+    super(module, fields);
+  }
 
   isLevelEnabled(level: LogLevel): boolean {
     return LEVELS.indexOf(level) >= LEVELS.indexOf(this.level);
   }
 
-  private log(level: LogLevel, a: unknown, b: unknown): void {
-    if (!this.isLevelEnabled(level)) return;
-    const { message, fields } = logArgs(a, b);
+  protected write(
+    level: LogLevel,
+    message: string,
+    fields: LogFields | undefined,
+  ): void {
     // pino's order: level, time, the logger's bindings, the call's fields, the message.
     const head = {
       "@level": level,
@@ -75,11 +77,7 @@ class LineLogger implements Logger {
     };
     let line: string;
     try {
-      line = JSON.stringify({
-        ...head,
-        ...(fields && normaliseFields(fields)),
-        "@message": message,
-      });
+      line = JSON.stringify({ ...head, ...fields, "@message": message });
     } catch (err) {
       // A cycle, or a toJSON that throws: the line without the call's fields, and why.
       line = JSON.stringify({
@@ -88,33 +86,10 @@ class LineLogger implements Logger {
         "@message": message,
       });
     }
-    this.write(line + "\n");
+    this.out(line + "\n");
   }
 
-  readonly trace: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("trace", a, b);
-  readonly debug: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("debug", a, b);
-  readonly info: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("info", a, b);
-  readonly warn: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("warn", a, b);
-  readonly error: LogMethod = (a: unknown, b?: unknown) =>
-    this.log("error", a, b);
-
-  named(name: string): Logger {
-    return new LineLogger(
-      this.level,
-      this.write,
-      this.module ? `${this.module}.${name}` : name,
-      this.fields,
-    );
-  }
-
-  with(fields: LogFields): Logger {
-    return new LineLogger(this.level, this.write, this.module, {
-      ...this.fields,
-      ...normaliseFields(fields),
-    });
+  protected derive(module: string, fields: LogFields): Logger {
+    return new LineLogger(this.level, this.out, module, fields);
   }
 }
