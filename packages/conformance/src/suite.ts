@@ -189,6 +189,8 @@ export class Suite {
    * never mistaken for one of them.
    */
   private readonly known = new Map<number, number | undefined>();
+  /** Tasks whose cgroup releaseCgroups has tried to remove. */
+  private readonly released = new Set<SuiteTask>();
   /** Start time of the earliest plugin process: no process of the run started before it. */
   private floor: number | undefined;
 
@@ -500,12 +502,18 @@ export class Suite {
     // The killed stay in their cgroups until the kernel is done with them: destroySync kills again
     // and retries, with the parent levels the run made. One bound for all, well inside a test
     // runner's grace between SIGTERM and SIGKILL (vitest's is 500 ms).
+    // A first pass kills in every cgroup and removes what it can at once, so that one slow
+    // cgroup cannot take the others' share of the time.
     const until = Date.now() + EXIT_CGROUPS_MS;
-    for (const t of this.tasks) {
-      try {
-        t.cgroup?.destroySync({ timeoutMs: Math.max(0, until - Date.now()) });
-      } catch {
-        // a process that would not die in time: the other cgroups still go
+    for (const pass of [0, 1]) {
+      for (const t of this.tasks) {
+        if (t.cgroup === undefined) continue;
+        try {
+          t.cgroup.destroySync({ timeoutMs: pass === 0 ? 0 : Math.max(0, until - Date.now()) });
+          t.cgroup = undefined;
+        } catch {
+          // a process that would not die in time: the other cgroups still go
+        }
       }
     }
     const keep = [this.opts.env?.PLUGIN_UNIX_SOCKET_DIR, process.env.PLUGIN_UNIX_SOCKET_DIR, process.env.TMPDIR];
@@ -537,7 +545,10 @@ export class Suite {
    */
   async releaseCgroups(): Promise<void> {
     for (const t of this.tasks) {
-      if (!t.destroyed || !t.cgroup) continue;
+      // Once per task: one that failed (up to destroy's 10 s) waits for the final cleanup rather
+      // than adding its time to every later check.
+      if (!t.destroyed || !t.cgroup || this.released.has(t)) continue;
+      this.released.add(t);
       await this.destroyCgroup(t);
     }
   }
