@@ -379,8 +379,11 @@ describe("nomadkit bundle", () => {
     expect(r.stderr).toContain(stale);
     // The plugin itself ran and refused (started by hand).
     expect(r.stderr).toContain(REFUSAL);
-    // No stamp as the last line (a bundle not from nomadkit bundle, or cut short): not used either.
-    for (const text of [source + "// appended\n", source.slice(0, -stampLine.length), source.slice(0, -1)]) {
+    // No stamp as the last line (a bundle not from nomadkit bundle, or cut short), or the stamp
+    // of an edited bundle (its size differs from the recorded one): not used either.
+    const edited = source.replace(REFUSAL, `${REFUSAL} (edited)`);
+    expect(edited.endsWith(stampLine)).toBe(true);
+    for (const text of [source + "// appended\n", source.slice(0, -stampLine.length), source.slice(0, -1), edited]) {
       writeFileSync(bundle, text, "latin1");
       r = report(join(copy, "hello"));
       expect(r.stderr).toContain(stale);

@@ -38,6 +38,7 @@ const recordedInfo = toBinary(
 function recording(transport: LoadRecording["transport"] = {}, build = ""): string {
   const r: LoadRecording = {
     version: 3,
+    bundleSize: 0,
     preludeSha256: "not checked by startPrelude (the launcher does)",
     // The package's own builds are not stamped (nomadkit bundle stamps the bundle and fast path).
     build,

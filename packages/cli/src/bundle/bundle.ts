@@ -39,6 +39,8 @@ import {
  */
 const BUILD_PLACEHOLDER = "nomadkit-bundle: transport build not stamped yet".padEnd(64, "-");
 const BUILD_DEFINE = { NOMADKIT_TRANSPORT_BUILD: JSON.stringify(BUILD_PLACEHOLDER) };
+/** What the fast path logs when it loads the plugin for a call (@nomadkit/server's goplugin/prelude.ts). */
+const LOADING_PLUGIN = "loading the plugin for a call the load recording does not answer";
 
 /** Packages never bundled: a native addon (tty exec) and AutoMTLS's certificates, loaded on first use. */
 export const ALWAYS_EXTERNAL: readonly string[] = [
@@ -431,7 +433,11 @@ export async function bundlePlugin(
       written.push(out(files.executorCodeCache));
     }
     if (prelude !== undefined) {
-      const recorded = recordLoadLaunch(transport, { preludeSha256: build.sha256[1]!, build: build.stamp }, run.calls);
+      const recorded = recordLoadLaunch(
+        transport,
+        { build: build.stamp, bundleSize: statSync(main.file).size, preludeSha256: build.sha256[1]! },
+        run.calls,
+      );
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
         writeFileSync(out(files.loadRecording), recorded.json);
@@ -443,9 +449,12 @@ export async function bundlePlugin(
             options.startTimeoutMs,
             "check-load",
           );
-          if (!again.log.includes(`${name}: load recording used`)) {
+          if (
+            !again.log.includes(`${name}: load recording used`) ||
+            again.log.includes(LOADING_PLUGIN)
+          ) {
             throw new CliError(
-              `bundle: the launcher did not use the load launch's fast path it was written with (its report: ${JSON.stringify(again.log.filter((l) => l.startsWith(`${name}: `)))})`,
+              `bundle: the load launch's fast path did not serve the load launch by itself (the launcher's report and log: ${JSON.stringify(again.log.filter((l) => l.startsWith(`${name}: `) || l === LOADING_PLUGIN))})`,
             );
           }
           if (JSON.stringify(again.calls) !== JSON.stringify(run.calls)) {
@@ -538,12 +547,12 @@ function takeTransportRecord(file: string): unknown {
 /**
  * The load recording for the launcher's fast path, from the code-cache run: the transport options
  * the plugin's servePlugin reported (`undefined`: none; `null`: not replayable) and the recorded
- * calls, tied to the bundle by its `build` stamp (which the bundle ends with) and to the fast path
- * by its SHA-256.
+ * calls, tied to the bundle by its `build` stamp (which the bundle ends with) and size, and to the
+ * fast path by its SHA-256.
  */
 function recordLoadLaunch(
   transport: unknown,
-  tie: { preludeSha256: string; build: string },
+  tie: { build: string; bundleSize: number; preludeSha256: string },
   calls: RecordedCall[],
 ):
   | { ok: true; json: string; warning?: undefined }

@@ -54,6 +54,8 @@ export interface LoadRecording {
    * fast path: the launcher checks the one the bundle ends with, {@link startPrelude} its own.
    */
   build: string;
+  /** The bundle's size in bytes, which the launcher checks too (an edit in place keeps the stamp). */
+  bundleSize: number;
   /** The transport options the plugin's servePlugin was called with. */
   transport: RecordedTransportOptions;
   /** The recorded calls, answered byte for byte. */
