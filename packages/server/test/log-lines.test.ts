@@ -96,5 +96,11 @@ describe("the load fast path's line logger", () => {
       "@message": "cannot listen on a unix socket",
     });
     expect(line!.log_error).toMatch(/^fields not written: .*circular/i);
+    // Bound with `with`, the same: the line, never a throw from the log call.
+    const bound = collect();
+    createLineLogger({ name: "drv", write: bound.write }).with({ cycle }).named("sub").error("bound");
+    const [boundLine] = lines(bound.out);
+    expect(boundLine).toMatchObject({ "@level": "error", "@module": "drv.sub", "@message": "bound" });
+    expect(boundLine!.log_error).toMatch(/^fields not written: .*circular/i);
   });
 });

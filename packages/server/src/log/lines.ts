@@ -73,13 +73,13 @@ class LineLogger extends HclogLoggerBase {
       "@level": level,
       "@timestamp": formatHclogTimestamp(nowMs()),
       ...(this.module ? { "@module": this.module } : {}),
-      ...this.fields,
     };
     let line: string;
     try {
-      line = JSON.stringify({ ...head, ...fields, "@message": message });
+      line = JSON.stringify({ ...head, ...this.fields, ...fields, "@message": message });
     } catch (err) {
-      // A cycle, or a toJSON that throws: the line without the call's fields, and why.
+      // A cycle, or a toJSON that throws (in the call's fields or those bound with `with`): the
+      // line without any of them, and why; a log call never throws.
       line = JSON.stringify({
         ...head,
         log_error: `fields not written: ${(err as Error).message}`,
