@@ -29,10 +29,15 @@ export type HclTypeExpr =
  * lines map like `"map(string)"`. (Comments in a type are accepted at run time, but its value is
  * then typed loosely.)
  */
-export type StripSpaces<S extends string> = WithoutChar<WithoutChar<WithoutChar<WithoutChar<S, " ">, "\t">, "\n">, "\r">;
-
-/** `S` without any `C` (one character). */
-type WithoutChar<S extends string, C extends string> = S extends `${infer A}${C}${infer B}` ? WithoutChar<`${A}${B}`, C> : S;
+export type StripSpaces<S extends string> = S extends `${infer A} ${infer B}`
+  ? StripSpaces<`${A}${B}`>
+  : S extends `${infer A}\t${infer B}`
+    ? StripSpaces<`${A}${B}`>
+    : S extends `${infer A}\n${infer B}`
+      ? StripSpaces<`${A}${B}`>
+      : S extends `${infer A}\r${infer B}`
+        ? StripSpaces<`${A}${B}`>
+        : S;
 
 /** {@link HclValue} of a type expression that has no spaces. */
 export type ValueOfStripped<S extends string> = S extends "string"
