@@ -26,6 +26,7 @@ import {
   launchExecutor,
   type ExecutorHandle,
 } from "../src/executor.js";
+import { collectExec } from "./executor-helpers.js";
 
 const packageDir = join(__dirname, "..");
 let root: string;
@@ -131,12 +132,7 @@ it("a terminal asked of an executor whose install directory was removed says so,
       },
     }),
   );
-  let stdout = "";
-  let exitCode = -1;
-  for await (const r of exe.client.execStreaming(s)) {
-    if (r.stdout?.data.length) stdout += Buffer.from(r.stdout.data).toString();
-    if (r.exited) exitCode = r.result?.exitCode ?? -1;
-  }
+  const { stdout, exitCode } = await collectExec(exe.client.execStreaming(s));
   s.end();
   expect({ stdout, exitCode }).toEqual({ stdout: "streamed\n", exitCode: 4 });
 });

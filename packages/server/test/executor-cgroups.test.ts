@@ -16,6 +16,7 @@ import { runExecCommand } from "../src/exec/index.js";
 import { executorBinPath, isProcessAlive, launchExecutor, TaskCgroups, type ExecutorHandle } from "../src/executor.js";
 import { processTree } from "../src/stats.js";
 import { mountCgroup2, removeCgroupTree } from "../../client/test/cgroup-fixtures.js";
+import { collectExec, endExecutors } from "./executor-helpers.js";
 import { createTestUser, parseGroups } from "./test-user.js";
 
 const isRoot = process.getuid?.() === 0;
@@ -34,10 +35,7 @@ beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "nk-cgroups-"));
 });
 afterEach(async () => {
-  for (const h of handles.splice(0)) {
-    await h.shutdownTask("SIGKILL", 0).catch(() => undefined);
-    await h.kill();
-  }
+  await endExecutors(handles, []);
   for (const c of cleanups.splice(0).reverse()) c();
 });
 afterAll(() => {
@@ -188,12 +186,7 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     // ExecStreaming without a terminal.
     const q = new RequestQueue<ExecTaskStreamingRequest>();
     q.push(create(ExecTaskStreamingRequestSchema, { setup: { taskId: "t", command: ["cat", "/proc/self/cgroup"], tty: false } }));
-    let stdout = "";
-    let exitCode = -1;
-    for await (const m of exe2.client.execStreaming(q)) {
-      if (m.stdout?.data.length) stdout += Buffer.from(m.stdout.data).toString();
-      if (m.exited) exitCode = m.result?.exitCode ?? -1;
-    }
+    const { stdout, exitCode } = await collectExec(exe2.client.execStreaming(q));
     q.end();
     expect(exitCode).toBe(0);
     expect(stdout).toContain(`:freezer:/${tag}/b\n`);

@@ -12,7 +12,6 @@ import {
   CPUUsage_Fields,
   ExecTaskStreamingRequestSchema,
   type ExecTaskStreamingRequest,
-  type ExecTaskStreamingResponse,
 } from "@nomadkit/protocol/driver";
 import { execStreaming } from "../src/exec/index.js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -29,7 +28,7 @@ import {
 import { LinuxNetnsManager } from "../src/network.js";
 import { hostCompute, processTree, totalTicks } from "../src/stats.js";
 import { createTestUser, parseGroups, type TestUser } from "./test-user.js";
-import { endExecutors } from "./executor-helpers.js";
+import { collectExec, endExecutors } from "./executor-helpers.js";
 
 const isRoot = process.getuid?.() === 0;
 const PATH = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
@@ -68,24 +67,6 @@ async function fileUntil(path: string, done: (s: string) => boolean): Promise<st
 const req = (init: MessageInitShape<typeof ExecTaskStreamingRequestSchema>) => create(ExecTaskStreamingRequestSchema, init);
 
 /** Collects an exec stream's responses: output per stream, close markers, exited messages. */
-async function collectExec(responses: AsyncIterable<ExecTaskStreamingResponse>, onStdout?: (text: string) => void) {
-  const r = { stdout: "", stderr: "", stdoutClosed: 0, stderrClosed: 0, exited: 0, exitCode: -1 };
-  for await (const m of responses) {
-    if (m.stdout?.data.length) {
-      r.stdout += Buffer.from(m.stdout.data).toString();
-      onStdout?.(r.stdout);
-    }
-    if (m.stderr?.data.length) r.stderr += Buffer.from(m.stderr.data).toString();
-    if (m.stdout?.close) r.stdoutClosed++;
-    if (m.stderr?.close) r.stderrClosed++;
-    if (m.exited) {
-      r.exited++;
-      r.exitCode = m.result?.exitCode ?? -1;
-    }
-  }
-  return r;
-}
-
 async function expectCode(p: Promise<unknown>, code: Code, field: string) {
   const err = await p.then(
     () => undefined,
