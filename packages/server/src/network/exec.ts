@@ -91,9 +91,11 @@ export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefi
   }
   // A namespace file of another kind passes the check above, and nsenter --net would then fail in
   // the task's place (the task would seem to exit 1). Nothing short of setns() tells the kind of a
-  // bind-mounted one: try it, as the launch will.
+  // bind-mounted one: try it, as the launch will. In the C locale: the refusal is told by its
+  // message, which a translated util-linux would word otherwise.
   const refused = await new Promise<string | undefined>((resolve) => {
-    execFile(nsenterPath(), [`--net=${spec.path}`, "--", "true"], { timeout: 10_000 }, (err, _out, stderr) =>
+    const env = { ...process.env, LC_ALL: "C" };
+    execFile(nsenterPath(), [`--net=${spec.path}`, "--", "true"], { timeout: 10_000, env }, (err, _out, stderr) =>
       resolve(err && /Invalid argument/.test(String(stderr)) ? String(stderr).trim() : undefined),
     );
   });
