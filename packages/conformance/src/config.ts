@@ -9,7 +9,7 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * or map is empty; a primitive attribute's value, and each element of a list, set or map one (an
  * object's attributes, a tuple's elements), is converted to its declared type where HCL converts
  * (`"8080"` for a number, `5` for a string, `"true"` for a bool); a set holds each distinct element
- * once, as a cty set does (the first kept where it was). Keys the schema does not declare are kept,
+ * once, as a cty set does (the first kept where it was), and so does a block set. Keys the schema does not declare are kept,
  * so the plugin gets the chance to reject them.
  *
  * @example
@@ -40,10 +40,14 @@ function shape(spec: Spec | undefined, value: unknown): unknown {
     }
     case "blockValue":
       return shape(spec.block.value.nested, value);
-    case "blockList":
-    case "blockSet": {
+    case "blockList": {
       const nested = spec.block.value.nested;
       return Array.isArray(value) ? value.map((v) => shape(nested, v)) : value;
+    }
+    case "blockSet": {
+      // hcldec makes a cty set of the blocks: equal blocks are one (the first kept where it was).
+      const nested = spec.block.value.nested;
+      return Array.isArray(value) ? distinct(value.map((v) => shape(nested, v)), (v) => shapedKey(nested, v)) : value;
     }
     case "blockMap": {
       const nested = spec.block.value.nested;
@@ -51,6 +55,55 @@ function shape(spec: Spec | undefined, value: unknown): unknown {
     }
     default:
       return value;
+  }
+}
+
+/** `values` without later repeats of an element's key. */
+function distinct(values: unknown[], key: (v: unknown) => string): unknown[] {
+  const seen = new Set<string>();
+  return values.filter((v) => {
+    const k = key(v);
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
+/**
+ * A shaped value as a string two values share exactly when cty's equality holds for them: an
+ * attribute's by its type ({@link setKey}), a block's attribute by attribute, a nested block set's
+ * as a set.
+ */
+function shapedKey(spec: Spec | undefined, v: unknown): string {
+  if (v === null || v === undefined) return "~";
+  switch (spec?.block.case) {
+    case "object": {
+      if (!isPlainObject(v)) return asIs(v);
+      const attrs = spec.block.value.attributes;
+      return `{${entryKeys(v, (k) => (k in attrs ? shapedKey(attrs[k], v[k]) : asIs(v[k])))}}`;
+    }
+    case "default":
+      return shapedKey(spec.block.value.primary, v);
+    case "Attr": {
+      const type = parseType(spec.block.value.type);
+      return type === undefined ? asIs(v) : setKey(type, v);
+    }
+    case "blockValue":
+      return shapedKey(spec.block.value.nested, v);
+    case "blockList": {
+      const nested = spec.block.value.nested;
+      return Array.isArray(v) ? `[${v.map((e) => shapedKey(nested, e)).join(";")}]` : asIs(v);
+    }
+    case "blockSet": {
+      const nested = spec.block.value.nested;
+      return Array.isArray(v) ? `{${[...new Set(v.map((e) => shapedKey(nested, e)))].sort().join(";")}}` : asIs(v);
+    }
+    case "blockMap": {
+      const nested = spec.block.value.nested;
+      return isPlainObject(v) ? `{${entryKeys(v, (k) => shapedKey(nested, v[k]))}}` : asIs(v);
+    }
+    default:
+      return asIs(v);
   }
 }
 
@@ -83,15 +136,7 @@ function convert(type: HclType, value: unknown): unknown {
       return Array.isArray(value) ? value.map((v) => convert(type.elem, v)) : value;
     case "set": {
       if (!Array.isArray(value)) return value;
-      const seen = new Set<string>();
-      const out: unknown[] = [];
-      for (const v of value.map((e) => convert(type.elem, e))) {
-        const key = setKey(type.elem, v);
-        if (seen.has(key)) continue;
-        seen.add(key);
-        out.push(v);
-      }
-      return ctySetOrder(type.elem, out);
+      return ctySetOrder(type.elem, distinct(value.map((e) => convert(type.elem, e)), (v) => setKey(type.elem, v)));
     }
     case "map":
       return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(type.elem, v)])) : value;
@@ -102,6 +147,8 @@ function convert(type: HclType, value: unknown): unknown {
     case "tuple":
       return Array.isArray(value) ? value.map((v, i) => (i < type.elems.length ? convert(type.elems[i]!, v) : v)) : value;
     case "string":
+      // cty holds every string in NFC (cty.StringVal normalizes), and Nomad encodes it so.
+      if (typeof value === "string") return value.normalize("NFC");
       return typeof value === "number" ? ctyNumberString(value) : typeof value === "boolean" ? String(value) : value;
     case "number":
       return typeof value === "string" && NUMBER.test(value.trim()) ? Number(value) : value;

@@ -147,6 +147,42 @@ describe("shapeConfig", () => {
     expect(shapeConfig(strings, { s: [{ a: 1 }, { a: 1 }, [1], "x"] })).toEqual({ s: [{ a: 1 }, [1], "x"] });
   });
 
+  it("holds each distinct block of a block set once (hcldec makes a cty set of them); a block list keeps repeats", () => {
+    const block = (c: "blockList" | "blockSet", name: string, nested: ReturnType<typeof attr>) => create(SpecSchema, { block: { case: c, value: { name, nested } } });
+    const body = (attributes: Record<string, ReturnType<typeof attr>>) => create(SpecSchema, { block: { case: "object", value: { attributes } } });
+    const volume = body({
+      source: attr("source", "string"),
+      readonly: create(SpecSchema, {
+        block: { case: "default", value: { primary: attr("readonly", "bool"), default: { block: { case: "literal", value: { value: "false" } } } } },
+      }),
+      tags: attr("tags", "set(string)"),
+      // A nested block set compares as a set; a nested block list in order.
+      opt: block("blockSet", "opt", body({ k: attr("k", "string") })),
+      step: block("blockList", "step", body({ n: attr("n", "number") })),
+    });
+    const spec = body({ volume: block("blockSet", "volume", volume), each: block("blockList", "each", volume) });
+    const blocks = [
+      { source: "/a", opt: [{ k: "x" }, { k: "y" }] },
+      // Equal to the first once shaped: the default filled in, "e"+U+0301 in NFC, a set in another order.
+      { source: "/a", readonly: "false", tags: null, opt: [{ k: "y" }, { k: "x" }, { k: "x" }] },
+      { source: "/a", readonly: true, opt: [{ k: "x" }, { k: "y" }] },
+      { source: "caf\u00e9", tags: ["b", "a"], step: [{ n: 1 }, { n: 2 }] },
+      { source: "cafe\u0301", tags: ["a", "b", "a"], step: [{ n: "1" }, { n: 2 }] },
+      // A block list inside compares in order.
+      { source: "caf\u00e9", tags: ["a", "b"], step: [{ n: 2 }, { n: 1 }] },
+    ];
+    const shaped = shapeConfig(spec, { volume: blocks, each: blocks }) as { volume: unknown[]; each: { source: string }[] };
+    expect(shaped.each).toHaveLength(6);
+    // Every string in NFC, as cty holds it.
+    expect(shaped.each[4]!.source).toBe("caf\u00e9");
+    expect(shaped.volume).toEqual([
+      { source: "/a", readonly: false, tags: null, opt: [{ k: "x" }, { k: "y" }], step: [] },
+      { source: "/a", readonly: true, tags: null, opt: [{ k: "x" }, { k: "y" }], step: [] },
+      { source: "caf\u00e9", readonly: false, tags: ["a", "b"], opt: [], step: [{ n: 1 }, { n: 2 }] },
+      { source: "caf\u00e9", readonly: false, tags: ["a", "b"], opt: [], step: [{ n: 2 }, { n: 1 }] },
+    ]);
+  });
+
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });
