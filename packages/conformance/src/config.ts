@@ -6,11 +6,17 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * Shapes a JSON config like Nomad's HCL decoder (hcldec) shapes an operator's block before encoding
  * it, through nested blocks too: every declared attribute is present; a missing one, or one set to
  * null, takes its declared default (a `Default` spec with a literal) or null; a missing block list
- * or map is empty; a primitive attribute's value, and each element of a list, set or map one (an
- * object's attributes, a tuple's elements), is converted to its declared type where HCL converts
- * (`"8080"` for a number, `5` for a string, `"true"` for a bool); a set holds each distinct element
- * once, as a cty set does (the first kept where it was), and so does a block set. Keys the schema does not declare are kept,
- * so the plugin gets the chance to reject them.
+ * or map is empty, a block given as one object where a list of them is declared is a list of one; a
+ * primitive attribute's value, and each element of a list, set or map one (an object's attributes,
+ * a tuple's elements), is converted to its declared type where HCL converts (`"8080"` for a number,
+ * `5` for a string, `"true"` for a bool; a list or map of `any` holding strings and numbers or
+ * bools takes them all as strings); a set holds each distinct element once, as a cty set does (the
+ * first kept where it was), and so does a block set. Strings are read as HCL's JSON syntax reads
+ * them, as templates: `$${` and `%%{` stand for `${` and `%{` (a string with a live `${...}` or
+ * `%{...}` is left as given: Nomad fills it from the task's environment, which the kit does not
+ * have). An attribute or block is read from the config under its spec's `name` where it has one,
+ * and an object or array spec reads the same block as its parent, as hcldec does. Keys the schema
+ * does not declare are kept, so the plugin gets the chance to reject them.
  *
  * @example
  * ```ts
@@ -18,44 +24,154 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * ```
  */
 export function shapeConfig(spec: Spec | undefined, value: Record<string, unknown>): Record<string, unknown> {
-  const shaped = shape(spec, value);
+  const shaped = shapeBody(spec, value);
   return isPlainObject(shaped) ? shaped : { ...value };
 }
 
-function shape(spec: Spec | undefined, value: unknown): unknown {
-  if (value === undefined || value === null) return defaultOf(spec);
+/** A block's body (a JSON object) decoded by `spec`, with the keys `spec` does not read kept. */
+function shapeBody(spec: Spec | undefined, body: unknown): unknown {
+  if (spec === undefined || !isPlainObject(body)) return body; // a type for the plugin to judge
+  const shaped = shape(spec, body, "");
+  if (!isPlainObject(shaped)) return shaped;
+  const names = bodyNames(spec, "");
+  for (const [k, v] of Object.entries(body)) if (!names.has(k) && !(k in shaped)) shaped[k] = v;
+  return shaped;
+}
+
+/** The name a spec reads from its block's body: its own, else the object key it is under. */
+function nameOf(own: string, implied: string): string {
+  return own !== "" ? own : implied;
+}
+
+/** What `spec` makes of `body` (a block's attributes and nested blocks), as hcldec decodes it. */
+function shape(spec: Spec | undefined, body: Record<string, unknown>, implied: string): unknown {
   switch (spec?.block.case) {
     case "object": {
-      if (!isPlainObject(value)) return value; // a type for the plugin to judge
       const out: Record<string, unknown> = {};
-      for (const [name, attr] of Object.entries(spec.block.value.attributes)) out[name] = shape(attr, value[name]);
-      for (const [k, v] of Object.entries(value)) if (!(k in out)) out[k] = v;
+      for (const [name, attr] of Object.entries(spec.block.value.attributes)) out[name] = shape(attr, body, name);
       return out;
     }
-    case "default":
-      return shape(spec.block.value.primary, value);
-    case "Attr": {
-      const type = parseType(spec.block.value.type);
-      return type === undefined ? value : convert(type, value);
+    case "array":
+      return spec.block.value.values.map((v) => shape(v, body, ""));
+    case "default": {
+      const v = shape(spec.block.value.primary, body, implied);
+      return v === null || v === undefined ? shape(spec.block.value.default, body, implied) : v;
     }
-    case "blockValue":
-      return shape(spec.block.value.nested, value);
+    case "literal":
+      return literal(spec);
+    case "Attr": {
+      const v = body[nameOf(spec.block.value.name, implied)];
+      if (v === undefined || v === null) return null;
+      const type = parseType(spec.block.value.type);
+      const read = asTemplates(v);
+      return type === undefined ? read : convert(type, read);
+    }
+    case "blockValue": {
+      const blocks = blocksOf(body[nameOf(spec.block.value.name, implied)]);
+      return blocks.length === 0 ? null : shapeBody(spec.block.value.nested, blocks[0]);
+    }
+    case "blockAttrs": {
+      const blocks = blocksOf(body[nameOf(spec.block.value.name, implied)]);
+      if (blocks.length === 0) return null;
+      const type = parseType(spec.block.value.type);
+      const read = asTemplates(blocks[0]);
+      return type === undefined ? read : convert({ kind: "map", elem: type }, read);
+    }
     case "blockList": {
       const nested = spec.block.value.nested;
-      return Array.isArray(value) ? value.map((v) => shape(nested, v)) : value;
+      return blocksOf(body[nameOf(spec.block.value.name, implied)]).map((b) => shapeBody(nested, b));
     }
     case "blockSet": {
       // hcldec makes a cty set of the blocks: equal blocks are one (the first kept where it was).
       const nested = spec.block.value.nested;
-      return Array.isArray(value) ? distinct(value.map((v) => shape(nested, v)), (v) => shapedKey(nested, v)) : value;
+      const blocks = blocksOf(body[nameOf(spec.block.value.name, implied)]).map((b) => shapeBody(nested, b));
+      return distinct(blocks, (v) => shapedKey(nested, v));
     }
     case "blockMap": {
-      const nested = spec.block.value.nested;
-      return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, shape(nested, v)])) : value;
+      const { nested, labels } = spec.block.value;
+      // A label whose value holds no block (null, []) is not there.
+      const level = (v: unknown, depth: number): unknown => {
+        const blocks = blocksOf(v);
+        if (blocks.length === 0) return undefined;
+        if (depth === labels.length) return shapeBody(nested, blocks[0]);
+        const byLabel = blocks[0];
+        if (!isPlainObject(byLabel)) return v;
+        return Object.fromEntries(Object.entries(byLabel).flatMap(([k, x]) => {
+          const shaped = level(x, depth + 1);
+          return shaped === undefined ? [] : [[k, shaped]];
+        }));
+      };
+      const v = body[nameOf(spec.block.value.name, implied)];
+      return level(v, 0) ?? {};
     }
     default:
-      return value;
+      return null;
   }
+}
+
+/**
+ * The blocks a JSON property holds, as HCL's JSON syntax reads them: none for null, one for an
+ * object, each element of an array.
+ */
+function blocksOf(v: unknown): unknown[] {
+  if (v === undefined || v === null) return [];
+  return Array.isArray(v) ? v : [v];
+}
+
+/** The names of the attributes and blocks `spec` reads from its block's body. */
+function bodyNames(spec: Spec | undefined, implied: string, into = new Set<string>()): Set<string> {
+  switch (spec?.block.case) {
+    case "object":
+      for (const [name, attr] of Object.entries(spec.block.value.attributes)) bodyNames(attr, name, into);
+      break;
+    case "array":
+      for (const v of spec.block.value.values) bodyNames(v, "", into);
+      break;
+    case "default":
+      bodyNames(spec.block.value.primary, implied, into);
+      bodyNames(spec.block.value.default, implied, into);
+      break;
+    case "Attr":
+    case "blockValue":
+    case "blockAttrs":
+    case "blockList":
+    case "blockSet":
+    case "blockMap":
+      into.add(nameOf(spec.block.value.name, implied));
+      break;
+    default:
+      break;
+  }
+  return into;
+}
+
+/**
+ * A JSON value as HCL's JSON syntax reads an attribute's: each string (an object's keys too) a
+ * template, whose `$${` and `%%{` are `${` and `%{`, in NFC as cty holds strings. A string with a
+ * live interpolation or directive stays as given.
+ */
+function asTemplates(v: unknown): unknown {
+  if (typeof v === "string") return templateText(v);
+  if (Array.isArray(v)) return v.map(asTemplates);
+  if (isPlainObject(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [templateText(k), asTemplates(x)]));
+  return v;
+}
+
+function templateText(s: string): string {
+  let out = "";
+  for (let i = 0; i < s.length; ) {
+    const two = s.slice(i, i + 2);
+    if (two === "${" || two === "%{") return s.normalize("NFC"); // live: Nomad's to fill
+    const three = s.slice(i, i + 3);
+    if (three === "$${" || three === "%%{") {
+      out += three.slice(1);
+      i += 3;
+    } else {
+      out += s[i];
+      i += 1;
+    }
+  }
+  return out.normalize("NFC");
 }
 
 /** `values` without later repeats of an element's key. */
@@ -99,8 +215,18 @@ function shapedKey(spec: Spec | undefined, v: unknown): string {
       return Array.isArray(v) ? `{${[...new Set(v.map((e) => shapedKey(nested, e)))].sort().join(";")}}` : asIs(v);
     }
     case "blockMap": {
-      const nested = spec.block.value.nested;
-      return isPlainObject(v) ? `{${entryKeys(v, (k) => shapedKey(nested, v[k]))}}` : asIs(v);
+      const { nested, labels } = spec.block.value;
+      const level = (x: unknown, depth: number): string =>
+        depth === labels.length ? shapedKey(nested, x) : isPlainObject(x) ? `{${entryKeys(x, (k) => level(x[k], depth + 1))}}` : asIs(x);
+      return level(v, 0);
+    }
+    case "blockAttrs": {
+      const type = parseType(spec.block.value.type);
+      return type === undefined ? asIs(v) : setKey({ kind: "map", elem: type }, v);
+    }
+    case "array": {
+      const values = spec.block.value.values;
+      return Array.isArray(v) ? `[${v.map((e, i) => shapedKey(values[i], e)).join(";")}]` : asIs(v);
     }
     default:
       return asIs(v);
@@ -109,10 +235,47 @@ function shapedKey(spec: Spec | undefined, v: unknown): string {
 
 const NUMBER = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
 
-/** A number as cty writes it into a string (Go's 'f' format: never an exponent, 1e21 → "1000000000000000000000"). */
+/**
+ * A number as cty writes it into a string: the decimal HCL read (the shortest that gives the
+ * number, as Go's JSON encoder writes it for Nomad), in Go's 'f' format, never an exponent (1e21 →
+ * "1000000000000000000000", 1.5e-300 → "0.000…015").
+ */
 function ctyNumberString(n: number): string {
-  const s = String(n);
-  return /e/i.test(s) && Number.isFinite(n) ? n.toLocaleString("en-US", { useGrouping: false, maximumFractionDigits: 20 }) : s;
+  if (!Number.isFinite(n)) return String(n);
+  const { digits, exp } = decimalOf(n);
+  const sign = n < 0 ? "-" : "";
+  if (exp >= 0) return sign + digits + "0".repeat(exp);
+  const point = digits.length + exp;
+  return sign + (point > 0 ? `${digits.slice(0, point)}.${digits.slice(point)}` : `0.${"0".repeat(-point)}${digits}`);
+}
+
+/** The shortest decimal that reads back as `n` (as JavaScript and Go write it), as `digits` × 10^`exp`. */
+function decimalOf(n: number): { digits: string; exp: number } {
+  const m = /^(\d+)(?:\.(\d+))?(?:e([-+]\d+))?$/.exec(String(Math.abs(n)))!;
+  const frac = m[2] ?? "";
+  const digits = (m[1]! + frac).replace(/^0+(?=\d)/, "");
+  return { digits, exp: Number(m[3] ?? 0) - frac.length };
+}
+
+/**
+ * Whether cty encodes `n` as a msgpack number: HCL reads a number as the decimal it is written as
+ * (at far more than float64's precision), and cty writes one that no float64 holds exactly (0.1,
+ * 1e23) as its decimal text instead.
+ */
+function ctyExact(n: number): boolean {
+  if (!Number.isFinite(n) || Number.isInteger(n) && Math.abs(n) <= Number.MAX_SAFE_INTEGER) return true;
+  const { digits, exp } = decimalOf(n);
+  // n's exact value: mantissa × 2^e2.
+  const view = new DataView(new ArrayBuffer(8));
+  view.setFloat64(0, Math.abs(n));
+  const bits = view.getBigUint64(0);
+  const biased = Number((bits >> 52n) & 0x7ffn);
+  const fraction = bits & ((1n << 52n) - 1n);
+  const mantissa = biased === 0 ? fraction : fraction | (1n << 52n);
+  const e2 = (biased === 0 ? 1 : biased) - 1075;
+  const pow = (b: bigint, e: number) => b ** BigInt(Math.max(e, 0));
+  // digits × 10^exp = mantissa × 2^e2, both sides scaled to integers.
+  return BigInt(digits) * pow(10n, exp) * pow(2n, -e2) === mantissa * pow(10n, -exp) * pow(2n, e2);
 }
 
 /** `type` parsed (`set(object({a=string}))`); undefined for what the parser does not take, left to the plugin. */
@@ -133,16 +296,21 @@ function parseType(type: string): HclType | undefined {
 function convert(type: HclType, value: unknown): unknown {
   switch (type.kind) {
     case "list":
-      return Array.isArray(value) ? value.map((v) => convert(type.elem, v)) : value;
+      return Array.isArray(value) ? value.map((v) => convert(elemOf(type.elem, value), v)) : value;
     case "set": {
       if (!Array.isArray(value)) return value;
-      return ctySetOrder(type.elem, distinct(value.map((e) => convert(type.elem, e)), (v) => setKey(type.elem, v)));
+      const elem = elemOf(type.elem, value);
+      return ctySetOrder(elem, distinct(value.map((e) => convert(elem, e)), (v) => setKey(elem, v)));
     }
-    case "map":
-      return isPlainObject(value) ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(type.elem, v)])) : value;
+    case "map": {
+      if (!isPlainObject(value)) return value;
+      const elem = elemOf(type.elem, Object.values(value));
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, convert(elem, v)]));
+    }
     case "object":
+      // cty's conversion to an object type keeps only the type's attributes.
       return isPlainObject(value)
-        ? Object.fromEntries(Object.entries(value).map(([k, v]) => [k, type.attrs.has(k) ? convert(type.attrs.get(k)!, v) : v]))
+        ? Object.fromEntries(Object.entries(value).flatMap(([k, v]) => (type.attrs.has(k) ? [[k, convert(type.attrs.get(k)!, v)]] : [])))
         : value;
     case "tuple":
       return Array.isArray(value) ? value.map((v, i) => (i < type.elems.length ? convert(type.elems[i]!, v) : v)) : value;
@@ -158,6 +326,16 @@ function convert(type: HclType, value: unknown): unknown {
     case "any":
       return value;
   }
+}
+
+/**
+ * A collection's element type: `any` is the one type cty unifies the elements to, where they are
+ * strings, numbers and bools and one of them a string (all become strings); else left as given.
+ */
+function elemOf(elem: HclType, values: unknown[]): HclType {
+  if (elem.kind !== "any") return elem;
+  const kinds = new Set(values.filter((v) => v !== null).map((v) => typeof v));
+  return kinds.size > 1 && kinds.has("string") && [...kinds].every((k) => k === "string" || k === "number" || k === "boolean") ? { kind: "string" } : elem;
 }
 
 /**
@@ -225,23 +403,6 @@ function entryKeys(o: Record<string, unknown>, key: (k: string) => string): stri
     .join(";");
 }
 
-/** What Nomad's decoder yields for an absent attribute or block of this spec. */
-function defaultOf(spec: Spec | undefined): unknown {
-  switch (spec?.block.case) {
-    case "default":
-      return literal(spec.block.value.default) ?? defaultOf(spec.block.value.primary);
-    case "literal":
-      return literal(spec);
-    case "blockList":
-    case "blockSet":
-      return [];
-    case "blockMap":
-      return {};
-    default:
-      return null;
-  }
-}
-
 function literal(spec: Spec | undefined): unknown {
   if (spec?.block.case !== "literal") return null;
   try {
@@ -254,10 +415,12 @@ function literal(spec: Spec | undefined): unknown {
 
 /**
  * What Nomad's HCL decoder would refuse in an operator's config before any plugin sees it: keys the
- * schema does not declare ("Unsupported argument") and required attributes or blocks that are
- * missing ("Missing required argument"), in objects and in nested blocks. Values' types are left to
- * the plugin, which decodes them. Each problem names its path (`mount[1].target`). Empty when the
- * config fits, or without a schema.
+ * schema does not declare ("Unsupported argument"), required attributes or blocks that are missing
+ * ("Missing required argument"; an attribute set to null is there), fewer or more blocks than a
+ * block list or set allows, more than one block where one is declared, and a block map's level
+ * without a label (`{}` or null), in nested blocks too.
+ * Values' types are left to the plugin, which decodes them. Each problem names its path
+ * (`mount[1].target`). Empty when the config fits, or without a schema.
  *
  * @example
  * ```ts
@@ -267,42 +430,76 @@ function literal(spec: Spec | undefined): unknown {
  */
 export function configProblems(spec: Spec | undefined, value: unknown): string[] {
   const problems: string[] = [];
-  checkValue(spec, value, "", problems);
+  checkBody(spec, value, "", problems);
   return problems;
 }
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const at = (path: string, key: string) => (path === "" ? key : `${path}.${key}`);
 
-function checkValue(spec: Spec | undefined, value: unknown, path: string, problems: string[]): void {
-  if (value === undefined || value === null) return;
+/** A block's body against the spec of its content. */
+function checkBody(spec: Spec | undefined, body: unknown, path: string, problems: string[]): void {
+  if (spec === undefined || !isPlainObject(body)) return; // a type for the plugin to judge
+  const names = bodyNames(spec, "");
+  const declared = [...names].sort();
+  for (const key of Object.keys(body)) {
+    if (!names.has(key)) problems.push(`"${at(path, key)}" is not declared (declared: ${declared.join(", ") || "nothing"})`);
+  }
+  checkSpec(spec, body, "", path, problems);
+}
+
+function checkSpec(spec: Spec | undefined, body: Record<string, unknown>, implied: string, path: string, problems: string[]): void {
   switch (spec?.block.case) {
-    case "object": {
-      if (!isPlainObject(value)) return; // a type for the plugin to judge
-      const attrs = spec.block.value.attributes;
-      const declared = Object.keys(attrs).sort();
-      for (const key of Object.keys(value)) {
-        if (!(key in attrs)) problems.push(`"${at(path, key)}" is not declared (declared: ${declared.join(", ") || "nothing"})`);
-      }
-      for (const [key, attr] of Object.entries(attrs)) {
-        if ((value[key] === undefined || value[key] === null) && isRequired(attr)) problems.push(`"${at(path, key)}" is required`);
-        checkValue(attr, value[key], at(path, key), problems);
-      }
+    case "object":
+      for (const [name, attr] of Object.entries(spec.block.value.attributes)) checkSpec(attr, body, name, path, problems);
+      return;
+    case "array":
+      for (const v of spec.block.value.values) checkSpec(v, body, "", path, problems);
+      return;
+    case "default":
+      // hcldec checks required attributes in the body schema, before any default applies.
+      return checkSpec(spec.block.value.primary, body, implied, path, problems);
+    case "Attr": {
+      const name = nameOf(spec.block.value.name, implied);
+      if (spec.block.value.required && body[name] === undefined) problems.push(`"${at(path, name)}" is required`);
       return;
     }
-    case "default":
-      return checkValue(spec.block.value.primary, value, path, problems);
     case "blockValue":
-      return checkValue(spec.block.value.nested, value, path, problems);
+    case "blockAttrs": {
+      const name = nameOf(spec.block.value.name, implied);
+      const blocks = blocksOf(body[name]);
+      if (spec.block.value.required && blocks.length === 0) problems.push(`"${at(path, name)}" is required`);
+      if (blocks.length > 1) problems.push(`"${at(path, name)}" is given ${blocks.length} blocks, one is allowed`);
+      if (spec.block.case === "blockValue") checkBody(spec.block.value.nested, blocks[0], at(path, name), problems);
+      return;
+    }
     case "blockList":
     case "blockSet": {
-      const nested = spec.block.value.nested;
-      if (Array.isArray(value)) value.forEach((v, i) => checkValue(nested, v, `${path}[${i}]`, problems));
+      const { nested, minItems, maxItems } = spec.block.value;
+      const name = nameOf(spec.block.value.name, implied);
+      const blocks = blocksOf(body[name]);
+      if (blocks.length === 0 && minItems > 0n) problems.push(`"${at(path, name)}" is required`);
+      else if (blocks.length < minItems) problems.push(`"${at(path, name)}" has ${blocks.length} blocks, at least ${minItems} are required`);
+      if (maxItems > 0n && blocks.length > maxItems) problems.push(`"${at(path, name)}" has ${blocks.length} blocks, at most ${maxItems} are allowed`);
+      blocks.forEach((b, i) => checkBody(nested, b, `${at(path, name)}[${i}]`, problems));
       return;
     }
     case "blockMap": {
-      const nested = spec.block.value.nested;
-      if (isPlainObject(value)) for (const [k, v] of Object.entries(value)) checkValue(nested, v, at(path, k), problems);
+      const { nested, labels } = spec.block.value;
+      const level = (v: unknown, depth: number, p: string): void => {
+        // A null where a label is wanted is not "no block": HCL's JSON reading wants the label.
+        if (v === null && depth < labels.length) problems.push(`"${p}" needs a ${labels[depth]} label`);
+        const blocks = blocksOf(v);
+        if (depth === labels.length) {
+          if (blocks.length > 1) problems.push(`"${p}" is given ${blocks.length} blocks, one is allowed`);
+          checkBody(nested, blocks[0], p, problems);
+        } else if (isPlainObject(blocks[0])) {
+          // HCL's JSON reading wants a label at each level: an empty object has none.
+          if (Object.keys(blocks[0]).length === 0) problems.push(`"${p}" needs a ${labels[depth]} label`);
+          for (const [k, x] of Object.entries(blocks[0])) level(x, depth + 1, at(p, k));
+        }
+      };
+      level(body[nameOf(spec.block.value.name, implied)], 0, at(path, nameOf(spec.block.value.name, implied)));
       return;
     }
     default:
@@ -311,27 +508,8 @@ function checkValue(spec: Spec | undefined, value: unknown, path: string, proble
 }
 
 /**
- * Whether Nomad's decoder insists on a value for this spec. A default does when its primary does:
- * hcldec checks required attributes in the body schema, before any default applies.
- */
-function isRequired(spec: Spec | undefined): boolean {
-  switch (spec?.block.case) {
-    case "default":
-      return isRequired(spec.block.value.primary);
-    case "Attr":
-    case "blockValue":
-    case "blockAttrs":
-      return spec.block.value.required;
-    case "blockList":
-    case "blockSet":
-      return spec.block.value.minItems > 0n;
-    default:
-      return false;
-  }
-}
-
-/**
- * Encodes a shaped config as msgpack, the bytes Nomad puts in `msgpack_config` / `msgpack_driver_config`.
+ * Encodes a shaped config as msgpack, the bytes Nomad puts in `msgpack_config` / `msgpack_driver_config`:
+ * as cty encodes them, a number no float64 holds exactly (0.1) goes as its decimal text.
  *
  * @example
  * ```ts
@@ -340,7 +518,28 @@ function isRequired(spec: Spec | undefined): boolean {
  * ```
  */
 export function encodeConfig(spec: Spec | undefined, value: Record<string, unknown>): Uint8Array {
-  return encode(shapeConfig(spec, value));
+  return encode(ctyNumbers(shapeConfig(spec, value)), { useBigInt64: true });
+}
+
+/**
+ * `v` with each number as cty writes it ({@link ctyExact}): an integer decimal in int64's range as
+ * that integer, another decimal no float64 holds as its text.
+ */
+function ctyNumbers(v: unknown): unknown {
+  if (typeof v === "number") {
+    if (ctyExact(v)) return v;
+    // An integer decimal in int64's range is what cty sends, as an int64 (2 ** 60 is read as
+    // 1152921504606847000, the decimal it is written as).
+    const { digits, exp } = decimalOf(v);
+    if (exp >= 0) {
+      const int = BigInt(digits) * 10n ** BigInt(exp) * (v < 0 ? -1n : 1n);
+      if (int >= -(2n ** 63n) && int < 2n ** 63n) return int;
+    }
+    return ctyNumberString(v);
+  }
+  if (Array.isArray(v)) return v.map(ctyNumbers);
+  if (isPlainObject(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, ctyNumbers(x)]));
+  return v;
 }
 
 /**

@@ -183,6 +183,31 @@ describe("shapeConfig", () => {
     ]);
   });
 
+  it("reads the config as Nomad's JSON reading does (tools/test/hcldec-go.test.ts holds this to Nomad's decoder)", () => {
+    const body = create(SpecSchema, { block: { case: "object", value: { attributes: { x: attr("", "number") } } } });
+    const blocks = create(SpecSchema, {
+      block: {
+        case: "object",
+        value: {
+          attributes: {
+            named: attr("other", "string"),
+            list: create(SpecSchema, { block: { case: "blockList", value: { name: "list", nested: body } } }),
+            map2: create(SpecSchema, { block: { case: "blockMap", value: { name: "map2", labels: ["a", "b"], nested: body } } }),
+            attrs: create(SpecSchema, { block: { case: "blockAttrs", value: { name: "attrs", type: "number" } } }),
+            obj: attr("obj", "object({a = string})"),
+            anys: attr("anys", "list(any)"),
+          },
+        },
+      },
+    });
+    expect(
+      shapeConfig(blocks, { other: "$${x} %%{y}", list: { x: "1" }, map2: { p: { q: { x: "2" } } }, attrs: { k: "3" }, obj: { a: "x", b: 1 }, anys: [1, "x"] }),
+    ).toEqual({ named: "${x} %{y}", list: [{ x: 1 }], map2: { p: { q: { x: 2 } } }, attrs: { k: 3 }, obj: { a: "x" }, anys: ["1", "x"] });
+    // A live interpolation is Nomad's to fill from the task's environment: left as given.
+    expect(shapeConfig(blocks, { other: "$${x} ${z}" })).toMatchObject({ named: "$${x} ${z}" });
+    // cty sends a number no float64 holds exactly as its decimal text.
+    expect(decode(encodeConfig(blocks, { attrs: { a: 0.1, b: 1.5, c: 1e23 } }))).toMatchObject({ attrs: { a: "0.1", b: 1.5, c: "100000000000000000000000" } });
+  });
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });
@@ -237,17 +262,17 @@ describe("configProblems", () => {
     ]);
   });
 
-  it("names missing required attributes and blocks; null counts as missing; a default needs its primary's", () => {
+  it("names missing required attributes and blocks; one set to null is there (hcldec takes it); a default needs its primary's", () => {
     expect(configProblems(schema, {})).toEqual(['"command" is required']);
-    expect(configProblems(schema, { command: null })).toEqual(['"command" is required']);
+    expect(configProblems(schema, { command: null })).toEqual([]);
     expect(configProblems(nested, { mount: [{ target: "/t" }], image: "i" })).toEqual(['"command" is required', '"mount[0].source" is required', '"logging" is required']);
     expect(configProblems(nested, { command: "x", image: "i", logging: {} })).toEqual(['"mount" is required']);
     expect(configProblems(nested, { command: "x", mount: [{ source: "/a" }], logging: {} })).toEqual(['"image" is required']);
   });
 
-  it("has nothing to say without a schema or for a non-object spec", () => {
+  it("has nothing to say without a schema; a non-object spec reads its name from the body", () => {
     expect(configProblems(undefined, { anything: 1 })).toEqual([]);
-    expect(configProblems(attr("x", "string"), { anything: 1 })).toEqual([]);
+    expect(configProblems(attr("x", "string"), { anything: 1 })).toEqual(['"anything" is not declared (declared: x)']);
   });
 });
 
