@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds one of the repo's Go commands (tools/interop-go, tools/interop-go-plugin, tools/hcl-type-go,
+# Builds one of the repo's Go commands (tools/interop-go, tools/interop-go-plugin, tools/hcl-type-go, tools/hcldec-go,
 # tools/bench/client-go) offline:
 #   tools/go/build.sh <command-dir>      # prints the binary's path on stdout
 # Installs Debian's Go packages when missing, then builds in GOPATH mode against them (no module
