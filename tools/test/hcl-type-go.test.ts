@@ -6,14 +6,11 @@
 // node_modules/.cache/nomadkit-go.
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { parseHclType, type HclType } from "@nomadkit/client/hcl";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { runProcess } from "./run-process.js";
+import { buildGoCommand } from "./run-process.js";
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const skip =
   process.platform !== "linux" || !existsSync("/usr/bin/dpkg")
     ? "the Go reader is built from Debian's Go packages (Linux with dpkg)"
@@ -355,16 +352,7 @@ describe.skipIf(skip !== undefined)(
   () => {
     beforeAll(async () => {
       // First use on a fresh machine installs Debian's Go packages and builds: minutes.
-      const r = await runProcess(
-        "bash",
-        [join(repo, "tools/go/build.sh"), join(repo, "tools/hcl-type-go")],
-        { cwd: repo },
-      );
-      if (r.code !== 0)
-        throw new Error(
-          `tools/go/build.sh tools/hcl-type-go: exit ${r.code}\n${r.stderr}`,
-        );
-      bin = r.stdout.trim();
+      bin = await buildGoCommand("tools/hcl-type-go");
     }, 20 * 60_000);
 
     it("takes what Nomad takes, as the same type, and refuses what Nomad refuses", () => {

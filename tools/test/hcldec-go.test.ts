@@ -13,8 +13,6 @@
 // reproduce. The first run installs Debian's Go packages and builds, which takes minutes; later runs
 // reuse node_modules/.cache/nomadkit-go.
 import { existsSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { spawnSync } from "node:child_process";
 import { create, toJson } from "@bufbuild/protobuf";
 import { decode } from "@msgpack/msgpack";
@@ -22,9 +20,8 @@ import { configProblems, encodeConfig } from "@nomadkit/conformance";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { runProcess } from "./run-process.js";
+import { buildGoCommand } from "./run-process.js";
 
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const skip =
   process.platform !== "linux" || !existsSync("/usr/bin/dpkg")
     ? "the Go decoder is built from Debian's Go packages (Linux with dpkg)"
@@ -690,16 +687,7 @@ describe.skipIf(skip !== undefined)(
   () => {
     beforeAll(async () => {
       // First use on a fresh machine installs Debian's Go packages and builds: minutes.
-      const r = await runProcess(
-        "bash",
-        [join(repo, "tools/go/build.sh"), join(repo, "tools/hcldec-go")],
-        { cwd: repo },
-      );
-      if (r.code !== 0)
-        throw new Error(
-          `tools/go/build.sh tools/hcldec-go: exit ${r.code}\n${r.stderr}`,
-        );
-      bin = r.stdout.trim();
+      bin = await buildGoCommand("tools/hcldec-go");
     }, 20 * 60_000);
 
     it("gives what Nomad gives, and refuses what Nomad refuses, for every spec kind and conversion", () => {
