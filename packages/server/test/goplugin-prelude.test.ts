@@ -217,6 +217,21 @@ describe("the load launch's fast path (startPrelude)", () => {
       });
     await reset("/plugin.GRPCStdio/StreamStdio", "0000000000"); // held
     await reset("/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", "000000"); // being read
+    // The whole recorded request, then a reset with NO_ERROR (Node's close() default): the stream is
+    // closed but not destroyed, and answering it threw, uncaught (the process exited 1).
+    await new Promise<void>((resolve) => {
+      const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+      session.on("error", () => {});
+      const s = session.request({ ":method": "POST", ":path": "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", "content-type": "application/grpc", te: "trailers" });
+      s.on("error", () => {});
+      // In one flush: the fast path reads the request and finds the stream reset at once.
+      s.write(Buffer.alloc(5));
+      s.close(http2.constants.NGHTTP2_NO_ERROR);
+      session.once("connect", () => session.ping(() => session.ping(() => {
+        session.destroy();
+        resolve();
+      })));
+    });
     await new Promise<void>((resolve) => {
       const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
       session.on("error", () => {});
@@ -232,6 +247,40 @@ describe("the load launch's fast path (startPrelude)", () => {
     expect(await plugin.health.check({ service: "plugin" })).toMatchObject({ status: 1 });
     expect(plugin.exitSignal.aborted).toBe(false);
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+  });
+
+  it("a Shutdown reset with NO_ERROR still ends the process cleanly", async () => {
+    const { plugin } = await launch(recording());
+    const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+    session.on("error", () => {});
+    const s = session.request({ ":method": "POST", ":path": "/plugin.GRPCController/Shutdown", "content-type": "application/grpc", te: "trailers" });
+    s.on("error", () => {});
+    // In one flush, as above.
+    s.write(Buffer.alloc(5));
+    s.close(http2.constants.NGHTTP2_NO_ERROR);
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+    session.destroy();
+  });
+
+  it("a Shutdown that arrives while the driver loads is the driver's: its onShutdown runs", async () => {
+    const { plugin, logs } = await launch(recording());
+    // Both requests in one write on one connection: the Shutdown reaches the fast path in the same
+    // read as the call that starts the load, long before the driver's modules have loaded.
+    const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+    session.on("error", () => {});
+    const call = (path: string) => {
+      const st = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+      st.on("error", () => {});
+      st.resume();
+      st.end(Buffer.alloc(5));
+    };
+    call("/hashicorp.nomad.plugins.drivers.proto.Driver/Capabilities");
+    call("/plugin.GRPCController/Shutdown");
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+    session.destroy();
+    expect(loaded(logs)).toBe(true);
+    // stderr may still be on its way after the exit.
+    await expect.poll(() => logs.entries.map((e) => e.message), { timeout: 10_000 }).toContain("onShutdown called");
   });
 
   it("listens as the recorded transport options say, and the driver says when its own differ", async () => {

@@ -140,6 +140,9 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     stream.on("error", ignoreError);
     const path = headers[":path"] ?? "";
     if (HELD.has(path)) return transport.hold(stream, headers, flags, rawHeaders);
+    // Once the plugin is loading, it answers every new call, Shutdown too: answered here, the
+    // transport would shut down before the plugin could set its shutdown hook.
+    if (loaded) return handOver(stream, headers, flags, rawHeaders);
     const call = calls.get(path);
     const type = headers["content-type"];
     const encoding = headers["grpc-encoding"];
@@ -170,7 +173,8 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
       const got = Buffer.concat(chunks, size);
       if (size > expected.length || !got.equals(expected.subarray(0, size))) return giveBack();
       if (!ended) return;
-      if (size < expected.length) return giveBack();
+      // Loading began while this request was read: the plugin answers it (see above).
+      if (size < expected.length || loaded) return giveBack();
       deciding = false;
       stream.off("readable", onReadable);
       stream.resume();
@@ -203,7 +207,9 @@ function isReadEnded(stream: http2.ServerHttp2Stream): boolean {
 }
 
 function answer(stream: http2.ServerHttp2Stream, call: RecordedCall & { bodyBytes: Buffer }): void {
-  if (stream.destroyed) return;
+  // A stream the host reset with NO_ERROR (Node's default for close()) is closed but not destroyed,
+  // and respond() would throw.
+  if (stream.destroyed || stream.closed) return;
   stream.on("error", () => {});
   stream.respond({ ...call.headers, ":status": 200 }, { waitForTrailers: true });
   stream.once("wantTrailers", () => stream.sendTrailers(call.trailers));

@@ -356,7 +356,7 @@ export class PluginTransport {
     // Streams never served get a status instead of waiting for the grace period; after the
     // GOAWAY, as the services' own streams end, so hosts see it with streams still open.
     for (const [stream] of this.#held.splice(0)) {
-      if (!stream.destroyed && !stream.headersSent) {
+      if (!stream.destroyed && !stream.closed && !stream.headersSent) {
         stream.respond(
           { ":status": 200, "content-type": "application/grpc", "grpc-status": "14", "grpc-message": "plugin%20shutting%20down" },
           { endStream: true },
