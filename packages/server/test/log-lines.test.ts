@@ -103,4 +103,20 @@ describe("the load fast path's line logger", () => {
     expect(boundLine).toMatchObject({ "@level": "error", "@module": "drv.sub", "@message": "bound" });
     expect(boundLine!.log_error).toMatch(/^fields not written: .*circular/i);
   });
+
+  it("never throws for fields whose reading throws (a getter), in either logger, called or bound", () => {
+    const hostile = { get secret(): string { throw new Error("no peeking"); } };
+    for (const make of [
+      (write: (s: string) => boolean) => createLineLogger({ name: "drv", write }),
+      (write: (s: string) => boolean) => createLogger({ name: "drv", destination: { write } }),
+    ]) {
+      const c = collect();
+      const log = make(c.write);
+      log.info("with a hostile field", { task_id: "t1", hostile });
+      log.with({ hostile }).warn("bound");
+      const [called, bound] = lines(c.out);
+      expect(called).toMatchObject({ "@level": "info", "@message": "with a hostile field", log_error: "fields not written: no peeking" });
+      expect(bound).toMatchObject({ "@level": "warn", "@message": "bound", log_error: "fields not written: no peeking" });
+    }
+  });
 });

@@ -137,6 +137,24 @@ export function normaliseFields(fields: LogFields): LogFields {
   return out ?? fields;
 }
 
+/**
+ * {@link normaliseFields}, or, when reading the fields throws (a getter that throws, a revoked
+ * proxy), a field saying so: a log call never throws.
+ */
+function safeFields(fields: LogFields): LogFields {
+  try {
+    return normaliseFields(fields);
+  } catch (err) {
+    let why: string;
+    try {
+      why = err instanceof Error ? err.message : String(err);
+    } catch {
+      why = "unreadable error";
+    }
+    return { log_error: `fields not written: ${why}` };
+  }
+}
+
 export function envLevel(): LogLevel | undefined {
   const v = process.env.NOMADKIT_LOG_LEVEL?.toLowerCase();
   return v && (LEVELS as readonly string[]).includes(v)
@@ -196,7 +214,7 @@ export abstract class HclogLoggerBase implements Logger {
   private log(level: LogLevel, a: unknown, b: unknown): void {
     if (!this.isLevelEnabled(level)) return;
     const { message, fields } = logArgs(a, b);
-    this.write(level, message, fields && normaliseFields(fields));
+    this.write(level, message, fields && safeFields(fields));
   }
 
   readonly trace: LogMethod = (a: unknown, b?: unknown) =>
@@ -220,7 +238,7 @@ export abstract class HclogLoggerBase implements Logger {
   with(fields: LogFields): Logger {
     return this.derive(this.module, {
       ...this.fields,
-      ...normaliseFields(fields),
+      ...safeFields(fields),
     });
   }
 }
