@@ -921,6 +921,40 @@ describe("nomadkit bundle", () => {
     expect(r.code).toBe(0);
   });
 
+  it("leaves no load recording when the plugin's load-launch answers differ from run to run", () => {
+    // A version with the process id in it: every launch answers PluginInfo differently.
+    expect(readmeDriver).toContain('version: "0.1.0",');
+    writeFileSync(join(work, "hello-pid.mjs"), readmeDriver.replace('version: "0.1.0",', "version: `0.1.${process.pid}`,"));
+    const r = bundle("hello-pid.mjs", "--out", "varying", "--name", "hello");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("nomadkit: bundle: the plugin answered Nomad's load launch differently in two runs (PluginInfo differs: does it depend on the process, the time or chance?)");
+    expect(existsSync(join(work, "varying/hello.load.json"))).toBe(false);
+    expect(existsSync(join(work, "varying/hello-load.cjs"))).toBe(false);
+  });
+
+  it("refuses a name whose files are another plugin's in the same directory (x's fast path is x-load's bundle)", () => {
+    let r = bundle("hello.mjs", "--out", "neighbours", "--name", "hello-load", "--no-code-cache");
+    expect(r.code, r.stderr).toBe(0);
+    const theirs = readFileSync(join(work, "neighbours/hello-load.cjs"));
+    // hello's files: hello-load.cjs (its fast path) is hello-load's bundle.
+    r = bundle("hello.mjs", "--out", "neighbours", "--name", "hello");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      "nomadkit: --out neighbours --name hello: the directory holds the Nomad plugin hello-load, whose hello-load.cjs would be hello's too; bundle into another directory or choose another --name\n",
+    );
+    expect(readFileSync(join(work, "neighbours/hello-load.cjs"))).toEqual(theirs);
+    expect(existsSync(join(work, "neighbours/hello"))).toBe(false); // nothing written
+    // The other way round: hello first, then hello-executor, whose launcher is hello's executor's name.
+    r = bundle("hello.mjs", "--out", "neighbours2", "--name", "hello", "--no-code-cache");
+    expect(r.code, r.stderr).toBe(0);
+    r = bundle("hello.mjs", "--out", "neighbours2", "--name", "hello-executor", "--no-code-cache");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("the directory holds the Nomad plugin hello, whose hello-executor.cjs would be hello-executor's too");
+    // Its own earlier output (hello's executor launcher, were there one) is no neighbour: a rerun works.
+    r = bundle("hello.mjs", "--out", "neighbours2", "--name", "hello", "--no-code-cache");
+    expect(r.code, r.stderr).toBe(0);
+  });
+
   it("names the package of a native addon to leave outside, and lists it in package.json once it is", () => {
     let r = bundle("addon.mjs", "--out", "addon");
     expect(r.code).toBe(1);

@@ -6,6 +6,7 @@ import {
   chmodSync,
   existsSync,
   readFileSync,
+  readdirSync,
   rmSync,
   statSync,
   writeFileSync,
@@ -182,6 +183,46 @@ function checkOutputs(
   }
 }
 
+/** The first of two recordings' calls that differ, named by its method. */
+function differingCall(a: readonly RecordedCall[], b: readonly RecordedCall[]): string {
+  const i = a.findIndex((c, k) => JSON.stringify(c) !== JSON.stringify(b[k]));
+  const call = a[i] ?? b[i];
+  return call === undefined ? "a different number of calls" : `${call.path.slice(call.path.lastIndexOf("/") + 1)} differs`;
+}
+
+/**
+ * Refuses a name whose files are those of another plugin bundled into the same directory: plugin
+ * `x`'s load fast path is `x-load.cjs`, which is plugin `x-load`'s bundle, and its executor's
+ * launcher `x-executor` is plugin `x-executor`'s launcher. Either bundle would break the other.
+ */
+function checkNeighbours(options: BundleOptions, outDir: string, name: string, ours: readonly string[]): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(outDir);
+  } catch {
+    return; // not made yet: no neighbours
+  }
+  const mine = new Set(ours);
+  for (const other of entries) {
+    if (other === name) continue;
+    const shared = Object.values(bundleFiles(other)).find((f) => mine.has(f));
+    if (shared === undefined || !isPluginLauncher(join(outDir, other))) continue;
+    throw new CliError(
+      `--out ${options.outDir} --name ${name}: the directory holds the Nomad plugin ${other}, whose ${shared} would be ${name}'s too; bundle into another directory or choose another --name`,
+    );
+  }
+}
+
+/** Whether `file` is a plugin's launcher written by nomadkit bundle (not an executor's). */
+function isPluginLauncher(file: string): boolean {
+  try {
+    if (statSync(file).size > 1 << 20) return false;
+    return readFileSync(file, "utf8").includes(`: a Nomad plugin ${LAUNCHER_MARK}`);
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Bundles a plugin into a directory Nomad can run from its `plugin_dir`: `<name>` (the launcher,
  * executable), `<name>.cjs` (the entry and everything it imports, in one CommonJS file),
@@ -238,6 +279,8 @@ export async function bundlePlugin(
 
   const files = bundleFiles(name);
   const out = (f: string) => join(outDir, f);
+  // Its fast path's former code cache is removed below: that name is taken too.
+  checkNeighbours(options, outDir, name, [...Object.values(files), `${files.prelude}.v8cache`]);
   checkOutputs(options, entry, [...Object.values(files), "package.json"].map(out), [
     [out(files.launcher), LAUNCHER_MARK],
     [out("package.json"), PACKAGE_MARK],
@@ -440,10 +483,23 @@ export async function bundlePlugin(
       );
       if (recorded.warning !== undefined) warnings.push(recorded.warning);
       if (recorded.ok) {
-        writeFileSync(out(files.loadRecording), recorded.json);
-        // The fast path's test: a load launch as Nomad makes it, served by the fast path with the
-        // same answers, to the byte.
         try {
+          // Answers that differ from one run of the plugin to the next (a pid, the time) cannot be
+          // recorded: the fast path would give every load launch the first run's. A second run of
+          // the plugin itself (no recording yet) says whether they do.
+          const second = await trainCodeCache(
+            out(files.launcher),
+            options.startTimeoutMs,
+            "check-load",
+          );
+          if (JSON.stringify(second.calls) !== JSON.stringify(run.calls)) {
+            throw new CliError(
+              `bundle: the plugin answered Nomad's load launch differently in two runs (${differingCall(run.calls, second.calls)}: does it depend on the process, the time or chance?); the launcher's fast path replays one recorded answer to every load launch: make the answers fixed for a build, or --no-load-recording leaves the fast path out`,
+            );
+          }
+          writeFileSync(out(files.loadRecording), recorded.json);
+          // The fast path's test: a load launch as Nomad makes it, served by the fast path with the
+          // same answers, to the byte.
           const again = await trainCodeCache(
             out(files.launcher),
             options.startTimeoutMs,
@@ -459,7 +515,7 @@ export async function bundlePlugin(
           }
           if (JSON.stringify(again.calls) !== JSON.stringify(run.calls)) {
             throw new CliError(
-              "bundle: the load launch's fast path answered differently from the plugin (PluginInfo or ConfigSchema vary from run to run?); --no-load-recording leaves it out",
+              `bundle: the load launch's fast path answered differently from the plugin (${differingCall(run.calls, again.calls)}); --no-load-recording leaves it out`,
             );
           }
         } catch (err) {

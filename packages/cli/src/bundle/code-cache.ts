@@ -134,7 +134,8 @@ export async function trainCodeCache(
   try {
     // launchPlugin's error carries the plugin's last stderr lines.
     plugin = await launchPlugin(process.execPath, [launcher], {
-      env: { [CODE_CACHE_ENV]: mode === "write" ? "write" : "report" },
+      // At debug level in the check: whether the fast path loaded the plugin is a debug line.
+      env: mode === "write" ? { [CODE_CACHE_ENV]: "write" } : { [CODE_CACHE_ENV]: "report", NOMADKIT_LOG_LEVEL: "debug" },
       logger: (entry) => log.push(entry.message),
       startTimeoutMs,
       signal: interrupted,
