@@ -139,19 +139,36 @@ describe("decodeConfig", () => {
     );
   });
 
-  it("refuses an integer a JavaScript number cannot hold exactly instead of rounding it", () => {
+  it("refuses an integer no JavaScript number is instead of rounding it", () => {
     const big = (n: bigint) => ({ command: "x", timeout: n });
     const bytes = (v: unknown) => encode(v, { useBigInt64: true });
     expect(decodeConfig(taskSchema, bytes(big(9007199254740991n)), "task config").timeout).toBe(9007199254740991);
     expect(invalid(() => decodeConfig(taskSchema, bytes(big(9007199254740993n)), "task config"))).toBe(
-      'task config: field "timeout": integer 9007199254740993 is beyond what a JavaScript number holds exactly (±2^53)',
+      'task config: field "timeout": integer 9007199254740993 is not a value a JavaScript number holds (nor the shortest decimal of one)',
     );
     // As cty writes a number that is neither int64 nor exact float64: a decimal string.
     expect(invalid(() => decodeConfig(taskSchema, encode({ command: "x", timeout: "123456789012345678901" }), "task config"))).toContain(
-      'field "timeout": integer 123456789012345678901 is beyond',
+      'field "timeout": integer 123456789012345678901 is not a value',
     );
     expect(decodeConfig(taskSchema, encode({ command: "x", timeout: "1.5" }), "task config").timeout).toBe(1.5);
     expect(invalid(() => decodeConfig(taskSchema, bytes({ command: "x", extra: -9223372036854775807n }), "task config"))).toContain('field "extra"');
+  });
+
+  it("takes the big integers Nomad sends: a double's value as an int64, or its shortest decimal as cty's text", () => {
+    // Nomad holds a job's numbers as float64: `timeout = 1152921504606846976` (2^60) arrives as that
+    // int64, `timeout = 1e23` as "100000000000000000000000" (10^23 exactly, which no double is; the
+    // job held the double nearest it). A Go driver takes both; so must a TypeScript one.
+    const bytes = (v: unknown) => encode(v, { useBigInt64: true });
+    expect(decodeConfig(taskSchema, bytes({ command: "x", timeout: 2n ** 60n }), "task config").timeout).toBe(2 ** 60);
+    expect(decodeConfig(taskSchema, bytes({ command: "x", timeout: -(2n ** 63n) }), "task config").timeout).toBe(-(2 ** 63));
+    expect(decodeConfig(taskSchema, bytes({ command: "x", extra: 2n ** 60n }), "task config").extra).toBe(2 ** 60);
+    expect(decodeConfig(taskSchema, encode({ command: "x", timeout: "100000000000000000000000" }), "task config").timeout).toBe(1e23);
+    expect(decodeConfig(taskSchema, encode({ command: "x", timeout: "-1180591620717411300000" }), "task config").timeout).toBe(-(2 ** 70));
+    const s = spec.object({ ports: spec.attr("set(number)"), m: spec.attr("map(number)") });
+    expect(decodeConfig(s, encode({ ports: ["100000000000000000000000", 1], m: { k: "1180591620717411300000" } }))).toEqual({
+      ports: [1e23, 1],
+      m: { k: 2 ** 70 },
+    });
   });
 
   it("names the field of an `any` value whose cty type is nested too deeply", () => {

@@ -81,11 +81,25 @@ export function isPlainMap(v: unknown): v is Record<string, unknown> {
 const NUMERIC = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
 const INTEGER = /^[-+]?\d+$/;
 
-/** An integer as a JavaScript number, refused (naming the field) when a number cannot hold it exactly. */
-function exactInteger(v: bigint, path: FieldPath): number {
+/**
+ * An integer as a JavaScript number. Nomad holds a job's numbers as float64 and writes them as Go
+ * does, the double's shortest decimal, which cty keeps exactly: so an integer Nomad sends is a
+ * double's exact value (an int64 such as 2^60) or that shortest decimal (1e23 arrives as cty's text
+ * "100000000000000000000000"); either is that double. Any other integer (9007199254740993, which
+ * no double is) is refused, naming the field, instead of being rounded.
+ */
+function integerNumber(v: bigint, path: FieldPath): number {
   const n = Number(v);
-  if (!Number.isSafeInteger(n)) throw new ConfigFieldError(path, `integer ${v} is beyond what a JavaScript number holds exactly (±2^53)`);
-  return n;
+  if (Number.isFinite(n) && (BigInt(n) === v || shortestDecimal(n) === v)) return n;
+  throw new ConfigFieldError(path, `integer ${v} is not a value a JavaScript number holds (nor the shortest decimal of one)`);
+}
+
+/** The value of integral double `n`'s shortest decimal (`String(n)`, as Go writes it: 1e+23), exactly. */
+function shortestDecimal(n: number): bigint | undefined {
+  const [mantissa = "", exp = "0"] = String(n).split("e");
+  const [whole = "", fraction = ""] = mantissa.split(".");
+  const k = Number(exp) - fraction.length;
+  return k >= 0 ? BigInt(whole + fraction) * 10n ** BigInt(k) : undefined;
 }
 
 /** Deepest nesting accepted for `any` values, so hostile input cannot exhaust the stack. */
@@ -111,9 +125,9 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
       return v;
     case "number":
       if (typeof v === "number" && !Number.isNaN(v)) return v;
-      if (typeof v === "bigint") return exactInteger(v, path);
+      if (typeof v === "bigint") return integerNumber(v, path);
       // cty encodes numbers that are neither int64 nor exact float64 as decimal strings.
-      if (typeof v === "string" && NUMERIC.test(v)) return INTEGER.test(v) ? exactInteger(BigInt(v), path) : Number(v);
+      if (typeof v === "string" && NUMERIC.test(v)) return INTEGER.test(v) ? integerNumber(BigInt(v), path) : Number(v);
       throw mismatch();
     case "list": {
       if (!Array.isArray(v)) throw mismatch();
@@ -277,7 +291,7 @@ function plain(v: unknown, path: FieldPath, depth: number): unknown {
   if (depth > MAX_DEPTH) throw new ConfigFieldError(path, "value nested too deeply");
   if (v === null || v === undefined) return null;
   if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") return v;
-  if (typeof v === "bigint") return exactInteger(v, path);
+  if (typeof v === "bigint") return integerNumber(v, path);
   if (Array.isArray(v)) return v.map((e, i) => plain(e, [...path, i], depth + 1));
   if (isPlainMap(v)) {
     const out: Record<string, unknown> = {};
