@@ -134,7 +134,7 @@ describe("decodeConfig", () => {
       ports: spec.blockList({ hostPort: spec.attr("number", { name: "host_port", required: true }) }, { name: "port" }),
     });
     expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: ["-v", 1], ports: [] }), "task config"))).toContain('field "args[1]"');
-    expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: [], ports: [{ hostPort: null }] }), "task config"))).toContain(
+    expect(invalid(() => decodeConfig(renamed, encode({ extraArgs: [], ports: [{}] }), "task config"))).toContain(
       'field "port[0].host_port"',
     );
   });
@@ -220,6 +220,36 @@ describe("decodeConfig", () => {
     const s = spec.object({ level: spec.attr("string", { default: "info" }), n: spec.attr("number") });
     expect(decodeConfig(s, new Uint8Array(), "plugin config")).toEqual({ level: "info" });
     expect(invalid(() => decodeConfig(taskSchema, new Uint8Array(), "task config"))).toBe('task config: field "command": required attribute is missing');
+  });
+
+  it("gives a required attribute written as null its type's zero value: Nomad sends it, a Go driver sees that", () => {
+    // hcldec checks that a required attribute is written, not its value: `command = null` (or an
+    // unset variable) reaches the driver as nil. Only a missing one (not sent at all) is an error.
+    const s = spec.object({
+      command: spec.attr("string", { required: true }),
+      n: spec.attr("number", { required: true }),
+      list: spec.attr("list(string)", { required: true }),
+      obj: spec.attr("object({ a = string })", { required: true }),
+      anything: spec.attr("any", { required: true }),
+      pair: spec.array([spec.attr("bool", { name: "x", required: true })]),
+      mount: spec.blockList({ source: spec.attr("string", { required: true }) }),
+    });
+    expect(decodeConfig(s, encode({ command: null, n: null, list: null, obj: null, anything: null, pair: [null], mount: [{ source: null }] }))).toStrictEqual({
+      command: "",
+      n: 0,
+      list: [],
+      obj: {},
+      anything: null,
+      pair: [false],
+      mount: [{ source: "" }],
+    });
+    expect(invalid(() => decodeConfig(s, encode({ n: 1, list: [], obj: {}, anything: 1, pair: [true], mount: [] }), "task config"))).toBe(
+      'task config: field "command": required attribute is missing',
+    );
+    expect(invalid(() => decodeConfig(s, new Uint8Array(), "task config"))).toBe('task config: field "command": required attribute is missing');
+    expect(invalid(() => decodeConfig(spec.object({ pair: spec.array([spec.attr("bool", { name: "x", required: true })]) }), new Uint8Array()))).toBe(
+      'config: field "pair[0]": required attribute is missing',
+    );
   });
 
   it("gives a null inside a list, set or map its element type's zero value, as a Go driver sees it", () => {

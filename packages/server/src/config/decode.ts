@@ -9,7 +9,8 @@ import { ConfigFieldError } from "./values.js";
 
 /**
  * Decode msgpack `bytes` with `schema`. Empty bytes mean "no config block" (every field absent, so
- * defaults apply). Nulls (Nomad's encoding of unset attributes) become absent fields.
+ * defaults apply). Nulls (Nomad's encoding of unset attributes) become absent fields; a required
+ * attribute written as null (Nomad sends it) its type's zero value, as a Go driver sees it.
  *
  * Any problem — malformed msgpack, a wrong type, a missing required field — throws a `ConnectError`
  * with code InvalidArgument whose message starts with `label` and names the field, e.g.

@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
 import { toHclLiteral } from "./literal.js";
 import { parseHclType, type HclType, type HclTypeExpr, type HclValue } from "./types.js";
-import { ConfigFieldError, convertValue, describeValue, isPlainMap, type FieldPath } from "./values.js";
+import { ConfigFieldError, convertValue, describeValue, isPlainMap, zeroValue, type FieldPath } from "./values.js";
 
 declare const VALUE: unique symbol;
 declare const OPTIONAL: unique symbol;
@@ -46,7 +46,8 @@ export abstract class HclSpec<T = unknown, Optional extends boolean = boolean> {
   abstract toProto(name?: string): Spec;
 
   /**
-   * Decode this node's part of a msgpack-decoded config value (`null` when absent). Returns
+   * Decode this node's part of a msgpack-decoded config value (`null` when sent as null, `undefined`
+   * when not sent at all, as in empty config bytes). Returns
    * `undefined` for an absent optional value; throws {@link ConfigFieldError} naming the field.
    */
   abstract decode(raw: unknown, path: FieldPath): T | undefined;
@@ -111,7 +112,12 @@ export class AttrSpec<T, O extends boolean> extends HclSpec<T, O> {
   constructor(
     /** HCL type expression, as given (sent to Nomad verbatim). */
     readonly type: string,
-    /** Whether a missing attribute is an error (Nomad rejects the config; decoding throws). */
+    /**
+     * Whether a missing attribute is an error (Nomad rejects the config; decoding throws). Nomad
+     * checks only that it is written: one written as null (`command = null`) arrives as null and
+     * decodes to its type's zero value (`""`, `0`, `false`, `[]`, `{}`; null for `any`), as a Go
+     * driver sees it.
+     */
     readonly required: boolean,
     /** HCL name; undefined: the key in the enclosing `object`. */
     readonly name?: string,
@@ -128,8 +134,10 @@ export class AttrSpec<T, O extends boolean> extends HclSpec<T, O> {
   decode(raw: unknown, path: FieldPath): T | undefined {
     const v = convertValue(this.hclType, raw, path);
     if (v === null) {
-      if (this.required) throw missing(path, "attribute");
-      return undefined;
+      if (!this.required) return undefined;
+      // Written as null: Nomad takes it (hcldec checks a required attribute is there, not its value).
+      if (raw === null) return zeroValue(this.hclType) as T;
+      throw missing(path, "attribute");
     }
     return v as T;
   }
@@ -159,7 +167,8 @@ export class ObjectSpec<T> extends HclSpec<T, false> {
     const out: Record<string, unknown> = {};
     for (const [k, f] of Object.entries(this.fields)) {
       // Values arrive under the property name; errors name what the operator wrote (the HCL name).
-      const v = f.decode(Object.hasOwn(src, k) ? src[k] : null, [...path, hclName(f, k)]);
+      // A missing key is undefined, a null one null: Nomad sends every key, null where unset.
+      const v = f.decode(Object.hasOwn(src, k) ? src[k] : undefined, [...path, hclName(f, k)]);
       if (v !== undefined) out[k] = v;
     }
     return out as T;
@@ -185,7 +194,7 @@ export class ArraySpec<T> extends HclSpec<T, false> {
     if (raw != null && src.length !== this.items.length) {
       throw new ConfigFieldError(path, `expected ${this.items.length} elements, got ${src.length}`);
     }
-    return this.items.map((s, i) => s.decode(src[i] ?? null, [...path, i])) as T;
+    return this.items.map((s, i) => s.decode(raw == null ? undefined : src[i], [...path, i])) as T;
   }
 }
 

@@ -241,7 +241,7 @@ function element(t: HclType, v: unknown, path: FieldPath, depth: number): unknow
 }
 
 /** What Go's msgpack decoding gives a driver for a null of HCL type `t`. */
-function zeroValue(t: HclType): unknown {
+export function zeroValue(t: HclType): unknown {
   switch (t.kind) {
     case "string":
       return "";
