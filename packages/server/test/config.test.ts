@@ -252,6 +252,14 @@ describe("decodeConfig", () => {
     );
   });
 
+  it("decodes a literal as Nomad holds it: strings and keys in NFC", () => {
+    // cty normalizes every string; a Go driver gets the composed form Nomad sends.
+    const s = spec.object({ mode: spec.literal({ "cafe\u0301": ["e\u0301", 1, undefined] }), name: spec.attr("string", { default: "e\u0301" }) });
+    const v = decodeConfig(s, new Uint8Array());
+    expect(v).toStrictEqual({ mode: { "caf\u00e9": ["\u00e9", 1, null] }, name: "\u00e9" });
+    expect(s.fields.mode.value).toStrictEqual({ "cafe\u0301": ["e\u0301", 1, undefined] });
+  });
+
   it("gives a null inside a list, set or map its element type's zero value, as a Go driver sees it", () => {
     // Nomad sends them as they are: HCL's `args = ["-v", var.unset]`, or a JSON job's null.
     const s = spec.object({

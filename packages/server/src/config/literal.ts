@@ -53,3 +53,24 @@ function hclString(s: string): string {
   }
   return out + '"';
 }
+
+/**
+ * The value Nomad makes of `toHclLiteral(value)`: every string, object keys too, in NFC (cty
+ * normalizes each string it holds), `undefined` properties left out and `undefined` elements null
+ * (as the literal writes them); anything else as given.
+ *
+ * @example
+ * ```ts
+ * hclLiteralValue({ "cafe\u0301": ["e\u0301"] }); // { "café": ["é"] }, composed
+ * ```
+ */
+export function hclLiteralValue<T>(value: T): T {
+  if (typeof value === "string") return value.normalize("NFC") as T;
+  if (Array.isArray(value)) return value.map((e: unknown) => (e === undefined ? null : hclLiteralValue(e))) as T;
+  if (typeof value === "object" && value !== null) {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k.normalize("NFC")] = hclLiteralValue(v);
+    return out as T;
+  }
+  return value;
+}

@@ -4,7 +4,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
-import { toHclLiteral } from "./literal.js";
+import { hclLiteralValue, toHclLiteral } from "./literal.js";
 import { parseHclType, type HclType, type HclTypeExpr, type HclValue } from "./types.js";
 import { ConfigFieldError, convertValue, describeValue, isPlainMap, zeroValue, type FieldPath } from "./values.js";
 
@@ -365,18 +365,22 @@ export class DefaultSpec<T> extends HclSpec<T, false> {
 export class LiteralSpec<T> extends HclSpec<T, false> {
   /** `value` as an HCL expression, what Nomad receives. */
   readonly hcl: string;
+  /** `value` as Nomad holds it (strings in NFC), what a Go driver gets. */
+  readonly #decoded: T;
   constructor(
-    /** The constant; each decode returns a copy of it. */
+    /** The constant, as given; each decode returns a copy of it with its strings in NFC, as Nomad has them. */
     readonly value: T,
   ) {
     super();
     this.hcl = toHclLiteral(value);
+    this.#decoded = hclLiteralValue(value);
   }
   toProto(): Spec {
     return create(SpecSchema, { block: { case: "literal", value: { value: this.hcl } } });
   }
   decode(): T {
-    return (typeof this.value === "object" && this.value !== null ? structuredClone(this.value) : this.value) as T;
+    const v = this.#decoded;
+    return (typeof v === "object" && v !== null ? structuredClone(v) : v) as T;
   }
 }
 
