@@ -12,20 +12,18 @@
 // set) is compared as a multiset: cty orders those by a hash of its own, which the kit does not
 // reproduce. The first run installs Debian's Go packages and builds, which takes minutes; later runs
 // reuse node_modules/.cache/nomadkit-go.
-import { existsSync } from "node:fs";
-import { spawnSync } from "node:child_process";
 import { create, toJson } from "@bufbuild/protobuf";
 import { decode } from "@msgpack/msgpack";
 import { configProblems, encodeConfig } from "@nomadkit/conformance";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
+import {
+  hcldecSkip as skip,
+  runHcldec,
+  type HcldecResult as Nomad,
+} from "./hcldec-oracle.js";
 import { buildGoCommand } from "./run-process.js";
-
-const skip =
-  process.platform !== "linux" || !existsSync("/usr/bin/dpkg")
-    ? "the Go decoder is built from Debian's Go packages (Linux with dpkg)"
-    : undefined;
 
 let bin = "";
 
@@ -33,28 +31,9 @@ interface Case {
   spec: Spec;
   config: Record<string, unknown>;
 }
-interface Nomad {
-  msgpack?: string;
-  json?: unknown;
-  type?: unknown;
-  error?: string;
-  panic?: string;
-}
-
 /** What a Nomad client makes of each case: cty msgpack (base64) and type, or its diagnostics. */
 function nomad(cases: readonly Case[]): Nomad[] {
-  const input = cases.map((c) => ({
-    spec: toJson(SpecSchema, c.spec),
-    config: c.config,
-  }));
-  const r = spawnSync(bin, [], {
-    input: JSON.stringify(input),
-    encoding: "utf8",
-    maxBuffer: 256 << 20,
-  });
-  if (r.status !== 0)
-    throw new Error(`hcldec-go: exit ${r.status}\n${r.stderr}`);
-  return JSON.parse(r.stdout) as Nomad[];
+  return runHcldec(bin, cases);
 }
 
 /**
