@@ -12,7 +12,7 @@
 // set) is compared as a multiset: cty orders those by a hash of its own, which the kit does not
 // reproduce. The first run installs Debian's Go packages and builds, which takes minutes; later runs
 // reuse node_modules/.cache/nomadkit-go.
-import { create, toJson } from "@bufbuild/protobuf";
+import { create, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { decode } from "@msgpack/msgpack";
 import { configProblems, encodeConfig } from "@nomadkit/conformance";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
@@ -135,7 +135,7 @@ function disagreements(cases: readonly Case[]): string[] {
 }
 
 // Spec builders.
-const spec = (block: Spec["block"]): Spec => create(SpecSchema, { block });
+const spec = (block: MessageInitShape<typeof SpecSchema>["block"]): Spec => create(SpecSchema, { block });
 const attr = (type: string, o: { name?: string; required?: boolean } = {}) =>
   spec({
     case: "Attr",
