@@ -56,6 +56,7 @@ import {
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
+  configOf,
   hcldecSkip as skip,
   runHcldec,
   type HcldecResult,
@@ -1034,25 +1035,7 @@ function bodyGen(depth: number, inMap = false): fc.Arbitrary<Gen> {
       const schema = spec.object(
         Object.fromEntries(parts.map((p, i) => [KEYS[i]!, p.schema])),
       );
-      const entry = (p: Field) =>
-        fc.oneof(
-          { weight: 6, arbitrary: p.value.map((v) => [[p.name, v]]) },
-          { weight: 1, arbitrary: fc.constant([[p.name, null]]) },
-          { weight: 2, arbitrary: fc.constant([]) },
-        );
-      const config = fc
-        .tuple(
-          fc.tuple(...parts.map(entry)),
-          fc.oneof(
-            { weight: 9, arbitrary: fc.constant([]) },
-            { weight: 1, arbitrary: fc.constant([["bogus", 1]]) },
-          ),
-        )
-        .map(([entries, extra]) =>
-          Object.fromEntries([...entries.flat(), ...extra] as Array<
-            [string, unknown]
-          >),
-        );
+      const config = configOf(parts);
       return { schema, config };
     });
 }

@@ -19,6 +19,7 @@ import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
+  configOf,
   hcldecSkip as skip,
   runHcldec,
   type HcldecResult as Nomad,
@@ -635,25 +636,7 @@ function bodyGen(depth: number, inMap = false): fc.Arbitrary<Gen> {
       const spec = obj(
         Object.fromEntries(parts.map((p, i) => [NAMES[i]!, p.spec])),
       );
-      const entry = (p: (typeof parts)[number]) =>
-        fc.oneof(
-          { weight: 6, arbitrary: p.value.map((v) => [[p.name, v]]) },
-          { weight: 1, arbitrary: fc.constant([[p.name, null]]) },
-          { weight: 2, arbitrary: fc.constant([]) },
-        );
-      const config = fc
-        .tuple(
-          fc.tuple(...parts.map(entry)),
-          fc.oneof(
-            { weight: 9, arbitrary: fc.constant([]) },
-            { weight: 1, arbitrary: fc.constant([["bogus", 1]]) },
-          ),
-        )
-        .map(([entries, extra]) =>
-          Object.fromEntries([...entries.flat(), ...extra] as Array<
-            [string, unknown]
-          >),
-        );
+      const config = configOf(parts);
       return { spec, config };
     });
 }

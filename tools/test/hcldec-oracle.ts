@@ -4,6 +4,7 @@ import { existsSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { toJson } from "@bufbuild/protobuf";
 import { SpecSchema, type Spec } from "@nomadkit/protocol/hclspec";
+import fc from "fast-check";
 
 /** Why the Go decoder cannot be built here, or undefined when it can. */
 export const hcldecSkip =
@@ -48,4 +49,33 @@ export function runHcldec(
   if (r.status !== 0)
     throw new Error(`hcldec-go: exit ${r.status}\n${r.stderr}`);
   return JSON.parse(r.stdout) as HcldecResult[];
+}
+
+/**
+ * A generated config for generated fields: each one mostly written with one of its values, now and
+ * then null or left out, and once in a while beside a key no schema declares.
+ *
+ * @example
+ * const config = configOf([{ name: "a", value: fc.integer() }]);
+ */
+export function configOf(
+  fields: readonly { name: string; value: fc.Arbitrary<unknown> }[],
+): fc.Arbitrary<Record<string, unknown>> {
+  const entry = (f: { name: string; value: fc.Arbitrary<unknown> }) =>
+    fc.oneof(
+      { weight: 6, arbitrary: f.value.map((v) => [[f.name, v]]) },
+      { weight: 1, arbitrary: fc.constant([[f.name, null]]) },
+      { weight: 2, arbitrary: fc.constant([]) },
+    );
+  return fc
+    .tuple(
+      fc.tuple(...fields.map(entry)),
+      fc.oneof(
+        { weight: 9, arbitrary: fc.constant([]) },
+        { weight: 1, arbitrary: fc.constant([["bogus", 1]]) },
+      ),
+    )
+    .map(([entries, extra]) =>
+      Object.fromEntries([...entries.flat(), ...extra] as Array<[string, unknown]>),
+    );
 }
