@@ -250,6 +250,11 @@ describe("decodeConfig", () => {
     expect(invalid(() => decodeConfig(spec.object({ pair: spec.array([spec.attr("bool", { name: "x", required: true })]) }), new Uint8Array()))).toBe(
       'config: field "pair[0]": required attribute is missing',
     );
+    // A schema that is one attribute, not an object: empty bytes are nothing sent, not a null.
+    expect(invalid(() => decodeConfig(spec.attr("string", { required: true, name: "command" }), new Uint8Array()))).toBe(
+      "config: required attribute is missing",
+    );
+    expect(decodeConfig(spec.attr("string", { required: true, name: "command" }), encode(null))).toBe("");
   });
 
   it("decodes a literal as Nomad holds it: strings and keys in NFC", () => {
@@ -258,6 +263,8 @@ describe("decodeConfig", () => {
     const v = decodeConfig(s, new Uint8Array());
     expect(v).toStrictEqual({ mode: { "caf\u00e9": ["\u00e9", 1, null] }, name: "\u00e9" });
     expect(s.fields.mode.value).toStrictEqual({ "cafe\u0301": ["e\u0301", 1, undefined] });
+    // A hole is written as null too, and decodes as one.
+    expect(decodeConfig(spec.object({ l: spec.literal([1, , 3]) }), new Uint8Array())).toStrictEqual({ l: [1, null, 3] });
   });
 
   it("gives a null inside a list, set or map its element type's zero value, as a Go driver sees it", () => {

@@ -22,7 +22,8 @@ import { ConfigFieldError } from "./values.js";
  * ```
  */
 export function decodeConfig<T>(schema: HclSpec<T, boolean>, bytes: Uint8Array, label = "config"): T {
-  let raw: unknown = null;
+  // Nothing sent (no config block): every node, the root too, gets undefined; null is a value sent as null.
+  let raw: unknown = undefined;
   if (bytes.byteLength > 0) {
     try {
       // Every element takes at least one byte, so no honest length exceeds the input size.

@@ -66,7 +66,8 @@ function hclString(s: string): string {
  */
 export function hclLiteralValue<T>(value: T): T {
   if (typeof value === "string") return value.normalize("NFC") as T;
-  if (Array.isArray(value)) return value.map((e: unknown) => (e === undefined ? null : hclLiteralValue(e))) as T;
+  // Array.from, not map: a hole is undefined too (the literal writes it as null).
+  if (Array.isArray(value)) return Array.from(value as unknown[], (e) => (e === undefined ? null : hclLiteralValue(e))) as T;
   if (typeof value === "object" && value !== null) {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k.normalize("NFC")] = hclLiteralValue(v);
