@@ -490,7 +490,7 @@ export async function bundlePlugin(
           const second = await trainCodeCache(
             out(files.launcher),
             options.startTimeoutMs,
-            "check-load",
+            "check-answers",
           );
           if (JSON.stringify(second.calls) !== JSON.stringify(run.calls)) {
             throw new CliError(

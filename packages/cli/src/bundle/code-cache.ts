@@ -119,14 +119,15 @@ export interface TrainingRun {
  * Launches the bundled plugin the way Nomad does and makes the calls of Nomad's load launch (health
  * check, PluginInfo, ConfigSchema) with exactly the bytes Nomad sends, recording the answers, then
  * GRPCController.Shutdown. `mode` `write`: the launcher runs the plugin and saves its V8 code cache
- * as the process exits, and reports the transport options; `check-load`: the launcher runs as it
- * will for Nomad and reports what it used (the load launch's fast path, to be checked against the
- * plugin's answers).
+ * as the process exits, and reports the transport options; `check-answers` (before the recording is
+ * written) and `check-load` (after): the launcher runs as it will for Nomad and reports what it
+ * used, the plugin itself or the load launch's fast path, to be checked against the first run's
+ * answers.
  */
 export async function trainCodeCache(
   launcher: string,
   startTimeoutMs = 60_000,
-  mode: "write" | "check-load" = "write",
+  mode: "write" | "check-answers" | "check-load" = "write",
 ): Promise<TrainingRun> {
   const { launchPlugin } = await import("@nomadkit/client");
   const log: string[] = [];
@@ -143,9 +144,13 @@ export async function trainCodeCache(
   } catch (err) {
     // Ctrl-C reaches the plugin too: however the race between its death and ours goes, 128+N.
     launchInterrupted(err);
-    throw new CliError(
-      `bundle: the bundled plugin${mode === "check-load" ? " (load launch fast path)" : ""} did not start as Nomad starts it: ${(err as Error).message}\n(--no-code-cache skips this run)`,
-    );
+    const [which, skip] =
+      mode === "write"
+        ? ["", "--no-code-cache"]
+        : mode === "check-answers"
+          ? [" (its second run, which checks its answers do not vary)", "--no-load-recording"]
+          : [" (load launch fast path)", "--no-load-recording"];
+    throw new CliError(`bundle: the bundled plugin${which} did not start as Nomad starts it: ${(err as Error).message}\n(${skip} skips this run)`);
   }
   const launched = plugin;
   const noCleanup = onInterrupt(() => launched.kill());
