@@ -16,7 +16,8 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * `%{...}` is left as given: Nomad fills it from the task's environment, which the kit does not
  * have). An attribute or block is read from the config under its spec's `name` where it has one,
  * and an object or array spec reads the same block as its parent, as hcldec does. Keys the schema
- * does not declare are kept, so the plugin gets the chance to reject them.
+ * does not declare are kept, so the plugin gets the chance to reject them. A schema whose root is
+ * not an object (Nomad would send a tuple or a single value; no driver's is) leaves the config as given.
  *
  * @example
  * ```ts
