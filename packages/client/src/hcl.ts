@@ -106,6 +106,45 @@ export function formatHclType(t: HclType): string {
   }
 }
 
+/**
+ * An HCL number as text, as cty converts a string to a number (`"8080"`, `"-1.5e3"`, `".5"`):
+ * what Nomad's decoder takes where a number is declared, and how cty sends a number no float64 holds.
+ *
+ * @example
+ * ```ts
+ * HCL_NUMBER_TEXT.test("1e23"); // true
+ * HCL_NUMBER_TEXT.test("0x10"); // false
+ * ```
+ */
+export const HCL_NUMBER_TEXT = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
+
+/**
+ * The shortest decimal that reads back as finite `n`, without its sign, as `digits` × 10^`exp`
+ * (the digits as `String(n)` writes them, trailing zeros included): what JavaScript and Go's JSON
+ * encoder write, and so the decimal HCL reads from a job's number (Nomad holds job numbers as
+ * float64) and cty keeps exactly.
+ *
+ * @example
+ * ```ts
+ * shortestDecimal(1e23); // { digits: "1", exp: 23 }
+ * shortestDecimal(-0.15); // { digits: "15", exp: -2 }
+ * shortestDecimal(2 ** 60); // { digits: "1152921504606847000", exp: 0 }
+ * ```
+ */
+export function shortestDecimal(n: number): {
+  /** The decimal's digits, no sign, no leading zeros. */
+  digits: string;
+  /** The power of ten they are multiplied by. */
+  exp: number;
+} {
+  const m = /^(\d+)(?:\.(\d+))?(?:e([-+]\d+))?$/.exec(String(Math.abs(n)));
+  if (m === null)
+    throw new RangeError(`shortestDecimal: ${n} is not a finite number`);
+  const frac = m[2] ?? "";
+  const digits = (m[1]! + frac).replace(/^0+(?=\d)/, "");
+  return { digits, exp: Number(m[3] ?? 0) - frac.length };
+}
+
 const PRIMITIVES = new Set(["string", "number", "bool", "any"]);
 
 /** What each type function takes, for error messages. */

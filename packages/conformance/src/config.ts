@@ -1,5 +1,5 @@
 import { encode } from "@msgpack/msgpack";
-import { parseHclType, type HclType } from "@nomadkit/client/hcl";
+import { HCL_NUMBER_TEXT, parseHclType, shortestDecimal, type HclType } from "@nomadkit/client/hcl";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 
 /**
@@ -234,7 +234,6 @@ function shapedKey(spec: Spec | undefined, v: unknown): string {
   }
 }
 
-const NUMBER = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
 
 /**
  * A number as cty writes it into a string: the decimal HCL read (the shortest that gives the
@@ -243,19 +242,11 @@ const NUMBER = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
  */
 function ctyNumberString(n: number): string {
   if (!Number.isFinite(n)) return String(n);
-  const { digits, exp } = decimalOf(n);
+  const { digits, exp } = shortestDecimal(n);
   const sign = n < 0 ? "-" : "";
   if (exp >= 0) return sign + digits + "0".repeat(exp);
   const point = digits.length + exp;
   return sign + (point > 0 ? `${digits.slice(0, point)}.${digits.slice(point)}` : `0.${"0".repeat(-point)}${digits}`);
-}
-
-/** The shortest decimal that reads back as `n` (as JavaScript and Go write it), as `digits` × 10^`exp`. */
-function decimalOf(n: number): { digits: string; exp: number } {
-  const m = /^(\d+)(?:\.(\d+))?(?:e([-+]\d+))?$/.exec(String(Math.abs(n)))!;
-  const frac = m[2] ?? "";
-  const digits = (m[1]! + frac).replace(/^0+(?=\d)/, "");
-  return { digits, exp: Number(m[3] ?? 0) - frac.length };
 }
 
 /**
@@ -265,7 +256,7 @@ function decimalOf(n: number): { digits: string; exp: number } {
  */
 function ctyExact(n: number): boolean {
   if (!Number.isFinite(n) || Number.isInteger(n) && Math.abs(n) <= Number.MAX_SAFE_INTEGER) return true;
-  const { digits, exp } = decimalOf(n);
+  const { digits, exp } = shortestDecimal(n);
   // n's exact value: mantissa × 2^e2.
   const view = new DataView(new ArrayBuffer(8));
   view.setFloat64(0, Math.abs(n));
@@ -320,7 +311,7 @@ function convert(type: HclType, value: unknown): unknown {
       if (typeof value === "string") return value.normalize("NFC");
       return typeof value === "number" ? ctyNumberString(value) : typeof value === "boolean" ? String(value) : value;
     case "number":
-      return typeof value === "string" && NUMBER.test(value.trim()) ? Number(value) : value;
+      return typeof value === "string" && HCL_NUMBER_TEXT.test(value.trim()) ? Number(value) : value;
     case "bool":
       // cty's string to bool: "true" and "1", "false" and "0".
       return value === "true" || value === "1" ? true : value === "false" || value === "0" ? false : value;
@@ -531,7 +522,7 @@ function ctyNumbers(v: unknown): unknown {
     if (ctyExact(v)) return v;
     // An integer decimal in int64's range is what cty sends, as an int64 (2 ** 60 is read as
     // 1152921504606847000, the decimal it is written as).
-    const { digits, exp } = decimalOf(v);
+    const { digits, exp } = shortestDecimal(v);
     if (exp >= 0) {
       const int = BigInt(digits) * 10n ** BigInt(exp) * (v < 0 ? -1n : 1n);
       if (int >= -(2n ** 63n) && int < 2n ** 63n) return int;

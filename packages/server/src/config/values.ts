@@ -3,6 +3,7 @@
  * carrying the field path, so the status the caller gets names the field.
  */
 import { parseCtyJsonType, type HclType, formatHclType } from "./types.js";
+import { HCL_NUMBER_TEXT, shortestDecimal } from "@nomadkit/client/hcl";
 
 /** A path into a config value: object keys and list indexes. */
 export type FieldPath = readonly (string | number)[];
@@ -78,7 +79,6 @@ export function isPlainMap(v: unknown): v is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-const NUMERIC = /^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$/;
 const INTEGER = /^[-+]?\d+$/;
 
 /**
@@ -90,16 +90,14 @@ const INTEGER = /^[-+]?\d+$/;
  */
 function integerNumber(v: bigint, path: FieldPath): number {
   const n = Number(v);
-  if (Number.isFinite(n) && (BigInt(n) === v || shortestDecimal(n) === v)) return n;
+  if (Number.isFinite(n) && (BigInt(n) === v || shortestDecimalValue(n) === v)) return n;
   throw new ConfigFieldError(path, `integer ${v} is not a value a JavaScript number holds (nor the shortest decimal of one)`);
 }
 
 /** The value of integral double `n`'s shortest decimal (`String(n)`, as Go writes it: 1e+23), exactly. */
-function shortestDecimal(n: number): bigint | undefined {
-  const [mantissa = "", exp = "0"] = String(n).split("e");
-  const [whole = "", fraction = ""] = mantissa.split(".");
-  const k = Number(exp) - fraction.length;
-  return k >= 0 ? BigInt(whole + fraction) * 10n ** BigInt(k) : undefined;
+function shortestDecimalValue(n: number): bigint | undefined {
+  const { digits, exp } = shortestDecimal(n);
+  return exp >= 0 ? (n < 0 ? -1n : 1n) * BigInt(digits) * 10n ** BigInt(exp) : undefined;
 }
 
 /** Deepest nesting accepted for `any` values, so hostile input cannot exhaust the stack. */
@@ -127,7 +125,7 @@ export function convertValue(t: HclType, v: unknown, path: FieldPath, depth = 0)
       if (typeof v === "number" && !Number.isNaN(v)) return v;
       if (typeof v === "bigint") return integerNumber(v, path);
       // cty encodes numbers that are neither int64 nor exact float64 as decimal strings.
-      if (typeof v === "string" && NUMERIC.test(v)) return INTEGER.test(v) ? integerNumber(BigInt(v), path) : Number(v);
+      if (typeof v === "string" && HCL_NUMBER_TEXT.test(v)) return INTEGER.test(v) ? integerNumber(BigInt(v), path) : Number(v);
       throw mismatch();
     case "list": {
       if (!Array.isArray(v)) throw mismatch();
