@@ -136,7 +136,8 @@ function disagreements(cases: readonly Case[]): string[] {
 }
 
 // Spec builders.
-const spec = (block: MessageInitShape<typeof SpecSchema>["block"]): Spec => create(SpecSchema, { block });
+const spec = (block: MessageInitShape<typeof SpecSchema>["block"]): Spec =>
+  create(SpecSchema, { block });
 const attr = (type: string, o: { name?: string; required?: boolean } = {}) =>
   spec({
     case: "Attr",

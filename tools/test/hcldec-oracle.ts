@@ -76,6 +76,8 @@ export function configOf(
       ),
     )
     .map(([entries, extra]) =>
-      Object.fromEntries([...entries.flat(), ...extra] as Array<[string, unknown]>),
+      Object.fromEntries([...entries.flat(), ...extra] as Array<
+        [string, unknown]
+      >),
     );
 }

@@ -2,7 +2,12 @@
 // HCL type-expression parser, in both builds, and importing nothing else of the package.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { HCL_NUMBER_TEXT, formatHclType, parseHclType, shortestDecimal } from "@nomadkit/client/hcl";
+import {
+  HCL_NUMBER_TEXT,
+  formatHclType,
+  parseHclType,
+  shortestDecimal,
+} from "@nomadkit/client/hcl";
 import { describe, expect, it } from "vitest";
 
 const require = createRequire(import.meta.url);
@@ -290,7 +295,10 @@ describe("@nomadkit/client/hcl", () => {
 describe("HCL numbers as text", () => {
   it("shortestDecimal gives the decimal String(n) writes, as digits × 10^exp, whatever the sign", () => {
     expect(shortestDecimal(1e23)).toEqual({ digits: "1", exp: 23 });
-    expect(shortestDecimal(2 ** 60)).toEqual({ digits: "1152921504606847000", exp: 0 }); // as String(n) writes it
+    expect(shortestDecimal(2 ** 60)).toEqual({
+      digits: "1152921504606847000",
+      exp: 0,
+    }); // as String(n) writes it
     expect(shortestDecimal(-0.15)).toEqual({ digits: "15", exp: -2 });
     expect(shortestDecimal(1.5e-300)).toEqual({ digits: "15", exp: -301 });
     expect(shortestDecimal(0)).toEqual({ digits: "0", exp: 0 });
@@ -301,7 +309,9 @@ describe("HCL numbers as text", () => {
     expect(() => shortestDecimal(Infinity)).toThrow(RangeError);
   });
   it("HCL_NUMBER_TEXT takes what cty converts to a number", () => {
-    for (const t of ["8080", "-1.5e3", ".5", "5.", "+1E-2"]) expect(HCL_NUMBER_TEXT.test(t)).toBe(true);
-    for (const t of ["0x10", "1e", "", " 1", "NaN", "Infinity"]) expect(HCL_NUMBER_TEXT.test(t)).toBe(false);
+    for (const t of ["8080", "-1.5e3", ".5", "5.", "+1E-2"])
+      expect(HCL_NUMBER_TEXT.test(t)).toBe(true);
+    for (const t of ["0x10", "1e", "", " 1", "NaN", "Infinity"])
+      expect(HCL_NUMBER_TEXT.test(t)).toBe(false);
   });
 });

@@ -11,7 +11,11 @@ const isRoot = process.getuid?.() === 0;
 // The real nsenter, which the shim below runs.
 const realNsenter = (() => {
   try {
-    return execFileSync("sh", ["-c", "command -v nsenter"], { encoding: "utf8" }).trim() || undefined;
+    return (
+      execFileSync("sh", ["-c", "command -v nsenter"], {
+        encoding: "utf8",
+      }).trim() || undefined
+    );
   } catch {
     return undefined;
   }
@@ -26,29 +30,39 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe.runIf(isRoot && realNsenter !== undefined)("assertNetnsUsable under a translated locale", () => {
-  it("still tells a namespace of another kind (nsenter's message is read in the C locale)", async () => {
-    // The real nsenter, its messages translated as gettext would under a German locale (Debian's
-    // util-linux-locales; not installed here): only LC_ALL=C keeps them English.
-    const shim = join(dir, "nsenter");
-    writeFileSync(
-      shim,
-      `#!/bin/sh
+describe.runIf(isRoot && realNsenter !== undefined)(
+  "assertNetnsUsable under a translated locale",
+  () => {
+    it("still tells a namespace of another kind (nsenter's message is read in the C locale)", async () => {
+      // The real nsenter, its messages translated as gettext would under a German locale (Debian's
+      // util-linux-locales; not installed here): only LC_ALL=C keeps them English.
+      const shim = join(dir, "nsenter");
+      writeFileSync(
+        shim,
+        `#!/bin/sh
 if [ "$LC_ALL" = C ]; then exec ${realNsenter} "$@"; fi
 ${realNsenter} "$@" 2>"${dir}/err"; rc=$?
 sed 's/Invalid argument/Ungültiges Argument/' "${dir}/err" >&2
 exit $rc
 `,
-    );
-    chmodSync(shim, 0o755);
-    process.env.PATH = `${dir}:${saved.PATH ?? ""}`;
-    process.env.LC_ALL = "de_DE.UTF-8";
-    const { assertNetnsUsable, nsenterPath } = await import("../src/network.js");
-    expect(nsenterPath()).toBe(shim);
-    await expect(assertNetnsUsable({ path: "/proc/self/ns/net" }, "spec.path")).resolves.toBeUndefined();
-    await expect(assertNetnsUsable({ path: "/proc/self/ns/uts" }, "spec.path")).rejects.toMatchObject({
-      code: Code.InvalidArgument,
-      rawMessage: expect.stringMatching(/^spec\.path: "\/proc\/self\/ns\/uts" is not a network namespace \(nsenter: .*Invalid argument\)$/),
+      );
+      chmodSync(shim, 0o755);
+      process.env.PATH = `${dir}:${saved.PATH ?? ""}`;
+      process.env.LC_ALL = "de_DE.UTF-8";
+      const { assertNetnsUsable, nsenterPath } =
+        await import("../src/network.js");
+      expect(nsenterPath()).toBe(shim);
+      await expect(
+        assertNetnsUsable({ path: "/proc/self/ns/net" }, "spec.path"),
+      ).resolves.toBeUndefined();
+      await expect(
+        assertNetnsUsable({ path: "/proc/self/ns/uts" }, "spec.path"),
+      ).rejects.toMatchObject({
+        code: Code.InvalidArgument,
+        rawMessage: expect.stringMatching(
+          /^spec\.path: "\/proc\/self\/ns\/uts" is not a network namespace \(nsenter: .*Invalid argument\)$/,
+        ),
+      });
     });
-  });
-});
+  },
+);
