@@ -345,6 +345,9 @@ describe.skipIf(!hasV1)("executor cgroups: v1", () => {
     expect(readFileSync(`${cg.memory}/memory.limit_in_bytes`, "utf8").trim()).toBe(String(64 * 1024 * 1024));
     expect(readFileSync(`${cg.cpu}/cpu.shares`, "utf8").trim()).toBe("500");
     expect(readFileSync(`${cg.cpuset}/cpuset.cpus`, "utf8").trim()).toBe("0");
+    // Swap off for the task, as Nomad sets it on cgroup v1: on a host with swap, a task at its limit
+    // is OOM-killed instead of being swapped out (the kernel's default, inherited, is 60).
+    expect(readFileSync(`${cg.memory}/memory.swappiness`, "utf8").trim()).toBe("0");
     expect((await exe.client.wait({})).process).toMatchObject({ exitCode: 137, signal: 9, oomKilled: true });
   });
 

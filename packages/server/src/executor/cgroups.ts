@@ -236,7 +236,8 @@ export class TaskCgroups {
    * Writes the task's resource limits into its cgroups before it starts, as Nomad's universal
    * executor does (`configureCG1` / `configureCG2`): the hard memory limit (`memory_max_mb`, else
    * `memory_mb`; a `memory_max_mb` of -1 means none), the soft one (`memory_mb` when there is a
-   * `memory_max_mb`), the cpu shares (cgroup v2: `cpu.weight`) and the cpuset's cpus. Cgroups a job
+   * `memory_max_mb`), swap off (cgroup v1 `memory.swappiness` 0), the cpu shares (cgroup v2:
+   * `cpu.weight`) and the cpuset's cpus. Cgroups a job
    * names with `cgroup_v1_override` keep the limits they have, as in Nomad. A write the kernel
    * refuses is skipped, as Nomad skips it; the refusals are returned, for the log.
    *
@@ -268,6 +269,9 @@ export class TaskCgroups {
     const of = (c: string) => this.dirs.find((d) => d.controller === c);
     write(of("memory"), "memory.limit_in_bytes", hard === undefined ? "-1" : String(hard));
     if (soft > 0n) write(of("memory"), "memory.soft_limit_in_bytes", String(soft));
+    // Nomad's MaybeDisableMemorySwappiness: without it a task at its limit (no memsw limit) is
+    // swapped out on a host with swap instead of being OOM-killed. cgroup v2 has no such file.
+    write(of("memory"), "memory.swappiness", "0");
     if (limits.cpuShares > 0n) write(of("cpu"), "cpu.shares", String(limits.cpuShares));
     const cpuset = of("cpuset");
     if (limits.cpusetCpus !== "" && cpuset?.shared !== true) write(cpuset, "cpuset.cpus", limits.cpusetCpus);
