@@ -172,12 +172,12 @@ export class FingerprintSource implements FingerprintControl {
     };
     this.#waiters.add(onUpdate);
     // A driver's fingerprint() that never settles must not keep the stream open past its end
-    // (cancelled, or the plugin shutting down); the listeners go with the stream.
+    // (cancelled, or the plugin shutting down); the listeners go with the stream. One promise per
+    // wait, not one for the stream's life: every race on a promise that stays pending leaves a
+    // reaction on it holding that race's result (a sent fingerprint), every interval, for days.
     const streamEnd = new AbortController();
-    const ended = new Promise<"ended">((resolve) => {
-      if (signals.some((s) => s?.aborted)) resolve("ended");
-      for (const s of signals) s?.addEventListener("abort", () => resolve("ended"), { once: true, signal: streamEnd.signal });
-    });
+    let onEnded: (() => void) | undefined;
+    for (const s of signals) s?.addEventListener("abort", () => onEnded?.(), { once: true, signal: streamEnd.signal });
     try {
       let last: FingerprintResponse | undefined;
       let periodic = true;
@@ -185,7 +185,12 @@ export class FingerprintSource implements FingerprintControl {
         const seen = this.#version;
         // A driver's fingerprint() that hangs must not hold back what it pushes with update().
         const next = this.#nextUpdate();
+        const ended = new Promise<"ended">((resolve) => {
+          onEnded = () => resolve("ended");
+          if (signals.some((s) => s?.aborted)) resolve("ended");
+        });
         const got = await Promise.race([this.current(periodic), next.updated.then(() => undefined), ended]);
+        onEnded = undefined;
         next.cancel();
         if (got === "ended" || signals.some((s) => s?.aborted)) return;
         let fp = got;
