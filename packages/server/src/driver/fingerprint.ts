@@ -134,18 +134,24 @@ export class FingerprintSource implements FingerprintControl {
     if (this.#pushed !== undefined && (!fresh || this.compute === undefined)) return this.#pushed;
     const compute = this.compute;
     if (compute === undefined) return toFingerprintResponse({ health: "healthy" });
-    this.#inflight ??= (async () => {
+    if (this.#inflight !== undefined) return this.#inflight;
+    const run = (async () => {
       try {
         const r = toFingerprintResponse(await compute());
         this.#lastFailure = undefined;
         return r;
       } catch (err) {
         return this.#failed(err);
-      } finally {
-        this.#inflight = undefined;
       }
     })();
-    return this.#inflight;
+    // Let go of it in a reaction, not in the call's own `finally`: a fingerprint() that throws
+    // synchronously settles the call before it is recorded here, and the record would then stay,
+    // answering every later fingerprint with that failure without asking the driver again.
+    this.#inflight = run;
+    void run.then(() => {
+      if (this.#inflight === run) this.#inflight = undefined;
+    });
+    return run;
   }
 
   /** Resolves at the next update(); `cancel` stops waiting. */
