@@ -113,7 +113,11 @@ export class FingerprintSource implements FingerprintControl {
   /** Push `fingerprint` (used until the driver's next periodic fingerprint), or re-run `fingerprint()`. */
   update(fingerprint?: Fingerprint): void {
     if (fingerprint !== undefined) this.#pushed = this.#safe(() => toFingerprintResponse(fingerprint));
-    else this.#pushed = undefined;
+    else {
+      this.#pushed = undefined;
+      // A call already out began before whatever made the driver ask: the streams call again.
+      this.#inflight = undefined;
+    }
     this.#version++;
     for (const w of [...this.#waiters]) w();
   }

@@ -215,7 +215,8 @@ export interface TaskEventEmitter {
 export interface FingerprintControl {
   /**
    * Send a new fingerprint now on every open Fingerprint stream (if it differs from the last one
-   * sent). Without an argument, the driver's `fingerprint()` is called again.
+   * sent). Without an argument, the driver's `fingerprint()` is called again, even if a call is
+   * already running (it began before whatever the update is about, and its answer is not sent).
    */
   update(fingerprint?: Fingerprint): void;
 }
