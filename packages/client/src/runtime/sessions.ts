@@ -9,6 +9,7 @@ import type * as http2 from "node:http2";
 import { constants as http2Constants } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Http2SessionManager } from "@connectrpc/connect-node";
+import { repairGrpcMessage } from "./grpc-message.js";
 import { PLUGIN_CONNECTION_WINDOW, PLUGIN_SESSION_MEMORY_MIB, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
 const widened = new WeakSet<http2.Http2Session>();
@@ -48,6 +49,9 @@ export class PluginSessionManager extends Http2SessionManager {
       throw closedHere();
     }
     endRequestsWithResponse(stream);
+    // Ahead of every other listener: they all get this headers object.
+    stream.prependListener("response", repairGrpcMessage);
+    stream.prependListener("trailers", repairGrpcMessage);
     const session = stream.session;
     if (session !== undefined && !widened.has(session)) {
       widened.add(session);
