@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import {
   PluginLaunchError,
   PluginShutdownError,
@@ -352,6 +352,18 @@ describe("reattachPlugin", () => {
     } finally {
       parent.kill("SIGKILL");
       rmSync(sock, { force: true });
+    }
+  });
+  it("refuses an invalid tcp address, naming it, and leaves no exit poll running", async () => {
+    vi.useFakeTimers();
+    try {
+      const err = await reattachPlugin({ pid: process.pid, network: "tcp", address: "127.0.0.1" }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(PluginLaunchError);
+      expect((err as Error).message).toBe('reattach: invalid tcp address "127.0.0.1" (expected host:port)');
+      // The poll for the plugin's exit (every 500 ms, for ever) was started before the address was read.
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
     }
   });
   it("refuses a bad network", async () => {

@@ -723,6 +723,9 @@ export async function reattachPlugin(
       `reattach: network must be "unix" or "tcp", not ${JSON.stringify(config.network)}`,
     );
   }
+  // Before the exit poll starts: the connection made below would throw with it left running.
+  if (config.network === "tcp" && tcpTarget(config.address) === undefined)
+    throw new PluginLaunchError(`reattach: invalid tcp address ${JSON.stringify(config.address)} (expected host:port)`);
   if (!isAlive(config.pid)) {
     // As when a reattached plugin exits: a plugin killed hard (the executor of a task whose
     // recovery now fails) could not remove its socket directory, and nobody else will.
