@@ -8,6 +8,8 @@
  * 2. FailedPrecondition with a RecoverableError detail -> `RecoverableError`
  * 3. transport failure and the plugin's exit signal fires within the grace period
  *                                                    -> `PluginShutdownError` (cause: the original)
+ *    (the wait ends at the call's own timeout, as Nomad's ends with the request's context: then
+ *    DeadlineExceeded, cause: the original)
  * 4. anything else                                   -> the original error
  */
 import type {
@@ -98,6 +100,7 @@ export class ClientRuntime {
     options?: CallOptions,
   ): Promise<MessageShape<O>> {
     const opts = this.#merge(options);
+    const deadline = deadlineOf(method, opts.timeoutMs);
     try {
       // On a plugin connection, directly on its HTTP/2 session (h2-call.ts); connect otherwise.
       const sessions = pluginSessions(this.transport);
@@ -109,7 +112,7 @@ export class ClientRuntime {
       opts.onTrailer?.(res.trailer);
       return res.message;
     } catch (err) {
-      throw await this.normalizeError(namedTimeout(err, method, opts.timeoutMs), opts.signal);
+      throw await this.#normalize(namedTimeout(err, method, opts.timeoutMs), opts.signal, deadline);
     }
   }
 
@@ -156,7 +159,11 @@ export class ClientRuntime {
    * Map a failed call's error to what callers see (see the module comment). Exposed for code that
    * talks to a plugin outside the generated clients.
    */
-  async normalizeError(err: unknown, callerSignal?: AbortSignal): Promise<unknown> {
+  normalizeError(err: unknown, callerSignal?: AbortSignal): Promise<unknown> {
+    return this.#normalize(err, callerSignal, undefined);
+  }
+
+  async #normalize(err: unknown, callerSignal: AbortSignal | undefined, deadline: CallDeadline | undefined): Promise<unknown> {
     if (isCancellation(err)) return err;
     if (callerSignal?.aborted) return cancellationError(err);
     if (this.#closed?.aborted) return cancellationError(err, "the connection to the plugin was closed on this side");
@@ -165,12 +172,15 @@ export class ClientRuntime {
     const rec = recoverableFrom(ce);
     if (rec !== undefined) return rec;
     if (this.#exit !== undefined && isTransportFailure(ce)) {
-      switch (await this.#exit.wait(this.#graceMs, callerSignal)) {
+      // The call's timeout ends the wait too: Nomad's ends when the request's context is done.
+      const left = deadline === undefined ? Infinity : Math.max(0, deadline.at - Date.now());
+      switch (await this.#exit.wait(Math.min(this.#graceMs, left), callerSignal)) {
         case "exited":
           return new PluginShutdownError({ cause: err });
         case "cancelled":
           return cancellationError(err);
         case "timeout":
+          if (deadline !== undefined && left < this.#graceMs) return callTimeout(deadline.method, deadline.timeoutMs, err);
           break;
       }
     }
@@ -192,6 +202,7 @@ export class ClientRuntime {
     const opts = this.#merge(options);
     // The call starts when iteration starts, like connect's own clients.
     const run = async function* (rt: ClientRuntime): AsyncGenerator<MessageShape<O>> {
+      const deadline = deadlineOf(method, opts.timeoutMs);
       // A caller that stops iterating early (break, return, a throw in its loop) cancels the call,
       // so the plugin's handler ends too; connect's response iterable alone leaves it running.
       const call = new AbortController();
@@ -221,7 +232,7 @@ export class ClientRuntime {
         finished = true;
       } catch (err) {
         finished = true;
-        throw await rt.normalizeError(namedTimeout(err, method, opts.timeoutMs), outer);
+        throw await rt.#normalize(namedTimeout(err, method, opts.timeoutMs), outer, deadline);
       } finally {
         outer?.removeEventListener("abort", onAbort);
         if (!finished) call.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
@@ -245,14 +256,33 @@ export function clientRuntime(transport: Transport | ClientRuntime, options?: Cl
   return transport instanceof ClientRuntime ? transport : new ClientRuntime(transport, options);
 }
 
+type MethodName = { name: string; parent: { name: string } };
+
+/** A call's own deadline: when it passes (`Date.now()` ms), for which method and timeout. */
+interface CallDeadline {
+  at: number;
+  method: MethodName;
+  timeoutMs: number;
+}
+
+/** The deadline of a call starting now; none without a timeout (undefined or ≤ 0, as connect). */
+function deadlineOf(method: MethodName, timeoutMs: number | undefined): CallDeadline | undefined {
+  return timeoutMs !== undefined && timeoutMs > 0 ? { at: Date.now() + timeoutMs, method, timeoutMs } : undefined;
+}
+
+/** DeadlineExceeded for the call's own timeout, naming the method and the time. */
+function callTimeout(method: MethodName, timeoutMs: number, cause: unknown, metadata?: Headers): ConnectError {
+  return new ConnectError(`${method.parent.name}.${method.name}: no answer within ${timeoutMs} ms (the call's timeout)`, Code.DeadlineExceeded, metadata, undefined, cause);
+}
+
 /**
  * The call's own deadline, said with the method and the time ("the operation timed out" alone does
  * not say which call of many, nor that a timeout option set it). A plugin's DeadlineExceeded is kept.
  */
-function namedTimeout(err: unknown, method: { name: string; parent: { name: string } }, timeoutMs: number | undefined): unknown {
+function namedTimeout(err: unknown, method: MethodName, timeoutMs: number | undefined): unknown {
   if (!(err instanceof ConnectError) || err.code !== Code.DeadlineExceeded || timeoutMs === undefined) return err;
   if (err.rawMessage !== "the operation timed out") return err;
-  return new ConnectError(`${method.parent.name}.${method.name}: no answer within ${timeoutMs} ms (the call's timeout)`, Code.DeadlineExceeded, err.metadata, undefined, err);
+  return callTimeout(method, timeoutMs, err, err.metadata);
 }
 
 /**
