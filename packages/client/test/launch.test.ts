@@ -142,6 +142,18 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
     expect(err.message).toMatch(/unsupported network "udp"/);
   });
 
+  it("a TCP port range a plugin cannot bind in is refused before it starts, naming the option", async () => {
+    // The fake plugin would handshake: only the check stops these launches.
+    const handshake = { FAKE_HANDSHAKE: "1|2|unix|/nowhere|grpc|" };
+    expect((await launchFake(handshake, { minPort: 20000 })).message).toBe(
+      "launchPlugin: minPort 20000 is above maxPort 0 (set both, or neither for any port)",
+    );
+    expect((await launchFake(handshake, { minPort: 1, maxPort: 70000 })).message).toBe(
+      "launchPlugin: maxPort must be a port number (0 to 65535), not 70000",
+    );
+    expect((await launchFake(handshake, { minPort: 1.5, maxPort: 2 })).message).toMatch(/^launchPlugin: minPort must be a port number/);
+  });
+
   it("garbage instead of a handshake", async () => {
     const err = await launchFake({ FAKE_HANDSHAKE: "Listening on port 8080" });
     expect(err.message).toMatch(

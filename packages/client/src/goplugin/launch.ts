@@ -79,7 +79,10 @@ export interface LaunchPluginOptions extends PluginConnectOptions {
   };
   /** App protocol versions offered (`PLUGIN_PROTOCOL_VERSIONS`); default `[2]`. */
   protocolVersions?: readonly number[];
-  /** `PLUGIN_MIN_PORT` for plugins that listen on TCP; default 0 (with `maxPort` 0: any port). */
+  /**
+   * `PLUGIN_MIN_PORT` for plugins that listen on TCP; default 0 (with `maxPort` 0: any port). A
+   * range with `minPort` above `maxPort` is refused before the plugin starts.
+   */
   minPort?: number;
   /** `PLUGIN_MAX_PORT`, the top of the TCP port range; default 0. */
   maxPort?: number;
@@ -421,6 +424,23 @@ async function ping(
 }
 
 /**
+ * `minPort`/`maxPort`, checked before anything starts: a go-plugin plugin on TCP tries each port
+ * from min to max (0 and 0: any port), so a range it cannot bind in fails inside the plugin, seen
+ * only in its stderr as "Couldn't bind plugin TCP listener".
+ */
+function portRange(options: LaunchPluginOptions): { min: number; max: number } {
+  const min = options.minPort ?? 0;
+  const max = options.maxPort ?? 0;
+  for (const [key, v] of [["minPort", min], ["maxPort", max]] as const) {
+    if (!Number.isInteger(v) || v < 0 || v > 65535)
+      throw new PluginLaunchError(`launchPlugin: ${key} must be a port number (0 to 65535), not ${String(v)}`);
+  }
+  if (min > max)
+    throw new PluginLaunchError(`launchPlugin: minPort ${min} is above maxPort ${max} (set both, or neither for any port)`);
+  return { min, max };
+}
+
+/**
  * Starts a go-plugin plugin binary the way Nomad does and connects to it.
  *
  * Sets the magic cookie, `PLUGIN_PROTOCOL_VERSIONS`, `PLUGIN_MIN_PORT`/`PLUGIN_MAX_PORT` (and the
@@ -447,6 +467,7 @@ export async function launchPlugin(
   options: LaunchPluginOptions = {},
 ): Promise<PluginClient> {
   const name = pluginName(cmd, args);
+  const ports = portRange(options);
   const cookie = options.cookie ?? NOMAD_PLUGIN_COOKIE;
   const versions = options.protocolVersions ?? [2];
   const clientCert = options.autoMTLS
@@ -457,8 +478,8 @@ export async function launchPlugin(
     ...options.env,
     [cookie.key]: cookie.value,
     PLUGIN_PROTOCOL_VERSIONS: versions.join(","),
-    PLUGIN_MIN_PORT: String(options.minPort ?? 0),
-    PLUGIN_MAX_PORT: String(options.maxPort ?? 0),
+    PLUGIN_MIN_PORT: String(ports.min),
+    PLUGIN_MAX_PORT: String(ports.max),
   };
   delete env.PLUGIN_CLIENT_CERT;
   if (clientCert) env.PLUGIN_CLIENT_CERT = clientCert.certPem;
