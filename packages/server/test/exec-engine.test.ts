@@ -1,6 +1,6 @@
 // The exec engine in-process (no gRPC): the consumption-driven backpressure contract, the raw
 // form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -230,6 +230,26 @@ describe("runExecCommand", () => {
     io.stdout.resume();
     io.stderr.resume();
     expect((await runExecCommand({ command: ["/bin/true", "x".repeat(128 * 1024 - 1)], tty: true }, io)).exitCode).toBe(0);
+  });
+
+  it("reports a script whose interpreter is missing as an error naming the interpreter, with a tty as without one (not node-pty's exit 1)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nomadkit-interp-"));
+    try {
+      const script = join(dir, "script");
+      writeFileSync(script, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });
+      for (const tty of [false, true]) {
+        const io = { stdin: new PassThrough(), stdout: new PassThrough(), stderr: new PassThrough() };
+        io.stdout.resume();
+        io.stderr.resume();
+        // Before: "spawn <script> ENOENT" (FailedPrecondition) without a tty, "execvp(3) failed." and exit 1 with one.
+        await expect(runExecCommand({ command: [script], tty }, io), `tty ${tty}`).rejects.toMatchObject({
+          code: Code.InvalidArgument,
+          rawMessage: `command[0]: cannot start ${JSON.stringify(script)}: its interpreter "/nonexistent/python9": ENOENT`,
+        });
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("reports a working directory deleted under the task as such, not as a missing command (pipes and tty)", async () => {

@@ -124,7 +124,7 @@ async function expectRefused(p: Promise<unknown>, code: Code, ...parts: string[]
 
 describe("checkInterpreter", () => {
   it("does not block on a FIFO in place of the command (a task may swap it after the lookup)", () => {
-    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/executor/cgroups.js");
+    const built = join(dirname(fileURLToPath(import.meta.url)), "../dist/esm/exec/find-executable.js");
     if (!existsSync(built)) throw new Error(`build first: ${built} is missing (npx turbo run build)`);
     const dir = mkdtempSync(join(tmpdir(), "nk-interp-"));
     try {

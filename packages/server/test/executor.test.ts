@@ -747,6 +747,44 @@ describe.runIf(isRoot)("executor: the task user's groups", () => {
       rmSync(locked, { recursive: true, force: true });
     }
   });
+
+  it("refuses in ExecStreaming, naming setup.command[0], a command the user may not execute or whose interpreter is missing (tty or not)", async () => {
+    // Root's 0700 directory, and one the user can reach (mkdtemp makes it 0700 too).
+    const locked = mkdtempSync(join(tmpdir(), "nk-locked-"));
+    const open = mkdtempSync(join(tmpdir(), "nk-open-"));
+    try {
+      chmodSync(open, 0o755);
+      const unreachable = join(locked, "run");
+      writeFileSync(unreachable, "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+      const noInterpreter = join(open, "run");
+      writeFileSync(noInterpreter, "#!/nonexistent/python9\nprint(1)\n", { mode: 0o755 });
+      const exe = await executor();
+      await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [PATH], user: user.name });
+      const uid = execFileSync("id", ["-u", user.name], { encoding: "utf8" }).trim();
+      const cases = [
+        [unreachable, `setup.command[0]: ${JSON.stringify(unreachable)} is not executable by user ${JSON.stringify(user.name)} (uid ${uid})`],
+        [noInterpreter, `setup.command[0]: cannot start ${JSON.stringify(noInterpreter)}: its interpreter "/nonexistent/python9": ENOENT`],
+      ] as const;
+      for (const [command, message] of cases) {
+        for (const tty of [false, true]) {
+          const q = new RequestQueue<ExecTaskStreamingRequest>();
+          q.push(req({ setup: { taskId: "t", command: [command], tty } }));
+          // Before: setpriv's (or the shell's) complaint as output and exit 127 (or 2), not an error.
+          const err = await collectExec(exe.client.execStreaming(q)).then(
+            (r) => r,
+            (e: unknown) => e,
+          );
+          q.end();
+          expect(err, `${command} tty ${tty}`).toBeInstanceOf(ConnectError);
+          expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+          expect((err as ConnectError).rawMessage).toBe(message);
+        }
+      }
+    } finally {
+      rmSync(locked, { recursive: true, force: true });
+      rmSync(open, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("executor: outliving the driver", () => {

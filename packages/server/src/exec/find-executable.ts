@@ -3,7 +3,7 @@
  * then a clear InvalidArgument naming the request field, not a child that dies with ENOENT.
  * Shared by the in-plugin exec engine and the executor.
  */
-import { accessSync, chmodSync, constants, statSync } from "node:fs";
+import { accessSync, chmodSync, closeSync, constants, fstatSync, openSync, readSync, statSync } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 
@@ -40,6 +40,41 @@ function search(file: string, env: Readonly<Record<string, string>>, cwd: string
     }
   }
   return skipped === undefined ? {} : { notExecutable: skipped };
+}
+
+/**
+ * A script whose interpreter is missing or not executable: spawn would fail with a misleading
+ * ENOENT/EACCES of the script itself, while behind a wrapper (a cgroup gate, setpriv, nsenter) or
+ * node-pty's fork it would only be an exit status (127, or node-pty's 1). Throws InvalidArgument
+ * naming the interpreter (and `field`, when given) instead.
+ */
+export function checkInterpreter(file: string, field?: string): void {
+  let head = "";
+  try {
+    // Non-blocking and files only: a task may swap its command for a FIFO after the lookup, and a
+    // blocking open of that would stop the executor until someone writes to it.
+    const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+    try {
+      if (!fstatSync(fd).isFile()) return;
+      const buf = Buffer.alloc(256);
+      head = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString("latin1");
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return; // spawn reports what it cannot read
+  }
+  if (!head.startsWith("#!")) return;
+  const interpreter = head.slice(2).split("\n")[0]!.trim().split(/\s+/)[0];
+  if (!interpreter) return;
+  try {
+    accessSync(interpreter, constants.X_OK);
+  } catch (err) {
+    throw new ConnectError(
+      `${field ? `${field}: ` : ""}cannot start ${JSON.stringify(file)}: its interpreter ${JSON.stringify(interpreter)}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      Code.InvalidArgument,
+    );
+  }
 }
 
 /**

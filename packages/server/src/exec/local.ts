@@ -11,7 +11,7 @@ import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { ownFile } from "../runtime/own-file.js";
-import { assertDirectory, findExecutable } from "./find-executable.js";
+import { assertDirectory, checkInterpreter, findExecutable } from "./find-executable.js";
 import { closeHandedOutputs, type HandedOutputs } from "./handoff.js";
 import { openOutputPipes, type OutputPipes } from "./output-pipes.js";
 import { retainsChunks } from "./read-buffers.js";
@@ -148,6 +148,8 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
     // The task's directory may have been deleted under it: say so, not that the command is missing.
     if (options.cwd !== undefined) assertDirectory(options.cwd, "cwd", Code.FailedPrecondition);
     const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
+    // node-pty would report a missing interpreter as the command's exit 1, spawn as the script's ENOENT.
+    checkInterpreter(file, "command[0]");
     const args = options.command.slice(1);
     if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
     return await (options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io, releaseHanded));

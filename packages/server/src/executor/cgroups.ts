@@ -5,7 +5,7 @@
  * made for the task or the ones a job names.
  */
 import { spawn, type ChildProcess, type SpawnOptions, type StdioOptions } from "node:child_process";
-import { accessSync, closeSync, constants as fsConstants, existsSync, fstatSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
+import { accessSync, constants as fsConstants, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { constants as osConstants } from "node:os";
 import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
@@ -15,6 +15,7 @@ import type { PtyGate } from "../exec/local.js";
 import { CGROUP_V2_ROOT, cgroupProcs, type CgroupV1Dirs } from "../stats/cgroup.js";
 import { readProcStat } from "../stats/proc.js";
 import { assertSpawned } from "../exec/spawned.js";
+import { checkInterpreter } from "../exec/find-executable.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
 export interface TaskCgroupsRequest {
@@ -532,35 +533,3 @@ async function waitFor(file: string, done: RegExp): Promise<void> {
   }
 }
 
-/**
- * A script whose interpreter is missing or not executable: spawn would fail with ENOENT/EACCES,
- * while behind the gate it would only be `env`'s exit 127. Say so at launch instead.
- */
-export function checkInterpreter(file: string): void {
-  let head = "";
-  try {
-    // Non-blocking and files only: a task may swap its command for a FIFO after the lookup, and a
-    // blocking open of that would stop the executor until someone writes to it.
-    const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
-    try {
-      if (!fstatSync(fd).isFile()) return;
-      const buf = Buffer.alloc(256);
-      head = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString("latin1");
-    } finally {
-      closeSync(fd);
-    }
-  } catch {
-    return; // spawn reports what it cannot read
-  }
-  if (!head.startsWith("#!")) return;
-  const interpreter = head.slice(2).split("\n")[0]!.trim().split(/\s+/)[0];
-  if (!interpreter) return;
-  try {
-    accessSync(interpreter, fsConstants.X_OK);
-  } catch (err) {
-    throw new ConnectError(
-      `cannot start ${JSON.stringify(file)}: its interpreter ${JSON.stringify(interpreter)}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
-      Code.InvalidArgument,
-    );
-  }
-}

@@ -2,12 +2,12 @@ import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process"
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { assertDirectory, findExecutable } from "../exec/find-executable.js";
+import { assertDirectory, checkInterpreter, findExecutable } from "../exec/find-executable.js";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
 import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
 import type { NetworkIsolation } from "../network/types.js";
-import { checkInterpreter, type TaskCgroups } from "./cgroups.js";
+import type { TaskCgroups } from "./cgroups.js";
 import { resolveUser, userCommand, type ResolvedUser } from "./user.js";
 import { assertSpawned } from "../exec/spawned.js";
 

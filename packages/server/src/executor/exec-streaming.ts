@@ -3,8 +3,10 @@ import type { ExecTaskStreamingRequest, ExecTaskStreamingResponse } from "@nomad
 import { OUTPUT_HANDOFF_HEADER, closeHandedOutputs, openHandedOutputs } from "../exec/handoff.js";
 import { runExecCommand, type ExecCommandOptions } from "../exec/local.js";
 import { execStreaming } from "../exec/session.js";
+import { checkInterpreter } from "../exec/find-executable.js";
 import { commandInContext, lookPath } from "./context.js";
 import type { TaskProcess } from "./process.js";
+import { assertExecutableBy } from "./user.js";
 
 /**
  * Executor.ExecStreaming for a task: the SDK's exec protocol engine (high-level form) with the
@@ -40,6 +42,9 @@ export function execStreamingInTask(
           const ctx = task.context;
           // Resolve here with the task's PATH: inside nsenter a missing command would only be exit 127.
           const file = lookPath(session.command[0]!, ctx, "setup.command[0]");
+          // Behind setpriv or nsenter these would only be an exit status (126, 127), as at launch.
+          checkInterpreter(file, "setup.command[0]");
+          if (ctx.user) await assertExecutableBy(ctx.user, file, "setup.command[0]");
           const c = commandInContext(ctx, file, session.command.slice(1), "setup.command[0]");
           options.command = [c.file, ...c.args];
           options.env = c.env;
