@@ -1,6 +1,6 @@
 // The exec engine in-process (no gRPC): the consumption-driven backpressure contract, the raw
 // form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -194,6 +194,60 @@ describe("runExecCommand", () => {
     ac.abort();
     await run.catch(() => undefined);
   }, 60_000);
+
+  it("with a tty, writes no input to the terminal's descriptor number once the terminal is closed (output still on its way)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nomadkit-ptyfd-"));
+    const victim = join(dir, "victim");
+    const taken: number[] = [];
+    try {
+      let master: number | undefined;
+      let finalCalled!: () => void;
+      const atFinal = new Promise<void>((r) => (finalCalled = r));
+      let releaseFinal!: () => void;
+      const stdout = new Writable({
+        write(_c: Buffer, _e, cb) {
+          // While the command runs: the terminal's master, as this process has it open.
+          master ??= readdirSync("/proc/self/fd")
+            .map(Number)
+            .find((fd) => {
+              try {
+                return readlinkSync(`/proc/self/fd/${fd}`) === "/dev/ptmx";
+              } catch {
+                return false;
+              }
+            });
+          cb();
+        },
+        final(cb) {
+          // The command has exited and its terminal is closed; the client has not read everything
+          // yet (a slow client). The next files opened get the lowest free numbers: the terminal's too.
+          for (let i = 0; i < 64 && !taken.includes(master!); i++) taken.push(openSync(victim, "a"));
+          releaseFinal = () => cb();
+          finalCalled();
+        },
+      });
+      const stdin = new PassThrough();
+      const resize = new TerminalResizes();
+      const run = runExecCommand({ command: ["sh", "-c", "echo ready"], tty: true }, { stdin, stdout, stderr: new PassThrough().resume(), resize });
+      await atFinal;
+      expect(master).toBeGreaterThan(2);
+      expect(taken).toContain(master);
+      // What the client sends meanwhile must go nowhere. (A resize is an ioctl, which a regular file
+      // refuses unseen; it is sent through the same guard.)
+      let delivered = false;
+      stdin.on("data", () => (delivered = true));
+      stdin.write("typed after the exit\n");
+      resize.push({ height: 33, width: 99 });
+      // Delivered, and written (a write pauses stdin until it is done) or dropped.
+      while (!delivered || stdin.isPaused()) await sleep(5);
+      releaseFinal();
+      expect((await run).exitCode).toBe(0);
+      expect(readFileSync(victim, "utf8")).toBe("");
+    } finally {
+      for (const fd of taken) closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it("with a tty, end of input after a partial line still ends a reader such as cat", async () => {
     let out = "";

@@ -345,8 +345,23 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
     throw new ConnectError(`exec ${JSON.stringify(file)}: cannot open a terminal: ${(err as Error).message} (out of file descriptors or terminals)`, Code.ResourceExhausted);
   }
 
-  const exited = new Promise<{ exitCode: number; signal?: number }>((r) => term.onExit(r));
-  const drain = new PtyDrain(term, io.stdout);
+  // node-pty's own write() has no backpressure (pty-input.ts); its master fd is public on Unix.
+  const input = typeof term.fd === "number" ? new PtyInput(term.fd, io.stdin) : undefined;
+  // Once node-pty closes the master, its number is free for the next file this process opens
+  // (another session's terminal or FIFO, a socket), while the client may still type and resize
+  // until it has read the last output: nothing more may reach that number.
+  let closed = false;
+  const onClosing = () => {
+    closed = true;
+    input?.dispose();
+  };
+  const exited = new Promise<{ exitCode: number; signal?: number }>((r) =>
+    term.onExit((e) => {
+      onClosing(); // already closed, when PtyDrain could not see it coming
+      r(e);
+    }),
+  );
+  const drain = new PtyDrain(term, io.stdout, onClosing);
   const kill = () => {
     killGroup(term.pid, () => term.kill("SIGKILL"));
     // Nobody reads the output any more. A drain paused for backpressure would hold the terminal
@@ -356,14 +371,12 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   io.signal?.addEventListener("abort", kill, { once: true });
   // Aborted while node-pty was loading: the listener would never fire.
   if (io.signal?.aborted) kill();
-  // node-pty's own write() has no backpressure (pty-input.ts); its master fd is public on Unix.
-  const input = typeof term.fd === "number" ? new PtyInput(term.fd, io.stdin) : undefined;
-  const onStdin = input ? (d: Buffer) => input.push(d) : (d: Buffer) => term.write(d);
-  const onStdinEnd = input ? () => input.end() : () => term.write("\x04");
+  const onStdin = input ? (d: Buffer) => input.push(d) : (d: Buffer) => void (closed || term.write(d));
+  const onStdinEnd = input ? () => input.end() : () => void (closed || term.write("\x04"));
   io.stdin.on("data", onStdin);
   io.stdin.on("end", onStdinEnd);
   const offResize = io.resize?.on(({ height, width }) => {
-    if (height > 0 && width > 0) term.resize(width, height);
+    if (height > 0 && width > 0 && !closed) term.resize(width, height);
   });
   try {
     // After the wiring: input and resizes that arrive while the gate holds the process reach it.
@@ -406,26 +419,33 @@ class PtyDrain {
   #fallback: NodeJS.Timeout | undefined;
   #done = false;
 
+  /** `onClosing` runs right before node-pty closes the master (destroying its socket closes it). */
   constructor(
     private readonly term: Pty,
     private readonly out: Writable,
+    onClosing: () => void,
   ) {
     const internals = term as unknown as { _pty?: string; _socket?: { destroy: (...a: unknown[]) => unknown } };
     const sock = internals._socket;
-    if (typeof internals._pty === "string" && sock !== undefined && typeof sock.destroy === "function") {
-      try {
-        this.#slave = openSync(internals._pty, constants.O_RDWR | constants.O_NOCTTY);
-        const original = sock.destroy.bind(sock);
-        this.#destroy = () => original();
-        sock.destroy = (...a: unknown[]) => {
-          // With an error, or once drained: really destroy.
-          if (a.length > 0 || this.#done || this.#slave === undefined) return original(...a);
-          this.#exitSeen();
-          return sock;
-        };
-      } catch {
-        this.#slave = undefined;
+    if (sock !== undefined && typeof sock.destroy === "function") {
+      const original = sock.destroy.bind(sock);
+      if (typeof internals._pty === "string") {
+        try {
+          this.#slave = openSync(internals._pty, constants.O_RDWR | constants.O_NOCTTY);
+          this.#destroy = () => void sock.destroy();
+        } catch {
+          this.#slave = undefined;
+        }
       }
+      sock.destroy = (...a: unknown[]) => {
+        // With an error, once drained, or without our slave: really destroy.
+        if (a.length > 0 || this.#done || this.#slave === undefined) {
+          onClosing();
+          return original(...a);
+        }
+        this.#exitSeen();
+        return sock;
+      };
     }
     term.onData((data) => this.#onData(data));
   }

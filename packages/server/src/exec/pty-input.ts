@@ -3,10 +3,14 @@
  * terminal's input buffer is full (a program that is not reading), retries on every turn of the
  * event loop: a large paste into a busy program grew the process without bound and kept a core
  * busy. Nomad's executor writes blocking, so it stops reading the client's messages and HTTP/2 flow
- * control reaches the client. Here the input stream is paused while a chunk is being written, and
- * a full buffer is retried on a timer.
+ * control reaches the client. Here the input stream is paused while a chunk waits for room, and a
+ * full buffer is retried on a timer.
+ *
+ * The writes are synchronous (the master is non-blocking: a full buffer is EAGAIN, never a wait),
+ * so none is ever in flight on the threadpool: once {@link PtyInput.dispose} returns, nothing more
+ * reaches the descriptor number, which the next file opened may get once the terminal is closed.
  */
-import { write } from "node:fs";
+import { writeSync } from "node:fs";
 import type { Readable } from "node:stream";
 
 /** Longest wait between two tries at a full terminal buffer. */
@@ -26,7 +30,6 @@ const MAX_RETRY_MS = 50;
 export class PtyInput {
   readonly #queue: Buffer[] = [];
   #offset = 0;
-  #writing = false;
   #failed = false;
   #timer: NodeJS.Timeout | undefined;
   #lastByte = -1;
@@ -42,7 +45,8 @@ export class PtyInput {
     this.#queue.push(chunk);
     this.#lastByte = chunk[chunk.byteLength - 1]!;
     this.input.pause();
-    this.#next();
+    // Waiting for room: the timer goes on, in order.
+    if (this.#timer === undefined) this.#next();
   }
 
   /**
@@ -54,30 +58,36 @@ export class PtyInput {
     this.push(Buffer.from(partial ? "\x04\x04" : "\x04"));
   }
 
-  /** Stop writing (the session is over). */
+  /**
+   * Stop writing: the session is over, or the terminal is about to be closed (call it before the
+   * descriptor is). Input from then on is drained and dropped.
+   */
   dispose(): void {
+    if (this.#failed) return;
     this.#failed = true;
     this.#queue.length = 0;
     clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.input.resume();
   }
 
   #next(delay = 1): void {
-    if (this.#writing || this.#failed) return;
-    const chunk = this.#queue[0];
-    if (chunk === undefined) {
-      this.input.resume();
-      return;
-    }
-    this.#writing = true;
-    write(this.fd, chunk, this.#offset, chunk.byteLength - this.#offset, null, (err, n) => {
-      this.#writing = false;
-      if (err) {
-        if (err.code === "EAGAIN") {
+    this.#timer = undefined;
+    while (!this.#failed) {
+      const chunk = this.#queue[0];
+      if (chunk === undefined) {
+        this.input.resume();
+        return;
+      }
+      let n: number;
+      try {
+        n = writeSync(this.fd, chunk, this.#offset, chunk.byteLength - this.#offset);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === "EAGAIN") {
           this.#timer = setTimeout(() => this.#next(Math.min(delay * 2, MAX_RETRY_MS)), delay);
           return;
         }
-        this.dispose();
-        this.input.resume(); // drained and dropped from now on
+        this.dispose(); // the terminal is gone: nobody can read the rest
         return;
       }
       this.#offset += n;
@@ -85,7 +95,6 @@ export class PtyInput {
         this.#queue.shift();
         this.#offset = 0;
       }
-      this.#next();
-    });
+    }
   }
 }
