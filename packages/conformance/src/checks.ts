@@ -15,7 +15,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
 import { START_MARKER, burnTaskConfig, defaultTaskSignals, signalToken, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
-import { CheckFailure, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
+import { CheckFailure, Code, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
 
 /** A named step of the suite. Returns a short message on success; throws to fail or skip. */
@@ -336,6 +336,32 @@ async function restartTask(s: Suite, old: SuiteTask): Promise<string> {
   }
   s.main = task;
   return "as Nomad does, the task was destroyed and started again on the new plugin for the checks that follow";
+}
+
+/**
+ * InspectTask of a task the driver was told to forget: it must fail (with any status: Nomad's Go
+ * server answers drivers.ErrTaskNotFound with a plain error), and do so as a refusal, not by dying
+ * (a Go driver's nil task handle panics, which ends the plugin) or by never answering. Returns the
+ * refusal for the report.
+ */
+async function inspectForgotten(s: Suite, task: SuiteTask): Promise<string> {
+  const p = running(s);
+  let err: unknown;
+  try {
+    await p.driver.inspectTask({ taskId: task.id }, s.co());
+  } catch (e) {
+    err = e;
+  }
+  expect(err !== undefined, "InspectTask still knows the destroyed task");
+  if (err instanceof PluginShutdownError || p.exitSignal.aborted) {
+    // Let the exit be recorded before describing it.
+    await p.exited;
+    throw new CheckFailure(`InspectTask of the destroyed task: ${s.whyGone(p)}`);
+  }
+  if (s.signal.aborted) throw err;
+  if (codeOf(err) === Code.DeadlineExceeded)
+    throw new CheckFailure(`InspectTask of the destroyed task did not answer: ${describe(err)} (it must refuse a task it does not know)`);
+  return describe(err);
 }
 
 /**
@@ -860,14 +886,7 @@ export const CHECKS: readonly Check[] = [
         throw new CheckFailure(`DestroyTask(force = true) on the exited task failed: ${describe(err)}`);
       }
       task.destroyed = true;
-      let err: unknown;
-      try {
-        await running(s).driver.inspectTask({ taskId: task.id }, s.co());
-      } catch (e) {
-        err = e;
-      }
-      expect(err !== undefined, "InspectTask still knows the destroyed task");
-      return `InspectTask: ${describe(err)}`;
+      return `InspectTask: ${await inspectForgotten(s, task)}`;
     },
   },
   {
@@ -881,13 +900,7 @@ export const CHECKS: readonly Check[] = [
       if (s.defaultTask) pid = await s.taskPid(task);
       await running(s).driver.destroyTask({ taskId: task.id, force: true }, s.co());
       task.destroyed = true;
-      let err: unknown;
-      try {
-        await running(s).driver.inspectTask({ taskId: task.id }, s.co());
-      } catch (e) {
-        err = e;
-      }
-      expect(err !== undefined, "InspectTask still knows the destroyed task");
+      await inspectForgotten(s, task);
       if (pid !== undefined) await s.pidGone(pid, `task pid ${pid} to be killed`);
       return pid !== undefined ? `pid ${pid} killed and forgotten` : "forgotten";
     },

@@ -5,6 +5,7 @@ import { PluginShutdownError, isCancellation } from "@nomadkit/client";
 export const Code = {
   Canceled: 1,
   InvalidArgument: 3,
+  DeadlineExceeded: 4,
   NotFound: 5,
   FailedPrecondition: 9,
   Unimplemented: 12,

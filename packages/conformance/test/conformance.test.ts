@@ -377,6 +377,25 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
     180_000,
   );
 
+  it.each([
+    ["destroy-task", "inspect-panic", /^InspectTask of the destroyed task: the plugin process exited with status 2 during destroy-task; last log lines: panic: runtime error: invalid memory address/],
+    ["destroy-force", "inspect-panic", /^InspectTask of the destroyed task: the plugin process exited with status 2 during destroy-force; last log lines: panic: runtime error: invalid memory address/],
+    ["destroy-task", "inspect-hang", /^InspectTask of the destroyed task did not answer: .*no answer within 5000 ms/],
+  ])(
+    "%s fails a driver whose InspectTask of the forgotten task crashes or hangs (%s), not only one that still knows it",
+    async (check, mode, message) => {
+      const report = await run(modesRaw, mode, [check], { callTimeoutMs: 5_000 });
+      const row = byName(report)[check]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(message);
+      expect(report.ok).toBe(false);
+      // The same check passes the fixture without the bug: it refuses the unknown task with an error status.
+      const good = byName(await run(modesRaw, "", [check]))[check]!;
+      expect([good.status, good.message]).toEqual(["pass", check === "destroy-task" ? "InspectTask: [unknown] task not found" : "forgotten"]);
+    },
+    120_000,
+  );
+
   it(
     "reports a StopTask that never kills a task ignoring the stop signal once the timeout passes",
     async () => {
