@@ -718,6 +718,9 @@ export const CHECKS: readonly Check[] = [
       }
       expect(err !== undefined, "StartTask accepted garbage as config");
       expect(!(err instanceof PluginShutdownError), "the plugin died");
+      if (s.signal.aborted) throw err;
+      // A call that never answers is no refusal: Nomad's task runner would wait on it forever.
+      if (codeOf(err) === Code.DeadlineExceeded) throw new CheckFailure(`StartTask did not answer the malformed config: ${describe(err)} (it must refuse it)`);
       const h = await running(s).health.check({ service: "plugin" }, s.co());
       expect(h.status === 1, "the plugin is no longer SERVING");
       task.destroyed = true;

@@ -397,6 +397,20 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "bad-config fails a StartTask that never answers a config it cannot decode (only a refusal is a clean failure)",
+    async () => {
+      const report = await run(modesRaw, "start-hang", ["bad-config"], { callTimeoutMs: 5_000 });
+      const row = byName(report)["bad-config"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/^StartTask did not answer the malformed config: .*no answer within 5000 ms/);
+      // The reference driver refuses it at once.
+      const good = await runConformance({ plugin: rawexec, cgroupParent, checks: ["bad-config"], ...generous });
+      expect(byName(good)["bad-config"]!.status, formatReport(good)).toBe("pass");
+    },
+    120_000,
+  );
+
+  it(
     "reports a StopTask that never kills a task ignoring the stop signal once the timeout passes",
     async () => {
       const report = await run(modesDriver, "no-escalate", ["stop-timeout"]);
