@@ -192,6 +192,21 @@ describe("nomadkit", () => {
     expect(empty.stderr).toBe(`nomadkit: plugin ${driver}: Driver.Fingerprint ended without sending a fingerprint\n`);
   });
 
+  it("fingerprint --watch: a stream that ends after its first fingerprint is the driver's fault, not the end of the watch", async () => {
+    const modes = fileURLToPath(new URL("../../conformance/test/fixtures/modes-raw.mjs", import.meta.url));
+    // fp-close: one HEALTHY fingerprint, then the stream ends (Nomad takes that for a lost driver).
+    const r = spawnSync(process.execPath, [bin, "fingerprint", modes, "--watch"], {
+      cwd: dir,
+      encoding: "utf8",
+      env: { ...process.env, BUG_MODE: "fp-close" },
+    });
+    expect(r.stdout).toContain("health: HEALTHY");
+    expect(r.stderr).toBe(
+      `nomadkit: plugin ${modes}: Driver.Fingerprint ended after 1 fingerprint(s); a driver keeps the stream open (Nomad takes its end for a lost driver)\n`,
+    );
+    expect(r.status).toBe(1);
+  });
+
   it("a plugin that never answers a set-up call fails it after --call-timeout", async () => {
     const t0 = Date.now();
     const r = spawnSync(process.execPath, [bin, "--call-timeout", "300", "info", driver], {

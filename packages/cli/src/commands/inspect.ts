@@ -130,9 +130,14 @@ export async function fingerprintCommand(
         if (!opts.watch) return;
         if (!opts.json) process.stdout.write("\n");
       }
-      // A driver's Fingerprint stream stays open; Nomad would take the driver for gone.
+      // A driver's Fingerprint stream stays open; Nomad would take the driver for gone. With
+      // --watch, an end after some fingerprints is that too, not the end of the watch.
       if (seen === 0 && !stop.signal.aborted)
         throw new CliError(`plugin ${c.name}: Driver.Fingerprint ended without sending a fingerprint`);
+      if (!stop.signal.aborted)
+        throw new CliError(
+          `plugin ${c.name}: Driver.Fingerprint ended after ${seen} fingerprint(s); a driver keeps the stream open (Nomad takes its end for a lost driver)`,
+        );
     } catch (e) {
       if (stop.signal.aborted) return;
       throw await rpcError(c, "Driver.Fingerprint", e);
