@@ -1,6 +1,6 @@
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, readFileSync, readlinkSync, statSync } from "node:fs";
-import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { PluginType } from "@nomadkit/protocol/base";
 import {
@@ -131,6 +131,14 @@ const CPU_USE_FIELDS: readonly { field: CPUUsage_Fields; name: string; value(c: 
 
 /** StopTask's signal: the task's kill_signal, which Nomad sends as is, "" when the job sets none. */
 const STOP_SIGNAL = "";
+
+/** Seconds of Go's zero time (0001-01-01), which a Go driver's unset time.Time travels as. */
+const GO_ZERO_TIME_SECONDS = -62135596800n;
+
+/** Whether a timestamp of InspectTask is set: present, and not Go's zero time ("not set" in a Go driver). */
+function timeSet(t: Timestamp | undefined): t is Timestamp {
+  return t !== undefined && t.seconds > GO_ZERO_TIME_SECONDS;
+}
 
 function describeExit(r: WaitTaskResponse | undefined): string {
   if (!r?.result) return "no result";
@@ -558,7 +566,7 @@ export const CHECKS: readonly Check[] = [
       expect(r.task, "the response has no task status");
       expect(r.task.id === s.main!.id, `task.id ${JSON.stringify(r.task.id)}, want ${JSON.stringify(s.main!.id)}`);
       expect(r.task.state === TaskState.RUNNING, `state ${TaskState[r.task.state]}, want RUNNING`);
-      expect(r.task.startedAt, "started_at is not set");
+      expect(timeSet(r.task.startedAt), "started_at is not set");
       s.main!.startedAt = timestampDate(r.task.startedAt);
       return `RUNNING since ${s.main!.startedAt.toISOString()}`;
     },
@@ -869,8 +877,7 @@ export const CHECKS: readonly Check[] = [
     async run(s) {
       const r = await running(s).driver.inspectTask({ taskId: s.main!.id }, s.co());
       expect(r.task?.state === TaskState.EXITED, `state ${TaskState[r.task?.state ?? 0]}, want EXITED`);
-      // Go's zero time (0001-01-01) is how a Go driver says "not completed".
-      expect(r.task.completedAt !== undefined && r.task.completedAt.seconds > -62135596800n, "completed_at is not set");
+      expect(timeSet(r.task.completedAt), "completed_at is not set");
       expect(r.task.result, "result is not set");
       return `EXITED at ${timestampDate(r.task.completedAt).toISOString()}`;
     },

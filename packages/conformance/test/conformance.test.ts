@@ -397,6 +397,17 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "inspect-task fails a started_at that is Go's zero time, as inspect-exited fails such a completed_at",
+    async () => {
+      const report = await run(modesRaw, "start-zero", ["inspect-task"]);
+      expect(byName(report)["inspect-task"], formatReport(report)).toMatchObject({ status: "fail", message: "started_at is not set" });
+      const good = byName(await run(modesRaw, "", ["inspect-task"]))["inspect-task"]!;
+      expect(good.status, good.message).toBe("pass");
+    },
+    120_000,
+  );
+
+  it(
     "bad-config fails a StartTask that never answers a config it cannot decode (only a refusal is a clean failure)",
     async () => {
       const report = await run(modesRaw, "start-hang", ["bad-config"], { callTimeoutMs: 5_000 });
