@@ -207,6 +207,20 @@ describe("nomadkit", () => {
     expect(r.status).toBe(1);
   });
 
+  it("fingerprint says a health of UNDETECTED (the enum's zero value, which proto3 JSON leaves out)", () => {
+    const modes = fileURLToPath(new URL("../../conformance/test/fixtures/modes-raw.mjs", import.meta.url));
+    for (const json of [false, true]) {
+      const r = spawnSync(process.execPath, [bin, "fingerprint", modes, ...(json ? ["--json"] : [])], {
+        cwd: dir,
+        encoding: "utf8",
+        env: { ...process.env, BUG_MODE: "fp-undetected" },
+      });
+      expect(r.status).toBe(0);
+      if (json) expect(JSON.parse(r.stdout)).toEqual({ health: "UNDETECTED" });
+      else expect(r.stdout).toBe("health: UNDETECTED\n");
+    }
+  });
+
   it("a plugin that never answers a set-up call fails it after --call-timeout", async () => {
     const t0 = Date.now();
     const r = spawnSync(process.execPath, [bin, "--call-timeout", "300", "info", driver], {

@@ -147,6 +147,9 @@ describe("nomadkit conformance", () => {
     const badCheck = await nomadkit(["conformance", rawexec, "--checks", "bogus"]);
     expect(badCheck.stderr).toBe('nomadkit: --checks: unknown check "bogus" (see --list)\n');
     expect(badCheck.stdout).toBe(""); // refused before the report's header
+    // An empty selection is refused, not taken for "every check".
+    const noCheck = await nomadkit(["conformance", rawexec, "--checks", " , "]);
+    expect([noCheck.code, noCheck.stdout, noCheck.stderr]).toEqual([1, "", 'nomadkit: --checks: no check named in " , " (see --list)\n']);
     const badTimeout = await nomadkit(["conformance", rawexec, "--call-timeout", "soon"]);
     expect(badTimeout.stderr).toContain('--call-timeout "soon"');
     const array = await nomadkit(["conformance", rawexec, "--plugin-config", "[1]"]);

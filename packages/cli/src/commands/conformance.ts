@@ -55,8 +55,10 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (flags.user) options.user = flags.user;
   if (flags.requireTaskEvents) options.requireTaskEvents = true;
   if (flags.name) options.name = flags.name;
-  if (flags.checks) {
+  if (flags.checks !== undefined) {
     options.checks = flags.checks.split(",").map((c) => c.trim()).filter(Boolean);
+    // An empty selection would run every check, the opposite of what was asked.
+    if (options.checks.length === 0) throw new CliError(`--checks: no check named in ${JSON.stringify(flags.checks)} (see --list)`);
     // Before the report's header is printed: the run would refuse it only after.
     const known = new Set(listChecks().map((c) => c.name));
     const unknown = options.checks.find((c) => !known.has(c));

@@ -10,6 +10,7 @@ import {
 import {
   CapabilitiesResponseSchema,
   FingerprintResponseSchema,
+  FingerprintResponse_HealthState,
   TaskConfigSchemaResponseSchema,
 } from "@nomadkit/protocol/driver";
 import { CliError } from "../errors.js";
@@ -126,7 +127,10 @@ export async function fingerprintCommand(
         { signal: stop.signal },
       )) {
         seen++;
-        print(toJson(FingerprintResponseSchema, res), !!opts.json);
+        const fp = toJson(FingerprintResponseSchema, res) as { health?: string };
+        // UNDETECTED is the enum's zero value, which proto3 JSON leaves out: a fingerprint must say its health.
+        fp.health ??= FingerprintResponse_HealthState[res.health];
+        print(fp, !!opts.json);
         if (!opts.watch) return;
         if (!opts.json) process.stdout.write("\n");
       }
