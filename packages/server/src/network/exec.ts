@@ -76,7 +76,8 @@ export function netnsCommand(
 
 /**
  * Checks that the spec's namespace exists before a task is started in it, so a missing namespace
- * is an error naming the field (InvalidArgument) rather than a cryptic nsenter failure.
+ * is an error naming the field (InvalidArgument) rather than a cryptic nsenter failure; a host
+ * where nsenter cannot be run (not installed) is FailedPrecondition naming the field and nsenter.
  *
  * @example
  * ```ts
@@ -93,16 +94,31 @@ export async function assertNetnsUsable(spec: Partial<NetworkIsolation> | undefi
   // the task's place (the task would seem to exit 1). Nothing short of setns() tells the kind of a
   // bind-mounted one: try it, as the launch will. In the C locale: the refusal is told by its
   // message, which a translated util-linux would word otherwise.
-  const refused = await new Promise<string | undefined>((resolve) => {
+  const nsenter = nsenterPath();
+  const { refused, unusable } = await new Promise<{ refused?: string; unusable?: string }>((resolve) => {
     const env = { ...process.env, LC_ALL: "C" };
-    execFile(nsenterPath(), [`--net=${spec.path}`, "--", "true"], { timeout: 10_000, env }, (err, _out, stderr) =>
-      resolve(err && /Invalid argument/.test(String(stderr)) ? String(stderr).trim() : undefined),
-    );
+    execFile(nsenter, [`--net=${spec.path}`, "--", "true"], { timeout: 10_000, env }, (err, _out, stderr) => {
+      // The spawn's own failure: nsenter itself cannot run, and every task would fail in its place
+      // (behind a cgroup's gate it exits 127: the task seems to start and end). Not a passing
+      // shortage (EMFILE, EAGAIN): the launch reports that itself.
+      const code = (err as NodeJS.ErrnoException | null)?.code;
+      if (typeof code === "string" && NSENTER_MISSING.has(code)) return resolve({ unusable: code });
+      resolve(err && /Invalid argument/.test(String(stderr)) ? { refused: String(stderr).trim() } : {});
+    });
   });
+  if (unusable !== undefined) {
+    throw new ConnectError(
+      `${field}: entering ${JSON.stringify(spec.path)} needs nsenter (util-linux), which cannot be run here (${nsenter}: ${unusable})`,
+      Code.FailedPrecondition,
+    );
+  }
   if (refused !== undefined) {
     throw new ConnectError(`${field}: ${JSON.stringify(spec.path)} is not a network namespace (${refused})`, Code.InvalidArgument);
   }
 }
+
+/** Spawn errors that mean nsenter is not there (or not runnable) on this host. */
+const NSENTER_MISSING = new Set(["ENOENT", "EACCES", "ENOEXEC", "EPERM", "ENOTDIR", "ELOOP"]);
 
 let cachedNsenter: string | undefined;
 
