@@ -129,6 +129,23 @@ describe.runIf(isRoot && hasIp)("LinuxNetnsManager (root)", () => {
     expect(await isNamespaceMount(`/var/run/netns/${id}`)).toBe(false);
   });
 
+  it("finds ip in the system directories when the plugin's PATH lacks them (a root shell from plain su keeps a PATH without /usr/sbin)", async () => {
+    const id = `${prefix}-d`;
+    made.push(id);
+    const saved = process.env.PATH;
+    // Nomad itself needs no ip (netlink), so nothing else tells the operator it is missing.
+    process.env.PATH = "/nonexistent";
+    try {
+      const r = await new LinuxNetnsManager().create(id, "");
+      expect(r.created).toBe(true);
+      expect(await isNamespaceMount(r.spec.path)).toBe(true);
+      await new LinuxNetnsManager().destroy(id, r.spec);
+    } finally {
+      process.env.PATH = saved;
+    }
+    expect(existsSync(`/var/run/netns/${id}`)).toBe(false);
+  });
+
   it("serialises concurrent creates of one allocation", async () => {
     const id = `${prefix}-c`;
     made.push(id);

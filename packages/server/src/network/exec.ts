@@ -1,8 +1,8 @@
 import { execFile } from "node:child_process";
-import { accessSync, constants } from "node:fs";
-import { delimiter, isAbsolute, join } from "node:path";
+import { isAbsolute } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { isNamespaceMount } from "./linux.js";
+import { findSystemBinary } from "./system-binary.js";
 import type { NetworkIsolation } from "./types.js";
 
 /** A command line: the file to execute and its arguments. */
@@ -133,17 +133,5 @@ let cachedNsenter: string | undefined;
  * ```
  */
 export function nsenterPath(): string {
-  if (cachedNsenter) return cachedNsenter;
-  const dirs = (process.env.PATH ?? "").split(delimiter).concat(["/usr/bin", "/bin", "/usr/sbin", "/sbin"]);
-  for (const d of dirs) {
-    if (!d) continue;
-    const p = join(d, "nsenter");
-    try {
-      accessSync(p, constants.X_OK);
-      return (cachedNsenter = p);
-    } catch {
-      // next
-    }
-  }
-  return "nsenter";
+  return (cachedNsenter ??= findSystemBinary("nsenter")) ?? "nsenter";
 }

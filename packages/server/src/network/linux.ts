@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
 import { statfs, unlink } from "node:fs/promises";
 import { existsSync } from "node:fs";
+import { findSystemBinary } from "./system-binary.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { NetworkIsolationSpec_NetworkIsolationMode } from "@nomadkit/protocol/driver";
 import {
@@ -17,7 +18,7 @@ const NSFS_MAGIC = 0x6e736673;
 
 /** Options for {@link LinuxNetnsManager}. */
 export interface LinuxNetnsManagerOptions {
-  /** The `ip` binary (iproute2). Default `ip` from PATH. */
+  /** The `ip` binary (iproute2). Default `ip` from PATH, else from /usr/bin, /bin, /usr/sbin or /sbin. */
   ip?: string;
   /** Address written in `hostsConfig` next to the requested hostname. Default 127.0.0.1. */
   hostsAddress?: string;
@@ -59,13 +60,14 @@ export async function isNamespaceMount(path: string): Promise<boolean> {
  * ```
  */
 export class LinuxNetnsManager implements NetworkManager {
-  private readonly ip: string;
+  private readonly ipOption: string | undefined;
+  private ipPath: string | undefined;
   private readonly hostsAddress: string;
   private readonly labels: Record<string, string>;
   private readonly locks = new Map<string, Promise<unknown>>();
 
   constructor(options: LinuxNetnsManagerOptions = {}) {
-    this.ip = options.ip ?? "ip";
+    this.ipOption = options.ip;
     this.hostsAddress = options.hostsAddress ?? "127.0.0.1";
     this.labels = options.labels ?? {};
   }
@@ -131,12 +133,18 @@ export class LinuxNetnsManager implements NetworkManager {
     return next;
   }
 
+  /** The ip to run: the option, else the one found (looked up until there is one: it may be installed later). */
+  private get ip(): string {
+    return this.ipOption ?? (this.ipPath ??= findSystemBinary("ip")) ?? "ip";
+  }
+
   private run(args: string[], what: string): Promise<void> {
+    const ip = this.ip;
     return new Promise((resolve, reject) => {
-      execFile(this.ip, args, { timeout: 30_000 }, (err, _stdout, stderr) => {
+      execFile(ip, args, { timeout: 30_000 }, (err, _stdout, stderr) => {
         if (!err) return resolve();
         const detail = String(stderr || err.message).trim();
-        reject(new ConnectError(`${what}: ${this.ip} ${args.join(" ")}: ${detail}`, Code.Internal, undefined, undefined, err));
+        reject(new ConnectError(`${what}: ${ip} ${args.join(" ")}: ${detail}`, Code.Internal, undefined, undefined, err));
       });
     });
   }
