@@ -16,6 +16,7 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Handl
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { webHeaders } from "@nomadkit/client/runtime";
 import { encodeBinary } from "./binary-encoder.js";
+import { sendableStatus } from "./status-message.js";
 import { timerDelayMs } from "./timer-delay.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
@@ -40,6 +41,8 @@ const PROTO_CONTENT_TYPE = "application/grpc+proto";
 const MAX_QUEUED_REQUESTS = 32;
 /** Output messages up to this size are copied behind their prefix (one write); bigger ones are not. */
 const COPY_LIMIT = 16 * 1024;
+/** http2.constants.NGHTTP2_INTERNAL_ERROR, without loading node:http2 here. */
+const NGHTTP2_INTERNAL_ERROR = 2;
 
 function h2ResetError(rstCode: number): ConnectError | undefined {
   const names: Record<number, [string, Code]> = {
@@ -466,7 +469,11 @@ export class DirectPath {
       this.#options.shutdownSignal,
       req === undefined ? undefined : contextValues?.(req),
     );
-    void this.#serve(route, stream, context, compat?.res);
+    // Whatever fails while answering ends the stream (the caller gets Internal): a rejection left
+    // unhandled would end the plugin process.
+    this.#serve(route, stream, context, compat?.res).catch(() => {
+      if (!stream.destroyed) stream.close(NGHTTP2_INTERNAL_ERROR);
+    });
     return true;
   }
 
@@ -588,9 +595,10 @@ export class DirectPath {
     requests.close(callEnded);
     if (stream.destroyed || stream.closed) return;
     if (error !== undefined) {
+      // Handlers registered without the server runtime reach here with their own messages too.
       setTrailerStatus(
         context.responseTrailer,
-        error instanceof ConnectError ? error : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
+        error instanceof ConnectError ? sendableStatus(error) : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
       );
     }
     sendHeaders();

@@ -24,6 +24,7 @@ import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/c
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { noopLogger, type Logger } from "./logger.js";
 import { GuardedStream } from "./guarded-stream.js";
+import { sendableStatus } from "./status-message.js";
 
 export type { HandlerContext };
 
@@ -138,7 +139,7 @@ export class ServerRuntime {
    * comment. Exposed for hand-written handlers outside `registerX`.
    */
   toConnectError(err: unknown, method: DescMethod, context: HandlerContext): ConnectError {
-    return capMessage(this.#toConnectError(err, method, context));
+    return sendableStatus(this.#toConnectError(err, method, context));
   }
 
   #toConnectError(err: unknown, method: DescMethod, context: HandlerContext): ConnectError {
@@ -222,20 +223,4 @@ function describeFailure(err: unknown): string {
   const cause: unknown = err.cause;
   if (isCancellation(err) && cause !== undefined) return `${err.message}: ${cause instanceof Error ? cause.message : String(cause)}`;
   return err.message;
-}
-
-/**
- * Longest status message sent, in characters. grpc-message travels percent-encoded (up to 3 bytes
- * a character) in the trailers, and Node refuses a header block over 64 KiB: the stream is reset
- * (FRAME_SIZE_ERROR) and the caller gets Internal instead of the code and the field's name.
- */
-const MAX_STATUS_MESSAGE = 8 * 1024;
-
-function capMessage(err: ConnectError): ConnectError {
-  const m = err.rawMessage;
-  if (m.length <= MAX_STATUS_MESSAGE) return err;
-  // Not between the halves of a surrogate pair: a lone one cannot be percent-encoded.
-  const at = /[\uD800-\uDBFF]/.test(m[MAX_STATUS_MESSAGE - 1]!) ? MAX_STATUS_MESSAGE - 1 : MAX_STATUS_MESSAGE;
-  const cut = `${m.slice(0, at)}… (${m.length - at} more characters)`;
-  return new ConnectError(cut, err.code, err.metadata, err.details as ConstructorParameters<typeof ConnectError>[3], err.cause);
 }

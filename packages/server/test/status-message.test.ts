@@ -1,0 +1,96 @@
+// Status messages as a foreign gRPC client (@grpc/grpc-js) receives them from the plugin server's
+// direct path: any text a handler puts in an error reaches the caller with its code, including
+// text grpc-message cannot carry as it is (a lone UTF-16 surrogate), from
+// handlers registered through the server runtime and from handlers registered without it.
+import * as grpc from "@grpc/grpc-js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Driver as DriverService } from "@nomadkit/protocol/driver";
+import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
+import { ServerRuntime } from "../src/runtime.js";
+import {
+  loadGrpcJs,
+  lookup,
+  startServer,
+  type TestServer,
+} from "./runtime-helpers.js";
+
+type Any = any; // grpc-js is the untyped independent peer
+type Ctor = new (address: string, creds: grpc.ChannelCredentials) => Any;
+
+/** What each task id makes InspectTask / StopTask throw. */
+const failures: Record<string, () => unknown> = {
+  text: () => new Error("100% done\nnext line é 日本 🙂"),
+  // A name cut in the middle of an emoji: the high half of the pair is left alone.
+  lone: () => new Error(`no such file ${"🙂".slice(0, 1)}.txt`),
+  loneStatus: () =>
+    new ConnectError(`bad name ${"🙂".slice(1)}`, Code.InvalidArgument),
+};
+
+describe("status messages (grpc-js client -> direct path)", () => {
+  let server: TestServer;
+  let driver: Any;
+
+  beforeAll(async () => {
+    server = await startServer((router) => {
+      registerDriver(
+        router,
+        {
+          inspectTask(req) {
+            throw failures[req.taskId]!();
+          },
+        },
+        new ServerRuntime(),
+      );
+      // StopTask without the server runtime: the direct path encodes the handler's status itself.
+      router.rpc(DriverService.method.stopTask, (req) => {
+        throw failures[req.taskId]!();
+      });
+    });
+    const Driver = lookup<Ctor>(
+      loadGrpcJs(),
+      "hashicorp.nomad.plugins.drivers.proto.Driver",
+    );
+    driver = new Driver(
+      `unix:${server.socketPath}`,
+      grpc.credentials.createInsecure(),
+    );
+  });
+
+  afterAll(async () => {
+    driver?.close();
+    await server?.close();
+  });
+
+  // A deadline, so a call the plugin never answers fails the test instead of hanging it.
+  const unary = (name: string, taskId: string) =>
+    new Promise<grpc.ServiceError | null>((resolve) =>
+      driver[name](
+        { taskId },
+        new grpc.Metadata(),
+        { deadline: Date.now() + 20_000 },
+        (err: grpc.ServiceError | null) => resolve(err),
+      ),
+    );
+
+  it("carries %, newlines and non-ASCII text as it is", async () => {
+    const err = await unary("InspectTask", "text");
+    expect(err?.code).toBe(grpc.status.UNKNOWN);
+    expect(err?.details).toBe("100% done\nnext line é 日本 🙂");
+  });
+
+  it.each(["InspectTask", "StopTask"])(
+    "%s: a lone surrogate becomes U+FFFD, the code is kept",
+    async (rpc) => {
+      const lone = await unary(rpc, "lone");
+      expect(lone?.code).toBe(
+        rpc === "InspectTask" ? grpc.status.UNKNOWN : grpc.status.INTERNAL,
+      );
+      if (rpc === "InspectTask")
+        expect(lone?.details).toBe("no such file \uFFFD.txt");
+      const status = await unary(rpc, "loneStatus");
+      expect(status?.code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(status?.details).toBe("bad name \uFFFD");
+    },
+  );
+});
