@@ -1,13 +1,13 @@
 // Status messages as a foreign gRPC client (@grpc/grpc-js) receives them from the plugin server's
 // direct path: any text a handler puts in an error reaches the caller with its code, including
-// text grpc-message cannot carry as it is (a lone UTF-16 surrogate), from
+// text grpc-message cannot carry as it is (a lone UTF-16 surrogate, a message of many KiB), from
 // handlers registered through the server runtime and from handlers registered without it.
 import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Driver as DriverService } from "@nomadkit/protocol/driver";
 import { registerDriver } from "../src/gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
-import { ServerRuntime } from "../src/runtime.js";
+import { RecoverableError, ServerRuntime } from "../src/runtime.js";
 import {
   loadGrpcJs,
   lookup,
@@ -23,6 +23,10 @@ const failures: Record<string, () => unknown> = {
   text: () => new Error("100% done\nnext line é 日本 🙂"),
   // A name cut in the middle of an emoji: the high half of the pair is left alone.
   lone: () => new Error(`no such file ${"🙂".slice(0, 1)}.txt`),
+  long: () =>
+    new ConnectError(`${"日".repeat(30_000)} ascii`, Code.InvalidArgument),
+  longRecoverable: () => new RecoverableError("日".repeat(30_000), true),
+  ascii: () => new ConnectError("a".repeat(8192), Code.InvalidArgument),
   loneStatus: () =>
     new ConnectError(`bad name ${"🙂".slice(1)}`, Code.InvalidArgument),
 };
@@ -93,4 +97,23 @@ describe("status messages (grpc-js client -> direct path)", () => {
       expect(status?.details).toBe("bad name \uFFFD");
     },
   );
+
+  it.each(["InspectTask", "StopTask"])(
+    "%s: a very long message is cut, the code is kept",
+    async (rpc) => {
+      // 9 bytes a character once percent-encoded: 8192 of them were more than Node sends in trailers.
+      const err = await unary(rpc, "long");
+      expect(err?.code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(err?.details).toMatch(/^日{2000,}… \(\d+ more characters\)$/);
+      const ascii = await unary(rpc, "ascii");
+      expect(ascii?.code).toBe(grpc.status.INVALID_ARGUMENT);
+      expect(ascii?.details).toBe("a".repeat(8192));
+    },
+  );
+
+  it("a very long RecoverableError keeps its code and detail (the detail repeats the message)", async () => {
+    const err = await unary("InspectTask", "longRecoverable");
+    expect(err?.code).toBe(grpc.status.FAILED_PRECONDITION);
+    expect(err?.metadata.get("grpc-status-details-bin")).toHaveLength(1);
+  });
 });

@@ -7,17 +7,34 @@
 import { ConnectError } from "@connectrpc/connect";
 
 /**
- * Longest status message sent, in characters (up to 3 bytes each once percent-encoded).
+ * Most bytes a status message takes in grpc-message, percent-encoded, counted as connect encodes
+ * it: at most 3 an ASCII character, 3 per UTF-8 byte otherwise (9 for "日"). With the details,
+ * which repeat the message (base64), the trailers stay well within Node's 64 KiB. Up to 8192
+ * ASCII characters.
  */
-export const MAX_STATUS_MESSAGE = 8 * 1024;
+export const MAX_STATUS_MESSAGE_BYTES = 24 * 1024;
 
 /** A surrogate not part of a pair (in a `u` regexp a pair is one code point, never matched). */
 const LONE_SURROGATE = /\p{Surrogate}/gu;
 
+/** How many UTF-16 units of `m` fit in {@link MAX_STATUS_MESSAGE_BYTES}; never half a pair. */
+function fittingLength(m: string): number {
+  // No UTF-16 unit takes more than 9 bytes.
+  if (m.length * 9 <= MAX_STATUS_MESSAGE_BYTES) return m.length;
+  let bytes = 0;
+  for (let i = 0; i < m.length;) {
+    const c = m.codePointAt(i)!;
+    bytes += c < 0x80 ? 3 : c < 0x800 ? 6 : c < 0x10000 ? 9 : 12;
+    if (bytes > MAX_STATUS_MESSAGE_BYTES) return i;
+    i += c > 0xffff ? 2 : 1;
+  }
+  return m.length;
+}
+
 /**
  * `err`, or a copy of it whose message can be sent: lone surrogates become U+FFFD (as UTF-8
- * encoding does) and a message longer than {@link MAX_STATUS_MESSAGE} is cut, saying how much more
- * there was. Code, metadata, details and cause are kept.
+ * encoding does) and a message over {@link MAX_STATUS_MESSAGE_BYTES} encoded is cut, saying how
+ * much more there was. Code, metadata, details and cause are kept.
  *
  * @example
  * ```ts
@@ -26,17 +43,12 @@ const LONE_SURROGATE = /\p{Surrogate}/gu;
  */
 export function sendableStatus(err: ConnectError): ConnectError {
   let m = err.rawMessage;
-  const long = m.length > MAX_STATUS_MESSAGE;
+  const at = fittingLength(m);
   const malformed = LONE_SURROGATE.test(m);
   LONE_SURROGATE.lastIndex = 0;
-  if (!long && !malformed) return err;
-  if (long) {
-    // Not between the halves of a surrogate pair.
-    const at = /[\uD800-\uDBFF]/.test(m[MAX_STATUS_MESSAGE - 1]!)
-      ? MAX_STATUS_MESSAGE - 1
-      : MAX_STATUS_MESSAGE;
+  if (at === m.length && !malformed) return err;
+  if (at < m.length)
     m = `${m.slice(0, at)}… (${m.length - at} more characters)`;
-  }
   if (malformed) m = m.replace(LONE_SURROGATE, "\uFFFD");
   return new ConnectError(
     m,
