@@ -167,4 +167,19 @@ describe("GuardedStream", () => {
     void s.next();
     await expect(s.next()).rejects.toThrow("one next() at a time");
   });
+
+  it("settles the consumer's next() even when mapping the handler's failure throws", async () => {
+    const failed = new TypeError("Cannot convert object to primitive value");
+    const h = probe(async function* () {
+      yield 1;
+      throw Object.create(null);
+    });
+    const s = new GuardedStream(h.start, new AbortController().signal, () => {
+      throw failed;
+    });
+    expect(await s.next()).toEqual({ done: false, value: 1 });
+    await expect(s.next()).rejects.toBe(failed);
+    expect(await s.next()).toEqual({ done: true, value: undefined });
+  });
 });
+

@@ -26,6 +26,14 @@ const failures: Record<string, () => unknown> = {
   long: () =>
     new ConnectError(`${"日".repeat(30_000)} ascii`, Code.InvalidArgument),
   longRecoverable: () => new RecoverableError("日".repeat(30_000), true),
+  // Thrown values String() cannot convert.
+  nullProto: () => Object.create(null),
+  badToString: () => ({
+    toString: () => {
+      throw new Error("no");
+    },
+    id: 7,
+  }),
   ascii: () => new ConnectError("a".repeat(8192), Code.InvalidArgument),
   loneStatus: () =>
     new ConnectError(`bad name ${"🙂".slice(1)}`, Code.InvalidArgument),
@@ -41,6 +49,10 @@ describe("status messages (grpc-js client -> direct path)", () => {
         router,
         {
           inspectTask(req) {
+            throw failures[req.taskId]!();
+          },
+          async *taskStats(req) {
+            yield { stats: { id: req.taskId } };
             throw failures[req.taskId]!();
           },
         },
@@ -115,5 +127,31 @@ describe("status messages (grpc-js client -> direct path)", () => {
     const err = await unary("InspectTask", "longRecoverable");
     expect(err?.code).toBe(grpc.status.FAILED_PRECONDITION);
     expect(err?.metadata.get("grpc-status-details-bin")).toHaveLength(1);
+  });
+
+  it("a thrown value String() cannot convert is Unknown, described, from unary and streaming handlers", async () => {
+    const stream = (taskId: string) =>
+      new Promise<grpc.ServiceError>((resolve) => {
+        const call = driver.TaskStats({ taskId }, new grpc.Metadata(), {
+          deadline: Date.now() + 20_000,
+        });
+        call.on("data", () => {});
+        call.on("error", resolve);
+      });
+    for (const [taskId, text] of [
+      ["nullProto", "[Object: null prototype] {}"],
+      ["badToString", "{ toString: [Function: toString], id: 7 }"],
+    ]) {
+      const unaryErr = await unary("InspectTask", taskId!);
+      expect([unaryErr?.code, decodeURIComponent(unaryErr!.details)]).toEqual([
+        grpc.status.UNKNOWN,
+        text,
+      ]);
+      const streamErr = await stream(taskId!);
+      expect([streamErr.code, decodeURIComponent(streamErr.details)]).toEqual([
+        grpc.status.UNKNOWN,
+        text,
+      ]);
+    }
   });
 });

@@ -114,11 +114,19 @@ export class GuardedStream<O> implements AsyncIterableIterator<O> {
     reject(this.#fail(abortedBy(this.#signal)));
   };
 
-  /** The status for `err`, the stream finished; the handler ended unless it failed itself. */
-  #fail(err: unknown): ConnectError {
+  /**
+   * The status for `err`, the stream finished; the handler ended unless it failed itself. Should
+   * `mapError` throw, what it threw is the failure: the consumer's promise must settle either way.
+   */
+  #fail(err: unknown): unknown {
     const aborted = err instanceof Aborted;
     if (!aborted) this.#handlerDone = true;
-    const status = this.#mapError(aborted ? err.reason : err);
+    let status: unknown;
+    try {
+      status = this.#mapError(aborted ? err.reason : err);
+    } catch (mappingFailed) {
+      status = mappingFailed;
+    }
     this.#finish();
     return status;
   }
