@@ -111,6 +111,12 @@ class RequestMessages<T> implements AsyncIterableIterator<T> {
   close(reason: unknown | (() => unknown)): void {
     if (!this.#ended && this.#error === undefined) this.#fail(typeof reason === "function" ? (reason as () => unknown)() : reason);
     this.#queue.length = 0;
+    // The rest of the request is read and dropped: Node destroys a paused stream only once its
+    // unread data has been consumed, so it (and this call) would otherwise stay for ever.
+    if (this.#paused) {
+      this.#paused = false;
+      this.#stream.resume();
+    }
   }
 
   #fail(err: unknown): void {
