@@ -20,9 +20,9 @@ type Ctor = new (address: string, creds: grpc.ChannelCredentials) => Any;
 
 /** What each task id makes InspectTask / StopTask throw. */
 const failures: Record<string, () => unknown> = {
-  text: () => new Error("100% done\nnext line é 日本 🙂"),
+  text: () => new Error("100% done\nnext line: é 日本 🙂 open /var/lib/x, y=1 a+b #c? @d;$&"),
   // A name cut in the middle of an emoji: the high half of the pair is left alone.
-  lone: () => new Error(`no such file ${"🙂".slice(0, 1)}.txt`),
+  lone: () => new Error(`no such file: ${"🙂".slice(0, 1)}.txt`),
   long: () =>
     new ConnectError(`${"日".repeat(30_000)} ascii`, Code.InvalidArgument),
   longRecoverable: () => new RecoverableError("日".repeat(30_000), true),
@@ -89,10 +89,10 @@ describe("status messages (grpc-js client -> direct path)", () => {
       ),
     );
 
-  it("carries %, newlines and non-ASCII text as it is", async () => {
+  it("carries %, newlines, separators (: / , = ...) and non-ASCII text as it is", async () => {
     const err = await unary("InspectTask", "text");
     expect(err?.code).toBe(grpc.status.UNKNOWN);
-    expect(err?.details).toBe("100% done\nnext line é 日本 🙂");
+    expect(err?.details).toBe("100% done\nnext line: é 日本 🙂 open /var/lib/x, y=1 a+b #c? @d;$&");
   });
 
   it.each(["InspectTask", "StopTask"])(
@@ -103,7 +103,7 @@ describe("status messages (grpc-js client -> direct path)", () => {
         rpc === "InspectTask" ? grpc.status.UNKNOWN : grpc.status.INTERNAL,
       );
       if (rpc === "InspectTask")
-        expect(lone?.details).toBe("no such file \uFFFD.txt");
+        expect(lone?.details).toBe("no such file: \uFFFD.txt");
       const status = await unary(rpc, "loneStatus");
       expect(status?.code).toBe(grpc.status.INVALID_ARGUMENT);
       expect(status?.details).toBe("bad name \uFFFD");
@@ -143,12 +143,12 @@ describe("status messages (grpc-js client -> direct path)", () => {
       ["badToString", "{ toString: [Function: toString], id: 7 }"],
     ]) {
       const unaryErr = await unary("InspectTask", taskId!);
-      expect([unaryErr?.code, decodeURIComponent(unaryErr!.details)]).toEqual([
+      expect([unaryErr?.code, unaryErr?.details]).toEqual([
         grpc.status.UNKNOWN,
         text,
       ]);
       const streamErr = await stream(taskId!);
-      expect([streamErr.code, decodeURIComponent(streamErr.details)]).toEqual([
+      expect([streamErr.code, streamErr.details]).toEqual([
         grpc.status.UNKNOWN,
         text,
       ]);

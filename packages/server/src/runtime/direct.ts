@@ -16,7 +16,7 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Handl
 import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { webHeaders } from "@nomadkit/client/runtime";
 import { encodeBinary } from "./binary-encoder.js";
-import { sendableStatus } from "./status-message.js";
+import { grpcMessageValue, sendableStatus } from "./status-message.js";
 import { timerDelayMs } from "./timer-delay.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
 
@@ -602,10 +602,11 @@ export class DirectPath {
     if (stream.destroyed || stream.closed) return;
     if (error !== undefined) {
       // Handlers registered without the server runtime reach here with their own messages too.
-      setTrailerStatus(
-        context.responseTrailer,
-        error instanceof ConnectError ? sendableStatus(error) : new ConnectError("internal error", Code.Internal, undefined, undefined, error),
-      );
+      const status =
+        error instanceof ConnectError ? sendableStatus(error) : new ConnectError("internal error", Code.Internal, undefined, undefined, error);
+      setTrailerStatus(context.responseTrailer, status);
+      // Encoded as the spec says rather than as connect does (see grpcMessageValue).
+      context.responseTrailer.set("grpc-message", grpcMessageValue(status.rawMessage));
     }
     sendHeaders();
     if (res !== undefined) {
