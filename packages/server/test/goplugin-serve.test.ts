@@ -280,6 +280,15 @@ describe("servePlugin", () => {
     expect((err as InstanceType<typeof ConnectError>).code).toBe(
       Code.Unimplemented,
     );
+    // A method no service has: trailers-only Unimplemented, its path readable by a client that
+    // decodes grpc-message with decodeURI (grpc-js), i.e. '/' not escaped.
+    const session = http2.connect("http://localhost", { createConnection: () => connect(plugin.address) });
+    cleanups.push(() => void session.destroy());
+    session.on("error", () => {});
+    const req = session.request({ ":method": "POST", ":path": "/pkg.Svc/M", "content-type": "application/grpc" });
+    req.end();
+    const [headers] = (await once(req, "response")) as [http2.IncomingHttpHeaders];
+    expect([headers["grpc-status"], headers["grpc-message"]]).toEqual(["12", "unknown%20method%20/pkg.Svc/M"]);
   });
 
   it("drops its shutdown listener when a GRPCBroker or Health.Watch stream is cancelled", async () => {

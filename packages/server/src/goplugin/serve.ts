@@ -5,6 +5,7 @@ import { createLogger, type Logger } from "../log/index.js";
 import type { HandshakeConfig } from "./env.js";
 import { logLauncherReport } from "./launcher-report.js";
 import { reportTransportOptions } from "./prelude.js";
+import { grpcMessageValue } from "../runtime/status-message.js";
 import {
   adoptTransport,
   effectiveTransportOptions,
@@ -244,7 +245,7 @@ export async function serveOnTransport(
           const stream = (
             res as unknown as { stream?: http2.ServerHttp2Stream }
           ).stream;
-          const msg = encodeURIComponent(`unknown method ${req.url ?? ""}`);
+          const msg = grpcMessageValue(`unknown method ${req.url ?? ""}`);
           if (stream && !stream.headersSent) {
             stream.respond(
               {
