@@ -56,7 +56,13 @@ class FifoCopy {
     // Opened now, before StartTask, so the driver's open for writing does not wait. Non-blocking: a
     // blocking open would hold one of libuv's pool threads until a writer comes, forever if none
     // does. The kernel reports EOF only after a writer has come and gone, as with logmon's reader.
-    const fd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    let fd: number;
+    try {
+      fd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    } catch (err) {
+      this.closeFile(); // nobody else would: the caller never gets this object
+      throw err;
+    }
     // `fd` is honoured by the constructor (Node's types list it for pipes and sockets alike).
     this.reader = new Socket({ fd, readable: true, writable: false } as SocketConstructorOpts);
     this.reader.on("data", (chunk: Buffer) => {

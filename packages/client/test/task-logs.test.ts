@@ -1,5 +1,6 @@
-import { spawn } from "node:child_process";
-import { closeSync, constants, lstatSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { chmodSync, chownSync, closeSync, constants, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -65,6 +66,35 @@ describe("openTaskLogs", () => {
     expect(logs.stdout()).toBe("buffered\n");
     expect(logs.stderr()).toBe("");
   });
+
+  it.skipIf(process.getuid?.() !== 0 || !existsSync("/usr/bin/setpriv"))(
+    "a FIFO it cannot open for reading fails without leaving the log file open",
+    () => {
+      // As another user: a task's FIFO a root run left behind (0600, root's) cannot be opened.
+      const d = mkdtempSync(join(tmpdir(), "nk-tasklogs-"));
+      made.push(d);
+      chmodSync(d, 0o755);
+      const logsDir = join(d, "logs");
+      mkdirSync(logsDir);
+      chownSync(logsDir, 65534, 65534);
+      execFileSync("mkfifo", ["-m", "600", join(logsDir, ".web.stdout.fifo")]);
+      const built = fileURLToPath(new URL("../dist/esm/index.js", import.meta.url));
+      const script = `
+        import { readdirSync } from "node:fs";
+        const { openTaskLogs } = await import(${JSON.stringify(built)});
+        const fds = () => readdirSync("/proc/self/fd").length;
+        const before = fds();
+        let error;
+        try { openTaskLogs({ logsDir: ${JSON.stringify(logsDir)} }, "web"); } catch (err) { error = err.code; }
+        console.log(JSON.stringify({ error, leaked: fds() - before }));`;
+      const r = spawnSync("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, "--input-type=module", "-e", script], {
+        encoding: "utf8",
+        timeout: 30_000,
+      });
+      expect(r.stderr).toBe("");
+      expect(JSON.parse(r.stdout)).toEqual({ error: "EACCES", leaked: 0 });
+    },
+  );
 
   it("refuses task names that are not a file name", () => {
     const d = mkdtempSync(join(tmpdir(), "nk-tasklogs-"));
