@@ -13,7 +13,7 @@ import {
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
-import { RawExecTask, killOrphanedTask, killUnreachableExecutor, parseRawExecState, processStart, type RawExecState } from "./task.js";
+import { RawExecTask, bootId, killOrphanedTask, killUnreachableExecutor, parseRawExecState, processStart, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
 export const PLUGIN_NAME = "nomadkit-rawexec";
@@ -144,7 +144,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         await exe.kill().catch(() => undefined);
         throw err;
       }
-      const state: RawExecState = { startedAt: new Date().toISOString(), pid, pidStart: processStart(pid) };
+      const state: RawExecState = { startedAt: new Date().toISOString(), pid, pidStart: processStart(pid), bootId: bootId() };
       tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
       ctx.events.emit({ taskId: task.id, message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`, annotations: { pid: String(pid), executor_pid: String(exe.pid) } });
       // driver_state: the executor's reattach info plus our own fields, as JSON bytes.

@@ -18,6 +18,12 @@ export interface RawExecState {
    * states from before it was recorded.
    */
   pidStart?: number;
+  /**
+   * The host's boot (`/proc/sys/kernel/random/boot_id`) the task was started in: a start time counts
+   * from boot, so only within the same boot do pid and start time name one process. Absent in
+   * states from before it was recorded.
+   */
+  bootId?: string;
 }
 
 /**
@@ -43,7 +49,25 @@ export function parseRawExecState(value: unknown, invalid: (field: string, probl
     if (!Number.isSafeInteger(n) || (n as number) < 0) invalid("pidStart", `must be a process start time (clock ticks, an integer >= 0), not ${JSON.stringify(start)}`);
     state.pidStart = n as number;
   }
+  if (v.bootId !== undefined) {
+    if (typeof v.bootId !== "string" || v.bootId === "") invalid("bootId", `must be a boot id (a non-empty string), not ${JSON.stringify(v.bootId)}`);
+    state.bootId = v.bootId as string;
+  }
   return state;
+}
+
+let thisBoot: { id: string | undefined } | undefined;
+
+/** This boot of the host (`/proc/sys/kernel/random/boot_id`); undefined where it cannot be read. Read once. */
+export function bootId(): string | undefined {
+  if (!thisBoot) {
+    try {
+      thisBoot = { id: readFileSync("/proc/sys/kernel/random/boot_id", "latin1").trim() || undefined };
+    } catch {
+      thisBoot = { id: undefined };
+    }
+  }
+  return thisBoot.id;
 }
 
 /** A process's start time as `/proc/<pid>/stat` has it (starttime); undefined when it is gone. */
@@ -59,27 +83,24 @@ export function processStart(pid: number): number | undefined {
 /**
  * SIGKILLs the task process and its process group when its executor is gone (the task would
  * otherwise run on, unsupervised, while Nomad starts it again elsewhere), provided the process is
- * still the task: the pid's start time is the one recorded at launch, and its environment names
- * the task's allocation. A reused pid, a sibling task's process included, is left alone, and so
- * is any pid of a state without a start time (Nomad's raw_exec kills nothing here). Returns
- * whether it was killed.
+ * still the task: the pid's start time is the one recorded at launch, in this boot of the host.
+ * A reused pid, a sibling task's process included, is left alone, and so is any pid of a state
+ * without a start time (Nomad's raw_exec kills nothing here). Not the task's environment: a task
+ * may clear it (`env -i`) or write over it (setproctitle, as nginx, PostgreSQL or Ruby do). Only a
+ * state from before the boot was recorded, which cannot tell another boot's process from the
+ * task, also needs the environment to name the task's allocation. Returns whether it was killed.
  *
  * @example
  * ```ts
  * if (!isProcessAlive(exe.pid)) killOrphanedTask(state, task.allocId);
  * ```
  */
-export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, allocId: string): boolean {
+export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart" | "bootId">, allocId: string): boolean {
   const { pid } = state;
   if (pid <= 0 || allocId === "" || state.pidStart === undefined) return false;
+  if (state.bootId !== undefined && state.bootId !== bootId()) return false;
   if (processStart(pid) !== state.pidStart) return false;
-  let environ: string;
-  try {
-    environ = readFileSync(`/proc/${pid}/environ`, "latin1");
-  } catch {
-    return false; // gone, or not ours to read
-  }
-  if (!environ.split("\0").includes(`NOMAD_ALLOC_ID=${allocId}`)) return false;
+  if (state.bootId === undefined && !environNames(pid, `NOMAD_ALLOC_ID=${allocId}`)) return false;
   try {
     process.kill(-pid, "SIGKILL"); // the executor starts each task as a process group leader
   } catch {
@@ -90,6 +111,15 @@ export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart">, 
     }
   }
   return true;
+}
+
+/** Whether the process's environment (as it was exec'd) holds the `KEY=value` entry; false when it cannot be read. */
+function environNames(pid: number, entry: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/environ`, "latin1").split("\0").includes(entry);
+  } catch {
+    return false; // gone, or not ours to read
+  }
 }
 
 /**

@@ -1,6 +1,6 @@
 // Tasks outlive the plugin: SIGKILL the plugin, start a new one, RecoverTask with the persisted
 // handle, and the task is the same process, still counting, and fully controllable.
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { decodeExecutorState, reattachExecutor } from "@nomadkit/server/executor";
@@ -242,8 +242,9 @@ describe("recover after a plugin crash", () => {
 
   it("a failed recovery kills the orphaned task of a handle whose pidStart is a string (written before the upgrade)", async () => {
     const { t, handle, state } = await orphanedTask();
-    const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: { pidStart?: number | string } };
+    const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: { pidStart?: number | string; bootId?: string } };
     raw.driver.pidStart = String(raw.driver.pidStart);
+    delete raw.driver.bootId; // those builds did not record it: the task's environment tells it from another boot's process
     const old = { ...handle, driverState: new TextEncoder().encode(JSON.stringify(raw)) };
     process.kill(state.executor.pid, "SIGKILL");
     await until(() => !alive(state.executor.pid), "the executor to die");
@@ -264,6 +265,7 @@ describe("recover after a plugin crash", () => {
       [{ startedAt: "2026-01-01T00:00:00.000Z", pid: "12x" }, "driver_state: driver.pid must be a process id"],
       [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, pidStart: "soon" }, "driver_state: driver.pidStart must be a process start time"],
       [{ startedAt: 5, pid: 1 }, "driver_state: driver.startedAt must be a time"],
+      [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, bootId: 7 }, "driver_state: driver.bootId must be a boot id"],
     ] as const) {
       const { t, handle, state } = await orphanedTask();
       const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: unknown };
@@ -316,5 +318,60 @@ describe("recover after a plugin crash", () => {
     );
     expect(err?.message).toContain("cannot reattach to its executor");
     await until(() => !alive(state.executor.pid), "its executor to die");
+  });
+  it("ends the task when its executor dies even if the task cleared its environment (env -i; setproctitle as nginx, postgres, ruby do)", async () => {
+    /** A task whose process no longer shows NOMAD_ALLOC_ID in /proc/<pid>/environ. */
+    const envCleared = async (p: Awaited<ReturnType<typeof startPlugin>>) => {
+      const t = newTask(sh("exec env -i /bin/sleep 600"));
+      const handle = await start(p, t);
+      const state = driverState(handle);
+      await until(() => readFileSync(`/proc/${state.driver.pid}/cmdline`, "utf8").startsWith("/bin/sleep"), "the task to exec without its environment");
+      expect(readFileSync(`/proc/${state.driver.pid}/environ`, "latin1")).not.toContain("NOMAD_ALLOC_ID=");
+      return { t, handle, state };
+    };
+
+    // While the plugin runs: the Wait reports the executor's death and the task is ended.
+    const p = await startPlugin();
+    const { t, state } = await envCleared(p);
+    const wait = p.driver.waitTask({ taskId: t.id });
+    process.kill(state.executor.pid, "SIGKILL");
+    // Before: not killed (its environment did not name the allocation), and it ran on beside the restart.
+    expect((await wait).err).toContain(`its task, pid ${state.driver.pid}, was killed`);
+    await until(() => !alive(state.driver.pid), "the orphaned task to die");
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+
+    // After a plugin restart: the failed recovery ends it.
+    const first = await startPlugin();
+    const o = await envCleared(first);
+    process.kill(first.pid, "SIGKILL");
+    await first.exited;
+    process.kill(o.state.executor.pid, "SIGKILL");
+    await until(() => !alive(o.state.executor.pid), "the executor to die");
+    const second = await startPlugin();
+    const err = await second.driver.recoverTask({ taskId: o.t.id, handle: o.handle }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toContain(`its task (pid ${o.state.driver.pid}) was killed`);
+    await until(() => !alive(o.state.driver.pid), "the orphaned task to die");
+  });
+
+  it("a failed recovery of a handle from an earlier boot of the host kills nothing (its pid and start time may be another process's now)", async () => {
+    const { t, handle, state } = await orphanedTask();
+    const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: { bootId?: string } };
+    expect(raw.driver.bootId).toBe(readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim());
+    raw.driver.bootId = "00000000-0000-0000-0000-000000000000";
+    const rebooted = { ...handle, driverState: new TextEncoder().encode(JSON.stringify(raw)) };
+    process.kill(state.executor.pid, "SIGKILL");
+    await until(() => !alive(state.executor.pid), "the executor to die");
+    const second = await startPlugin();
+    const err = await second.driver.recoverTask({ taskId: t.id, handle: rebooted }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toContain("cannot reattach to its executor");
+    expect(err?.message).not.toContain("was killed");
+    expect(alive(state.driver.pid)).toBe(true);
+    process.kill(state.driver.pid, "SIGKILL");
   });
 });
