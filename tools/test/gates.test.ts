@@ -108,6 +108,20 @@ describe("check:breaking", () => {
       expect(r.output).toMatch(/TaskStats/);
     });
   });
+  it("fails when a field is deleted, even with its number and name reserved", () => {
+    withEdit(DRIVER, (s) => s.replace(/\n\s*\/\/ Fingerprinting error text, if any\.\n\s*string err = 4;/, '\n  reserved 4;\n  reserved "err";'), () => {
+      const r = gate("breaking");
+      expect(r.status).toBe(1);
+      expect(r.output).toContain('field "4" with name "err" on message "FingerprintResponse" was deleted');
+    });
+  });
+  it("fails when an enum value is deleted, even with its number and name reserved", () => {
+    withEdit(DRIVER, (s) => s.replace(/\n\s*\/\/ The task has exited\.\n\s*EXITED = 2;/, '\n  reserved 2;\n  reserved "EXITED";'), () => {
+      const r = gate("breaking");
+      expect(r.status).toBe(1);
+      expect(r.output).toContain('enum value "2" on enum "TaskState" was deleted');
+    });
+  });
   it("passes for a wire-compatible addition", () => {
     withEdit(DRIVER, (s) => s + "\n// An addition.\nmessage NomadkitAddition {}\n", () => {
       const r = gate("breaking");
@@ -122,6 +136,13 @@ describe("check:lint", () => {
       const r = gate("lint");
       expect(r.status).toBe(1);
       expect(r.output).toMatch(/bad_name/);
+    });
+  });
+  it("fails on a field without a comment", () => {
+    withEdit(DRIVER, (s) => s.replace(/(\n\s*)string err = 4;/, "$1string err = 4;\n  string nomadkit_undocumented = 99;"), () => {
+      const r = gate("lint");
+      expect(r.status).toBe(1);
+      expect(r.output).toContain('Field "nomadkit_undocumented" should have a non-empty comment');
     });
   });
   it("fails on unformatted protos", () => {
