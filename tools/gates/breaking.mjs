@@ -2,31 +2,47 @@
 // check:breaking — WIRE_JSON breaking-change detection (rules in buf.yaml) against
 //   (a) the committed baseline image of the released contract (tools/gates/baseline/released.binpb),
 //       which works offline in any clone, shallow or not; and
-//   (b) the PR base or origin/main, when git history has it.
+//   (b) the PR base (GITHUB_BASE_REF in GitHub Actions; then it must be in the history) or, outside
+//       a PR, origin/main when git history has it.
 // An intended break is recorded by regenerating the baseline (`npm run baseline -- "reason"`), which
 // also appends the reason to tools/gates/baseline/HISTORY.md; check (b) then accepts the change
 // because the record is part of the same diff.
+import { devNull } from "node:os";
 import { bin, capture, finish, run } from "./exec.mjs";
 
 const BASELINE = "tools/gates/baseline/released.binpb";
+const POLICY = 'an intended break (Nomad changed the protocol) is recorded with `npm run baseline -- "reason"`, see the breaking-change policy in README.md';
 const failures = [];
+// In GitHub Actions, buf's own annotation format puts each break on the PR's diff.
+const format = process.env.GITHUB_ACTIONS === "true" ? ["--error-format", "github-actions"] : [];
+
+// A proto/ that does not compile makes buf breaking report the compile errors; say so, not "breaking".
+if (run(bin("buf"), ["build", "proto", "-o", devNull]) !== 0) {
+  failures.push("proto/ does not compile (errors above), so it cannot be compared with anything");
+  finish("check:breaking", failures);
+}
 
 console.log(`check:breaking: proto/ against the released baseline ${BASELINE}`);
-if (run(bin("buf"), ["breaking", "proto", "--against", BASELINE]) !== 0)
-  failures.push(`wire-breaking change against the released baseline (${BASELINE})`);
+if (run(bin("buf"), ["breaking", "proto", "--against", BASELINE, ...format]) !== 0)
+  failures.push(`wire-breaking change against the released baseline (${BASELINE}); ${POLICY}`);
 
-const candidates = [process.env.GITHUB_BASE_REF && `origin/${process.env.GITHUB_BASE_REF}`, "origin/main"].filter(Boolean);
-const baseRef = candidates.find((ref) => capture("git", ["rev-parse", "--verify", "--quiet", `${ref}^{commit}`]));
-const base = baseRef && capture("git", ["merge-base", "HEAD", baseRef]);
-if (!base) {
-  console.log("check:breaking: no PR base / origin/main in this clone's history; base comparison skipped");
+// In a PR the comparison must happen: a checkout without the base's history (fetch-depth 1) would
+// otherwise pass every break the released baseline does not know about yet.
+const prBase = process.env.GITHUB_BASE_REF;
+const baseRef = prBase ? `origin/${prBase}` : "origin/main";
+const base = capture("git", ["rev-parse", "--verify", "--quiet", `${baseRef}^{commit}`]) && capture("git", ["merge-base", "HEAD", baseRef]);
+if (!base && prBase) {
+  failures.push(`the PR base ${baseRef} (GITHUB_BASE_REF) is not in this clone's history; check out with fetch-depth: 0`);
+} else if (!base) {
+  console.log("check:breaking: no origin/main in this clone's history; base comparison skipped");
 } else if (!capture("git", ["ls-tree", "-d", base, "proto"])) {
   console.log(`check:breaking: ${baseRef} has no proto/ yet; base comparison skipped`);
 } else {
   const recorded = capture("git", ["diff", "--name-only", base, "--", "tools/gates/baseline/HISTORY.md"]);
   console.log(`check:breaking: proto/ against ${baseRef} (${base.slice(0, 12)})`);
-  const status = run(bin("buf"), ["breaking", "proto", "--against", `.git#ref=${base},subdir=proto`]);
+  // A recorded break still prints what changed, but not as PR error annotations.
+  const status = run(bin("buf"), ["breaking", "proto", "--against", `.git#ref=${base},subdir=proto`, ...(recorded ? [] : format)]);
   if (status !== 0 && recorded) console.log("check:breaking: break against the base is recorded in HISTORY.md; accepted");
-  else if (status !== 0) failures.push(`wire-breaking change against ${baseRef}; see the breaking-change policy in README.md`);
+  else if (status !== 0) failures.push(`wire-breaking change against ${baseRef}; ${POLICY}`);
 }
 finish("check:breaking", failures);

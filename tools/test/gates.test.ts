@@ -1,5 +1,6 @@
 // The gates must bite: in a throwaway copy of the repository, a hand edit to generated code, a
-// wire-breaking proto change and a lint violation each make their gate fail, naming the culprit.
+// wire-breaking proto change (against the released baseline and against the base branch) and a lint
+// violation each make their gate fail, naming the culprit; wire-compatible changes pass.
 import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,9 +35,15 @@ function copyRepo(): string {
   return dir;
 }
 
-function gate(name: string) {
-  const r = spawnSync(process.execPath, [path.join(copy, "tools/gates", `${name}.mjs`)], { cwd: copy, encoding: "utf8" });
+/** Runs a gate in the copy as outside CI (no PR base, plain buf output), plus `env`. */
+function gate(name: string, env: Record<string, string> = {}) {
+  const { GITHUB_BASE_REF: _base, GITHUB_ACTIONS: _actions, ...outside } = process.env;
+  const r = spawnSync(process.execPath, [path.join(copy, "tools/gates", `${name}.mjs`)], { cwd: copy, encoding: "utf8", env: { ...outside, ...env } });
   return { status: r.status, output: `${r.stdout}\n${r.stderr}` };
+}
+
+function git(...args: string[]) {
+  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], { cwd: copy, encoding: "utf8" }).trim();
 }
 
 /** Applies `edit` to a file of the copy, runs `fn`, then restores the file. */
@@ -121,6 +128,53 @@ describe("check:breaking", () => {
       expect(r.status).toBe(1);
       expect(r.output).toContain('enum value "2" on enum "TaskState" was deleted');
     });
+  });
+  it("says so when proto/ does not compile, instead of reporting a break", () => {
+    withEdit(DRIVER, (s) => s.replace(/\bbool exited = 3;/, "boool exited = 3;"), () => {
+      const r = gate("breaking");
+      expect(r.status).toBe(1);
+      expect(r.output).toContain("proto/ does not compile");
+      expect(r.output).not.toContain("wire-breaking change");
+    });
+  });
+  it("passes for a comment-only change", () => {
+    withEdit(DRIVER, (s) => s.replace("// The task is running.", "// The task is running (reworded)."), () => {
+      const r = gate("breaking");
+      expect(r.output).toContain("check:breaking: ok");
+      expect(r.status).toBe(0);
+    });
+  });
+  it("in a PR, fails when the PR base is not in the history instead of skipping the comparison", () => {
+    const r = gate("breaking", { GITHUB_BASE_REF: "main" });
+    expect(r.status).toBe(1);
+    expect(r.output).toContain("the PR base origin/main (GITHUB_BASE_REF) is not in this clone's history");
+  });
+  it("against origin/main: fails on a break the released baseline does not know, accepts it once HISTORY.md records it", () => {
+    // main gains a field after the release; the branch then deletes it again.
+    const added = (s: string) => s.replace(/(\n\s*)string err = 4;/, "$1string err = 4;\n  // Unreleased.\n  string nomadkit_unreleased = 99;");
+    const file = path.join(copy, DRIVER);
+    const original = readFileSync(file, "utf8");
+    writeFileSync(file, added(original));
+    git("commit", "-qam", "unreleased field");
+    git("update-ref", "refs/remotes/origin/main", "HEAD");
+    try {
+      writeFileSync(file, original);
+      let r = gate("breaking");
+      expect(r.status).toBe(1);
+      expect(r.output).toContain('field "99" with name "nomadkit_unreleased" on message "FingerprintResponse" was deleted');
+      expect(r.output).toContain("wire-breaking change against origin/main");
+      expect(r.output).not.toContain("against the released baseline (");
+      // The same PR base through GITHUB_BASE_REF, as in GitHub Actions.
+      expect(gate("breaking", { GITHUB_BASE_REF: "main" }).status).toBe(1);
+      withEdit("tools/gates/baseline/HISTORY.md", (s) => s + "- test: drops nomadkit_unreleased\n", () => {
+        r = gate("breaking");
+        expect(r.output).toContain("recorded in HISTORY.md; accepted");
+        expect(r.status).toBe(0);
+      });
+    } finally {
+      git("reset", "-q", "--hard", "HEAD~1");
+      git("update-ref", "-d", "refs/remotes/origin/main");
+    }
   });
   it("passes for a wire-compatible addition", () => {
     withEdit(DRIVER, (s) => s + "\n// An addition.\nmessage NomadkitAddition {}\n", () => {
