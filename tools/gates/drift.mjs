@@ -28,10 +28,15 @@ try {
       }
       // Generated output that matches but is not committed is drift too: CI builds from commits.
       const untracked = capture("git", ["status", "--porcelain", "--untracked-files=all", "--", dir]);
-      for (const line of untracked ? untracked.split("\n") : []) if (line.startsWith("??")) changes.push(line);
+      // A stray file is listed once (as D), not again as untracked.
+      const listed = new Set(changes.map((c) => c.slice(3)));
+      for (const line of untracked ? untracked.split("\n") : []) if (line.startsWith("??") && !listed.has(line.slice(3))) changes.push(line);
     }
     if (changes.length) {
-      console.error("Generated code differs from a fresh `npm run gen`:\n" + changes.join("\n") + "\n");
+      console.error(
+        "Generated code differs from a fresh `npm run gen` (M changed, A generated but missing from the tree," +
+          " D in the tree but not generated, ?? generated but not committed):\n" + changes.join("\n") + "\n",
+      );
       for (const dir of outDirs) run("git", ["--no-pager", "diff", "--no-index", "--stat", "--", path.join(root, dir), path.join(tmp, dir)]);
       for (const dir of outDirs) run("git", ["--no-pager", "diff", "--no-index", "--", path.join(root, dir), path.join(tmp, dir)]);
       failures.push(`${changes.length} generated file(s) out of sync: ${changes.map((c) => c.slice(3)).join(", ")}` +

@@ -94,6 +94,8 @@ describe("check:drift", () => {
       const r = gate("drift");
       expect(r.status).toBe(1);
       expect(r.output).toContain(`D  ${rel}`);
+      // Listed once, though it is also untracked.
+      expect(r.output).toContain(`1 generated file(s) out of sync: ${rel} `);
     } finally {
       rmSync(path.join(copy, rel));
     }
