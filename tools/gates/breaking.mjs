@@ -6,7 +6,8 @@
 //       a PR, origin/main when git history has it.
 // An intended break is recorded by regenerating the baseline (`npm run baseline -- "reason"`), which
 // also appends the reason to tools/gates/baseline/HISTORY.md; check (b) then accepts the change
-// because the record is part of the same diff.
+// because the record is part of the same diff. When buf.yaml differs from the base, (b) also runs
+// under the base's buf.yaml, so a change cannot relax the rules that judge it.
 import { devNull } from "node:os";
 import { bin, capture, finish, run } from "./exec.mjs";
 
@@ -41,8 +42,17 @@ if (!base && prBase) {
   const recorded = capture("git", ["diff", "--name-only", base, "--", "tools/gates/baseline/HISTORY.md"]);
   console.log(`check:breaking: proto/ against ${baseRef} (${base.slice(0, 12)})`);
   // A recorded break still prints what changed, but not as PR error annotations.
-  const status = run(bin("buf"), ["breaking", "proto", "--against", `.git#ref=${base},subdir=proto`, ...(recorded ? [] : format)]);
+  const against = ["breaking", "proto", "--against", `.git#ref=${base},subdir=proto`, ...(recorded ? [] : format)];
+  let status = run(bin("buf"), against);
+  let rules = "";
+  // A change that also relaxes buf.yaml (an ignore, a dropped rule) must still pass the base's rules.
+  const baseConfig = capture("git", ["diff", "--name-only", base, "--", "buf.yaml"]) && capture("git", ["show", `${base}:buf.yaml`]);
+  if (status === 0 && baseConfig) {
+    console.log(`check:breaking: buf.yaml differs from ${baseRef}; proto/ against ${baseRef} again, under its buf.yaml`);
+    status = run(bin("buf"), [...against, "--config", baseConfig]);
+    rules = ` under its buf.yaml rules (this change relaxes them)`;
+  }
   if (status !== 0 && recorded) console.log("check:breaking: break against the base is recorded in HISTORY.md; accepted");
-  else if (status !== 0) failures.push(`wire-breaking change against ${baseRef}; ${POLICY}`);
+  else if (status !== 0) failures.push(`wire-breaking change against ${baseRef}${rules}; ${POLICY}`);
 }
 finish("check:breaking", failures);

@@ -178,6 +178,22 @@ describe("check:breaking", () => {
       git("update-ref", "-d", "refs/remotes/origin/main");
     }
   });
+  it("against origin/main: a change that relaxes buf.yaml must still pass the base's rules", () => {
+    git("update-ref", "refs/remotes/origin/main", "HEAD");
+    try {
+      const ignoreDriver = (s: string) => s.replace(/\nbreaking:\n  use:/, `\nbreaking:\n  ignore:\n    - ${DRIVER}\n  use:`);
+      withEdit("buf.yaml", ignoreDriver, () => {
+        withEdit(DRIVER, (s) => s.replace(/(bool\s+exited\s*=\s*)3;/, "$113;"), () => {
+          const r = gate("breaking");
+          expect(r.status).toBe(1);
+          expect(r.output).toContain("wire-breaking change against origin/main under its buf.yaml rules");
+          expect(r.output).toMatch(/ExecTaskStreamingResponse/);
+        });
+      });
+    } finally {
+      git("update-ref", "-d", "refs/remotes/origin/main");
+    }
+  });
   it("passes for a wire-compatible addition", () => {
     withEdit(DRIVER, (s) => s + "\n// An addition.\nmessage NomadkitAddition {}\n", () => {
       const r = gate("breaking");
