@@ -226,3 +226,13 @@ describe("check:lint", () => {
   });
 });
 
+describe("check:packages", () => {
+  it("fails naming a package.json that is not JSON (before packing anything)", () => {
+    const rel = "packages/protoc-gen-nomadkit/package.json";
+    withEdit(rel, (src) => src.replace("{", "{,"), () => {
+      const r = gate("packages");
+      expect(r.status).toBe(1);
+      expect(r.output).toMatch(new RegExp(`check:packages: FAILED\\n  - ${rel.replace(/[./]/g, "\\$&")}: .*JSON`));
+    });
+  });
+});
