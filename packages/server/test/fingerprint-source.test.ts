@@ -106,6 +106,24 @@ it("calls a fingerprint() that threw synchronously again, and reports it healthy
   }
 });
 
+it("reports a thrown value String() cannot convert, without an unhandled rejection, and asks again", async () => {
+  let calls = 0;
+  const s = fingerprintStream(() => {
+    if (++calls === 1) throw Object.create(null);
+    return { health: "healthy" };
+  }, 1);
+  try {
+    expect((await s.stream.next()).value).toMatchObject({
+      health: 1,
+      healthDescription: "fingerprint failed: [Object: null prototype] {}",
+    });
+    expect((await s.stream.next()).value).toMatchObject({ health: 2 });
+    expect(calls).toBe(2);
+  } finally {
+    await s.close();
+  }
+});
+
 it("runs fingerprint() again for an update() asked while a call was out", async () => {
   let health: "undetected" | "healthy" = "undetected";
   const answers: (() => void)[] = [];

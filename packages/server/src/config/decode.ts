@@ -6,6 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Decoder } from "@msgpack/msgpack";
 import type { HclSpec } from "./spec.js";
 import { ConfigFieldError } from "./values.js";
+import { errorText } from "../runtime/error-text.js";
 
 /**
  * Decode msgpack `bytes` with `schema`. Empty bytes mean "no config block" (every field absent, so
@@ -31,7 +32,7 @@ export function decodeConfig<T>(schema: HclSpec<T, boolean>, bytes: Uint8Array, 
       // 64-bit integers as bigint, so one a JavaScript number cannot hold exactly is refused, not rounded.
       raw = new Decoder({ useBigInt64: true, maxStrLength: limit, maxBinLength: limit, maxArrayLength: limit, maxMapLength: limit, maxExtLength: limit }).decode(bytes);
     } catch (err) {
-      const message = err instanceof Error ? err.message : String(err);
+      const message = errorText(err);
       // Well-formed, but the decoder refuses the key (it would set an object's prototype).
       if (message.includes("__proto__")) throw new ConnectError(`${label}: a map key "__proto__" is not supported`, Code.InvalidArgument);
       throw new ConnectError(`${label}: malformed msgpack: ${message}`, Code.InvalidArgument);
@@ -44,6 +45,6 @@ export function decodeConfig<T>(schema: HclSpec<T, boolean>, bytes: Uint8Array, 
   } catch (err) {
     if (err instanceof ConfigFieldError) throw new ConnectError(`${label}: ${err.message}`, Code.InvalidArgument);
     // Anything else (e.g. a RangeError from hostile nesting) is still the caller's bad input.
-    throw new ConnectError(`${label}: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
+    throw new ConnectError(`${label}: ${errorText(err)}`, Code.InvalidArgument);
   }
 }

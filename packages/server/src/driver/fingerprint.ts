@@ -9,6 +9,7 @@ import { FingerprintResponseSchema, FingerprintResponse_HealthState, type Finger
 import type { Logger } from "../log/index.js";
 import type { AttributeValue, Fingerprint, FingerprintControl } from "./types.js";
 import { StreamWaits } from "./util.js";
+import { errorText } from "../runtime/error-text.js";
 
 /** Default period between fingerprints. */
 export const DEFAULT_FINGERPRINT_INTERVAL_MS = 30_000;
@@ -152,9 +153,12 @@ export class FingerprintSource implements FingerprintControl {
     // synchronously settles the call before it is recorded here, and the record would then stay,
     // answering every later fingerprint with that failure without asking the driver again.
     this.#inflight = run;
-    void run.then(() => {
+    // On rejection too (a throwing logger, say): the record must go, and the derived promise must
+    // not be an unhandled rejection, which ends the plugin. The caller handles `run`'s own.
+    const release = () => {
       if (this.#inflight === run) this.#inflight = undefined;
-    });
+    };
+    void run.then(release, release);
     return run;
   }
 
@@ -231,7 +235,7 @@ export class FingerprintSource implements FingerprintControl {
 }
 
 function failed(err: unknown): FingerprintResponse {
-  const message = err instanceof Error ? err.message : String(err);
+  const message = errorText(err);
   return create(FingerprintResponseSchema, {
     health: FingerprintResponse_HealthState.UNHEALTHY,
     healthDescription: `fingerprint failed: ${message}`,

@@ -216,7 +216,8 @@ export interface FingerprintControl {
   /**
    * Send a new fingerprint now on every open Fingerprint stream (if it differs from the last one
    * sent). Without an argument, the driver's `fingerprint()` is called again, even if a call is
-   * already running (it began before whatever the update is about, and its answer is not sent).
+   * already running (it began before whatever the update is about, and its answer is not sent): a
+   * driver calling it on every event while its `fingerprint()` is slow starts one call per update.
    */
   update(fingerprint?: Fingerprint): void;
 }

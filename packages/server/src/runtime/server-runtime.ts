@@ -19,13 +19,13 @@ import type {
   MessageInitShape,
   MessageShape,
 } from "@bufbuild/protobuf";
-import { inspect } from "node:util";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { RecoverableError, cancellationError, isCancellation } from "@nomadkit/client/runtime";
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { noopLogger, type Logger } from "./logger.js";
 import { GuardedStream } from "./guarded-stream.js";
 import { sendableStatus } from "./status-message.js";
+import { errorText } from "./error-text.js";
 
 export type { HandlerContext };
 
@@ -220,20 +220,8 @@ async function* failing<T>(err: unknown): AsyncIterable<T> {
 
 /** What a failure says; an abort's own message ("This operation was aborted") plus its reason. */
 function describeFailure(err: unknown): string {
-  if (!(err instanceof Error)) return describeValue(err);
+  if (!(err instanceof Error)) return errorText(err);
   const cause: unknown = err.cause;
-  if (isCancellation(err) && cause !== undefined) return `${err.message}: ${cause instanceof Error ? cause.message : String(cause)}`;
+  if (isCancellation(err) && cause !== undefined) return `${err.message}: ${errorText(cause)}`;
   return err.message;
-}
-
-/**
- * A thrown value that is not an Error, as text. String() throws for some (an object without a
- * prototype, a toString that throws): util.inspect describes those.
- */
-function describeValue(value: unknown): string {
-  try {
-    return String(value);
-  } catch {
-    return inspect(value, { depth: 1, breakLength: Infinity });
-  }
 }
