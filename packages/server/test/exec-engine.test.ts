@@ -1,6 +1,6 @@
 // The exec engine in-process (no gRPC): the consumption-driven backpressure contract, the raw
 // form's send(), resize bookkeeping, and the pty runner keeping every byte when the reader is slow.
-import { closeSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -301,6 +301,25 @@ describe("runExecCommand", () => {
           rawMessage: `command[0]: cannot start ${JSON.stringify(script)}: its interpreter "/nonexistent/python9": ENOENT`,
         });
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("runs a script whose interpreter is relative to its working directory, as the kernel finds it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nomadkit-interp-rel-"));
+    try {
+      mkdirSync(join(dir, "bin"));
+      symlinkSync("/bin/sh", join(dir, "bin/shx"));
+      const script = join(dir, "script");
+      writeFileSync(script, "#!bin/shx\necho relative\n", { mode: 0o755 });
+      let out = "";
+      const io = { stdin: new PassThrough(), stdout: new PassThrough(), stderr: new PassThrough() };
+      io.stdout.on("data", (d: Buffer) => (out += d));
+      io.stderr.resume();
+      io.stdin.end();
+      expect((await runExecCommand({ command: [script], cwd: dir }, io)).exitCode).toBe(0);
+      expect(out).toBe("relative\n");
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -66,7 +66,8 @@ export function checkInterpreter(file: string, field?: string): void {
   }
   if (!head.startsWith("#!")) return;
   const interpreter = head.slice(2).split("\n")[0]!.trim().split(/\s+/)[0];
-  if (!interpreter) return;
+  // A relative one is the kernel's to find, in the command's working directory (not this process's).
+  if (!interpreter || !isAbsolute(interpreter)) return;
   try {
     accessSync(interpreter, constants.X_OK);
   } catch (err) {
