@@ -4,7 +4,8 @@
  * of through connect's generic pipeline of async iterables, with the same observable behaviour:
  * the same handler functions (so the server runtime's error mapping, logging and cancellation), the
  * same HandlerContext (connect's `createHandlerContext`, deadlines from `grpc-timeout`), the same
- * headers and trailers (connect's `setTrailerStatus`), the same protocol errors, and one message
+ * headers and trailers (connect's `setTrailerStatus`, but `grpc-message` encoded as the gRPC spec
+ * says, which connect's own path does not), the same protocol errors, and one message
  * written per handler output with the next one pulled only after the previous was written (flow
  * control permitting). Messages carrying a {@link WireFrame} are written as their parts, without
  * encoding or copying. Anything else (gRPC-Web, JSON, compressed requests, interceptors) goes to
