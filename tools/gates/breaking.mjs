@@ -6,12 +6,13 @@
 //       a PR, origin/main when git history has it.
 // An intended break is recorded by regenerating the baseline (`npm run baseline -- "reason"`), which
 // also appends the reason to tools/gates/baseline/HISTORY.md; check (b) then accepts the change
-// because the record is part of the same diff. When buf.yaml differs from the base, (b) also runs
+// because the record is part of the same diff: a new HISTORY.md line in that format, the older lines
+// untouched, and the image rebuilt (history.mjs). When buf.yaml differs from the base, (b) also runs
 // under the base's buf.yaml, so a change cannot relax the rules that judge it.
 import { devNull } from "node:os";
 import { bin, capture, finish, run } from "./exec.mjs";
+import { BASELINE, recordedSince } from "./history.mjs";
 
-const BASELINE = "tools/gates/baseline/released.binpb";
 const POLICY = 'an intended break (Nomad changed the protocol) is recorded with `npm run baseline -- "reason"`, see the breaking-change policy in README.md';
 const failures = [];
 // In GitHub Actions, buf's own annotation format puts each break on the PR's diff.
@@ -39,7 +40,8 @@ if (!base && prBase) {
 } else if (!capture("git", ["ls-tree", "-d", base, "proto"])) {
   console.log(`check:breaking: ${baseRef} has no proto/ yet; base comparison skipped`);
 } else {
-  const recorded = capture("git", ["diff", "--name-only", base, "--", "tools/gates/baseline/HISTORY.md"]);
+  const record = recordedSince(base);
+  const recorded = record.changed && record.problems.length === 0;
   console.log(`check:breaking: proto/ against ${baseRef} (${base.slice(0, 12)})`);
   // A recorded break still prints what changed, but not as PR error annotations.
   const against = ["breaking", "proto", "--against", `.git#ref=${base},subdir=proto`, ...(recorded ? [] : format)];
@@ -53,6 +55,8 @@ if (!base && prBase) {
     rules = ` under its buf.yaml rules (this change relaxes them)`;
   }
   if (status !== 0 && recorded) console.log("check:breaking: break against the base is recorded in HISTORY.md; accepted");
+  else if (status !== 0 && record.changed)
+    failures.push(`wire-breaking change against ${baseRef}${rules}, and HISTORY.md does not record it: ${record.problems.join("; ")}; ${POLICY}`);
   else if (status !== 0) failures.push(`wire-breaking change against ${baseRef}${rules}; ${POLICY}`);
 }
 finish("check:breaking", failures);

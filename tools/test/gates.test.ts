@@ -151,32 +151,102 @@ describe("check:breaking", () => {
     expect(r.status).toBe(1);
     expect(r.output).toContain("the PR base origin/main (GITHUB_BASE_REF) is not in this clone's history");
   });
-  it("against origin/main: fails on a break the released baseline does not know, accepts it once HISTORY.md records it", () => {
-    // main gains a field after the release; the branch then deletes it again.
-    const added = (s: string) => s.replace(/(\n\s*)string err = 4;/, "$1string err = 4;\n  // Unreleased.\n  string nomadkit_unreleased = 99;");
-    const file = path.join(copy, DRIVER);
-    const original = readFileSync(file, "utf8");
-    writeFileSync(file, added(original));
-    git("commit", "-qam", "unreleased field");
-    git("update-ref", "refs/remotes/origin/main", "HEAD");
-    try {
-      writeFileSync(file, original);
+  describe("against origin/main, a break the released baseline does not know", () => {
+    // main gains two fields after the release; the branch then deletes one of them again.
+    const HISTORY = "tools/gates/baseline/HISTORY.md";
+    let original: string;
+    beforeAll(() => {
+      const file = path.join(copy, DRIVER);
+      original = readFileSync(file, "utf8");
+      const unreleased = "$1string err = 4;\n  // Unreleased.\n  string nomadkit_unreleased = 99;\n  // Unreleased, kept.\n  string nomadkit_kept = 98;";
+      writeFileSync(file, original.replace(/(\n\s*)string err = 4;/, unreleased));
+      git("commit", "-qam", "unreleased fields");
+      git("update-ref", "refs/remotes/origin/main", "HEAD");
+      writeFileSync(file, readFileSync(file, "utf8").replace(/\n\s*\/\/ Unreleased\.\n\s*string nomadkit_unreleased = 99;/, ""));
+    });
+    afterAll(() => {
+      git("reset", "-q", "--hard", "HEAD~1");
+      git("update-ref", "-d", "refs/remotes/origin/main");
+    });
+    /** Runs `npm run baseline` in the copy, runs `fn`, then restores the baseline files. */
+    function withBaseline(reason: string, fn: () => void) {
+      execFileSync(process.execPath, [path.join(copy, "tools/gates/baseline.mjs"), reason], { cwd: copy, stdio: "ignore" });
+      try {
+        fn();
+      } finally {
+        git("checkout", "-q", "--", "tools/gates/baseline");
+      }
+    }
+    const unrecorded = "wire-breaking change against origin/main, and HISTORY.md does not record it";
+
+    it("fails on it, and accepts it once `npm run baseline` records it", () => {
       let r = gate("breaking");
       expect(r.status).toBe(1);
       expect(r.output).toContain('field "99" with name "nomadkit_unreleased" on message "FingerprintResponse" was deleted');
-      expect(r.output).toContain("wire-breaking change against origin/main");
+      expect(r.output).toContain("wire-breaking change against origin/main;");
       expect(r.output).not.toContain("against the released baseline (");
       // The same PR base through GITHUB_BASE_REF, as in GitHub Actions.
       expect(gate("breaking", { GITHUB_BASE_REF: "main" }).status).toBe(1);
-      withEdit("tools/gates/baseline/HISTORY.md", (s) => s + "- test: drops nomadkit_unreleased\n", () => {
+      withBaseline("drops nomadkit_unreleased", () => {
         r = gate("breaking");
         expect(r.output).toContain("recorded in HISTORY.md; accepted");
         expect(r.status).toBe(0);
       });
-    } finally {
-      git("reset", "-q", "--hard", "HEAD~1");
-      git("update-ref", "-d", "refs/remotes/origin/main");
-    }
+    });
+    it("does not count an edit or deletion of an existing HISTORY.md line as a record", () => {
+      withBaseline("drops nomadkit_unreleased", () => {
+        const lines = readFileSync(path.join(copy, HISTORY), "utf8").split("\n");
+        const last = lines.length - 2; // the line just appended; the release's record is before it
+        const appended = lines[last];
+        // Reword the release's record instead of appending one (the image is rebuilt all the same).
+        lines.splice(last, 1);
+        lines[last - 1] = lines[last - 1].replace("initial release", "first release");
+        withEdit(HISTORY, () => lines.join("\n"), () => {
+          const r = gate("breaking");
+          expect(r.status).toBe(1);
+          expect(r.output).toContain(`${unrecorded}: line ${last} of the base's ${HISTORY} was changed or removed`);
+        });
+        // Delete the release's record and keep the new one.
+        withEdit(HISTORY, (s) => s.replace(/^- 2026-11-30 .*\n/m, ""), () => {
+          const r = gate("breaking");
+          expect(r.status).toBe(1);
+          expect(r.output).toContain(`${unrecorded}: line ${last} of the base's ${HISTORY} was changed or removed`);
+        });
+        expect(appended).toMatch(/^- \d{4}-\d{2}-\d{2} \(from [0-9a-f]+\): drops nomadkit_unreleased$/);
+      });
+    });
+    it("does not count an appended line that is not a record", () => {
+      withBaseline("drops nomadkit_unreleased", () => {
+        withEdit(HISTORY, (s) => s.replace(/^- (\d{4}-\d{2}-\d{2}) \(from \w+\): drops/m, "- $1: drops"), () => {
+          const r = gate("breaking");
+          expect(r.status).toBe(1);
+          expect(r.output).toMatch(new RegExp(`${unrecorded}: ${HISTORY} line \\d+ is not a record like`));
+        });
+        withEdit(HISTORY, (s) => s.replace(/^- \d{4}-\d{2}-\d{2} (\(from \w+\): drops)/m, "- 2026-02-30 $1"), () => {
+          const r = gate("breaking");
+          expect(r.status).toBe(1);
+          expect(r.output).toContain('is not a record like `- YYYY-MM-DD (from <sha>): <reason>`: "- 2026-02-30 (from');
+        });
+      });
+    });
+    it("does not count a record without the rebuilt image", () => {
+      // nomadkit_kept is in proto/ but not in the released image, so a rebuild changes it.
+      withEdit(HISTORY, (s) => `${s}- 2026-12-01 (from 0123abc): drops nomadkit_unreleased\n`, () => {
+        const r = gate("breaking");
+        expect(r.status).toBe(1);
+        expect(r.output).toContain(`${unrecorded}: tools/gates/baseline/released.binpb is the base's, not an image of proto/ as changed`);
+      });
+    });
+    it("accepts a record whose rebuilt image is the released one unchanged", () => {
+      // Both unreleased fields go: proto/ is the release again, and a rebuild writes the same image.
+      withEdit(DRIVER, (s) => s.replace(/\n\s*\/\/ Unreleased, kept\.\n\s*string nomadkit_kept = 98;/, ""), () => {
+        withEdit(HISTORY, (s) => `${s}- 2026-12-01 (from 0123abc): drops the unreleased fields\n`, () => {
+          const r = gate("breaking");
+          expect(r.output).toContain("recorded in HISTORY.md; accepted");
+          expect(r.status).toBe(0);
+        });
+      });
+    });
   });
   it("against origin/main: a change that relaxes buf.yaml must still pass the base's rules", () => {
     git("update-ref", "refs/remotes/origin/main", "HEAD");
