@@ -10,6 +10,7 @@
 // untouched, and the image rebuilt (history.mjs). When buf.yaml differs from the base, (b) also runs
 // under the base's buf.yaml, so a change cannot relax the rules that judge it.
 import { devNull } from "node:os";
+import { changedBufConfig, findBase } from "./base.mjs";
 import { bin, capture, finish, run } from "./exec.mjs";
 import { BASELINE, recordedSince } from "./history.mjs";
 
@@ -30,11 +31,9 @@ if (run(bin("buf"), ["breaking", "proto", "--against", BASELINE, ...format]) !==
 
 // In a PR the comparison must happen: a checkout without the base's history (fetch-depth 1) would
 // otherwise pass every break the released baseline does not know about yet.
-const prBase = process.env.GITHUB_BASE_REF;
-const baseRef = prBase ? `origin/${prBase}` : "origin/main";
-const base = capture("git", ["rev-parse", "--verify", "--quiet", `${baseRef}^{commit}`]) && capture("git", ["merge-base", "HEAD", baseRef]);
-if (!base && prBase) {
-  failures.push(`the PR base ${baseRef} (GITHUB_BASE_REF) is not in this clone's history; check out with fetch-depth: 0`);
+const { ref: baseRef, base, error } = findBase();
+if (error) {
+  failures.push(error);
 } else if (!base) {
   console.log("check:breaking: no origin/main in this clone's history; base comparison skipped");
 } else if (!capture("git", ["ls-tree", "-d", base, "proto"])) {
@@ -48,7 +47,7 @@ if (!base && prBase) {
   let status = run(bin("buf"), against);
   let rules = "";
   // A change that also relaxes buf.yaml (an ignore, a dropped rule) must still pass the base's rules.
-  const baseConfig = capture("git", ["diff", "--name-only", base, "--", "buf.yaml"]) && capture("git", ["show", `${base}:buf.yaml`]);
+  const baseConfig = changedBufConfig(base);
   if (status === 0 && baseConfig) {
     console.log(`check:breaking: buf.yaml differs from ${baseRef}; proto/ against ${baseRef} again, under its buf.yaml`);
     status = run(bin("buf"), [...against, "--config", baseConfig]);

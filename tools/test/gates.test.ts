@@ -296,6 +296,59 @@ describe("check:lint", () => {
   });
 });
 
+describe("check:lint against origin/main: a change that relaxes buf.yaml", () => {
+  const UNDOCUMENTED = (s: string) => s.replace(/(\n\s*)string err = 4;/, "$1string err = 4;\n  string nomadkit_undocumented = 99;");
+  const dropCommentField = (s: string) => s.replace(/\n    - COMMENT_FIELD\n/, "\n");
+  beforeAll(() => git("update-ref", "refs/remotes/origin/main", "HEAD"));
+  afterAll(() => git("update-ref", "-d", "refs/remotes/origin/main"));
+
+  it("fails when the proto change breaks a rule the change drops from buf.yaml", () => {
+    withEdit("buf.yaml", dropCommentField, () => {
+      withEdit(DRIVER, UNDOCUMENTED, () => {
+        for (const env of [{}, { GITHUB_BASE_REF: "main" }]) {
+          const r = gate("lint", env);
+          expect(r.status).toBe(1);
+          expect(r.output).toContain('Field "nomadkit_undocumented" should have a non-empty comment');
+          expect(r.output).toContain("the lint rules were relaxed: proto/ breaks rules of origin/main's buf.yaml");
+        }
+      });
+    });
+  });
+  it("fails when the proto change breaks a rule the change ignores for its file", () => {
+    const ignore = (s: string) => s.replace("\n  ignore_only:\n", `\n  ignore_only:\n    COMMENT_FIELD:\n      - ${DRIVER}\n`);
+    withEdit("buf.yaml", ignore, () => {
+      withEdit(DRIVER, UNDOCUMENTED, () => {
+        const r = gate("lint");
+        expect(r.status).toBe(1);
+        expect(r.output).toContain("the lint rules were relaxed");
+      });
+    });
+  });
+  it("passes the relaxation alone, and a buf.yaml edit with a proto change that keeps the base's rules", () => {
+    withEdit("buf.yaml", dropCommentField, () => {
+      const r = gate("lint");
+      expect(r.output).toContain("buf.yaml differs from origin/main; proto/ again, under its buf.yaml");
+      expect(r.output).toContain("check:lint: ok");
+      expect(r.status).toBe(0);
+    });
+    withEdit("buf.yaml", (s) => s.replace("# buf configuration", "# The buf configuration"), () => {
+      withEdit(DRIVER, (s) => s + "\n// An addition.\nmessage NomadkitAddition {}\n", () => {
+        const r = gate("lint");
+        expect(r.output).toContain("check:lint: ok");
+        expect(r.status).toBe(0);
+      });
+    });
+  });
+});
+
+describe("check:lint in a PR", () => {
+  it("fails when the PR base is not in the history instead of skipping the buf.yaml comparison", () => {
+    const r = gate("lint", { GITHUB_BASE_REF: "main" });
+    expect(r.status).toBe(1);
+    expect(r.output).toContain("the PR base origin/main (GITHUB_BASE_REF) is not in this clone's history");
+  });
+});
+
 describe("check:packages", () => {
   it("fails naming a package.json that is not JSON (before packing anything)", () => {
     const rel = "packages/protoc-gen-nomadkit/package.json";
