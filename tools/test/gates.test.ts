@@ -287,6 +287,14 @@ describe("check:lint", () => {
       expect(r.output).toContain('Field "nomadkit_undocumented" should have a non-empty comment');
     });
   });
+  it("fails on a field without a comment that a buf:lint:ignore comment waives", () => {
+    const waived = (s: string) => s.replace(/(\n\s*)string err = 4;/, "$1string err = 4;\n  // buf:lint:ignore COMMENT_FIELD\n  string nomadkit_undocumented = 99;");
+    withEdit(DRIVER, waived, () => {
+      const r = gate("lint");
+      expect(r.status).toBe(1);
+      expect(r.output).toContain('Field "nomadkit_undocumented" should have a non-empty comment');
+    });
+  });
   it("fails on unformatted protos", () => {
     withEdit(DRIVER, (s) => s.replace("message ExitResult {", "message ExitResult    {"), () => {
       const r = gate("lint");
