@@ -34,6 +34,8 @@ export const taskConfigSchema = spec.object({
   cgroup_v2_override: spec.attr("string", { default: "" }),
   /** cgroup v1 controller → directory to run the task in instead of Nomad's (absolute, or under /sys/fs/cgroup/<controller>). */
   cgroup_v1_override: spec.attr("map(string)", { default: {} }),
+  /** The task's `/proc/<pid>/oom_score_adj`: 0 (the default) to 1000; raw_exec refuses negative values. */
+  oom_score_adj: spec.attr("number", { default: 0 }),
 });
 
 export type PluginConfig = SpecValue<typeof pluginConfigSchema>;
@@ -64,6 +66,16 @@ type Ctx = CallContext<PluginConfig, TaskConfig>;
 
 function env(map: Record<string, string>): string[] {
   return Object.entries(map).map(([k, v]) => `${k}=${v}`);
+}
+
+/**
+ * Nomad's raw_exec refuses a negative `oom_score_adj` (a task must not make itself the last the
+ * OOM killer picks); the kernel takes up to 1000, and only whole numbers.
+ */
+function checkOomScoreAdj(value: number): void {
+  if (!Number.isInteger(value)) throw invalidArgument("config.oom_score_adj", `${value} is not a whole number`);
+  if (value < 0) throw invalidArgument("config.oom_score_adj", `must not be negative (got ${value})`);
+  if (value > 1000) throw invalidArgument("config.oom_score_adj", `must be at most 1000 (got ${value})`);
 }
 
 /**
@@ -103,8 +115,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     },
 
     async startTask(task, ctx: Ctx) {
-      const { command, args, cgroup_v2_override, cgroup_v1_override } = task.driverConfig;
+      const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj } = task.driverConfig;
       if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
+      checkOomScoreAdj(oom_score_adj);
       const taskDir = join(task.allocDir, task.name);
       let user = "";
       if (task.user) {
@@ -132,6 +145,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
             resources: task.resources,
             cgroupV2Override: cgroup_v2_override,
             cgroupV1Override: cgroup_v1_override,
+            oomScoreAdj: oom_score_adj,
             networkIsolation: task.networkIsolationSpec?.path ? task.networkIsolationSpec : undefined,
           },
           { signal: ctx.signal },
