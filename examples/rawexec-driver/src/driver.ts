@@ -1,7 +1,7 @@
 // nomadkit-rawexec: a raw_exec-style Nomad task driver built only on @nomadkit/server's public API.
 // Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
 // re-attaches from the reattach info kept in TaskHandle.driver_state.
-import { join } from "node:path";
+import { isAbsolute, join } from "node:path";
 import { defineDriver, failedPrecondition, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
 import {
   decodeExecutorState,
@@ -36,6 +36,8 @@ export const taskConfigSchema = spec.object({
   cgroup_v1_override: spec.attr("map(string)", { default: {} }),
   /** The task's `/proc/<pid>/oom_score_adj`: 0 (the default) to 1000; raw_exec refuses negative values. */
   oom_score_adj: spec.attr("number", { default: 0 }),
+  /** The task's working directory (absolute), for the task and exec into it; default the task directory. */
+  work_dir: spec.attr("string", { default: "" }),
 });
 
 export type PluginConfig = SpecValue<typeof pluginConfigSchema>;
@@ -115,9 +117,12 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     },
 
     async startTask(task, ctx: Ctx) {
-      const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj } = task.driverConfig;
+      const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj, work_dir } = task.driverConfig;
       if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
       checkOomScoreAdj(oom_score_adj);
+      // As raw_exec's: absolute. The executor would take a relative one from the task directory,
+      // which raw_exec does not; that the directory exists is the executor's check (work_dir: ...).
+      if (work_dir !== "" && !isAbsolute(work_dir)) throw invalidArgument("config.work_dir", `${JSON.stringify(work_dir)} is not an absolute path`);
       const taskDir = join(task.allocDir, task.name);
       let user = "";
       if (task.user) {
@@ -146,6 +151,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
             cgroupV2Override: cgroup_v2_override,
             cgroupV1Override: cgroup_v1_override,
             oomScoreAdj: oom_score_adj,
+            workDir: work_dir,
             networkIsolation: task.networkIsolationSpec?.path ? task.networkIsolationSpec : undefined,
           },
           { signal: ctx.signal },

@@ -49,7 +49,7 @@ describe("plugin identity and schemas", () => {
     expect(cfg.spec?.block.case).toBe("object");
     expect(Object.keys((cfg.spec?.block.value as { attributes: object }).attributes)).toEqual(["create_network"]);
     const task = await p.driver.taskConfigSchema({});
-    expect(Object.keys((task.spec?.block.value as { attributes: object }).attributes)).toEqual(["command", "args", "cgroup_v2_override", "cgroup_v1_override", "oom_score_adj"]);
+    expect(Object.keys((task.spec?.block.value as { attributes: object }).attributes)).toEqual(["command", "args", "cgroup_v2_override", "cgroup_v1_override", "oom_score_adj", "work_dir"]);
     const { capabilities } = await p.driver.capabilities({});
     expect(capabilities).toMatchObject({ sendSignals: true, exec: true, mustCreateNetwork: false });
     expect(capabilities?.networkIsolationModes).toEqual([0, 1]); // HOST, GROUP

@@ -1,8 +1,19 @@
 // raw_exec's task and plugin options (Nomad's drivers/rawexec), each through the real wire: the
 // plugin_dir executable launched as Nomad launches it, tasks run as real processes.
+import { join } from "node:path";
+import { encode } from "@msgpack/msgpack";
 import type { PluginClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cleanup, newTask, read, sh, start, startPlugin, type TestTask } from "./helpers.js";
+import {
+  cleanup,
+  newTask,
+  read,
+  sh,
+  start,
+  startPlugin,
+  until,
+  type TestTask,
+} from "./helpers.js";
 
 let p: PluginClient;
 const started: TestTask[] = [];
@@ -11,7 +22,10 @@ beforeAll(async () => {
   p = await startPlugin();
 });
 afterAll(async () => {
-  for (const t of started) await p.driver.destroyTask({ taskId: t.id, force: true }).catch(() => undefined);
+  for (const t of started)
+    await p.driver
+      .destroyTask({ taskId: t.id, force: true })
+      .catch(() => undefined);
   await cleanup();
 });
 
@@ -24,26 +38,93 @@ async function runToExit(plugin: PluginClient, t: TestTask): Promise<string> {
   return read(t.stdoutPath);
 }
 
-async function failure(fn: () => Promise<unknown>): Promise<Error & { code?: number }> {
+/** StartTask's error for a task it must refuse; one it starts after all is left to cleanup(). */
+async function refusal(
+  plugin: PluginClient,
+  t: TestTask,
+): Promise<Error & { code?: number }> {
   try {
-    await fn();
+    await start(plugin, t);
   } catch (err) {
     return err as Error & { code?: number };
   }
-  throw new Error("expected the call to fail");
+  started.push(t);
+  throw new Error("expected StartTask to refuse the task");
 }
 
 describe("oom_score_adj", () => {
   it("is written to the task's /proc/<pid>/oom_score_adj, 0 when unset", async () => {
-    expect(await runToExit(p, newTask(sh("cat /proc/$$/oom_score_adj"), { cgroup: false }))).toBe("0\n");
-    expect(await runToExit(p, newTask({ ...sh("cat /proc/$$/oom_score_adj"), oom_score_adj: 500 }, { cgroup: false }))).toBe("500\n");
+    expect(
+      await runToExit(
+        p,
+        newTask(sh("cat /proc/$$/oom_score_adj"), { cgroup: false }),
+      ),
+    ).toBe("0\n");
+    expect(
+      await runToExit(
+        p,
+        newTask(
+          { ...sh("cat /proc/$$/oom_score_adj"), oom_score_adj: 500 },
+          { cgroup: false },
+        ),
+      ),
+    ).toBe("500\n");
   });
 
   it("refuses a negative value (as Nomad's raw_exec), one past 1000 and a fraction with InvalidArgument naming it", async () => {
     for (const bad of [-1, 1001, 1.5]) {
-      const err = await failure(() => p.driver.startTask({ task: newTask({ command: "/bin/true", oom_score_adj: bad }, { cgroup: false }).config }));
+      const err = await refusal(
+        p,
+        newTask(
+          { command: "/bin/true", oom_score_adj: bad },
+          { cgroup: false },
+        ),
+      );
       expect(err.code, String(bad)).toBe(3);
       expect(err.message).toContain("config.oom_score_adj");
     }
+  });
+});
+
+describe("work_dir", () => {
+  it("runs the task, and exec into it, in that directory instead of the task directory", async () => {
+    const t = newTask({ ...sh("pwd; sleep 300") }, { cgroup: false });
+    const dir = join(t.taskDir, "local");
+    t.config.msgpackDriverConfig = encode({
+      ...sh("pwd; sleep 300"),
+      work_dir: dir,
+    });
+    await start(p, t);
+    started.push(t);
+    await until(
+      () => read(t.stdoutPath) === `${dir}\n`,
+      "the task to print its working directory",
+      30_000,
+    );
+    const res = await p.driver.execTask({
+      taskId: t.id,
+      command: ["/bin/pwd"],
+      timeout: { seconds: 30n },
+    });
+    expect(new TextDecoder().decode(res.stdout)).toBe(`${dir}\n`);
+  });
+
+  it("refuses a relative path, and a directory that is not there, with InvalidArgument naming it", async () => {
+    const relative = await refusal(
+      p,
+      newTask({ command: "/bin/true", work_dir: "local" }, { cgroup: false }),
+    );
+    expect(relative.code).toBe(3);
+    expect(relative.message).toContain("config.work_dir");
+    const missing = await refusal(
+      p,
+      newTask(
+        { command: "/bin/true", work_dir: "/no/such/dir" },
+        { cgroup: false },
+      ),
+    );
+    expect(missing.code).toBe(3);
+    expect(missing.message).toContain("work_dir");
+    expect(missing.message).toContain("/no/such/dir");
   });
 });
