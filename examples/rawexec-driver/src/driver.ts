@@ -9,10 +9,12 @@ import {
   isProcessAlive,
   launchExecutor,
   reattachExecutor,
+  resolveUser,
   signalNumber,
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
+import { checkTaskIds, parseIdRanges, type IdRange, type TaskIds } from "./denied-ids.js";
 import { RawExecTask, bootId, killOrphanedTask, killUnreachableExecutor, parseRawExecState, processStart, type RawExecState } from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
@@ -24,6 +26,13 @@ export const PLUGIN_VERSION = "0.1.0";
 export const pluginConfigSchema = spec.object({
   /** Create each allocation's network namespace in the driver (must_create_network) instead of Nomad. */
   create_network: spec.attr("bool", { default: false }),
+  /**
+   * Host uids no task may run as, e.g. `"0-100,200"` (raw_exec's; the syntax of Nomad's validators).
+   * A task without `user` is checked as the plugin's own user, as raw_exec checks the agent's.
+   */
+  denied_host_uids: spec.attr("string", { default: "" }),
+  /** Host gids (primary or supplementary) no task may run with, same syntax. */
+  denied_host_gids: spec.attr("string", { default: "" }),
 });
 
 /** Task config: `config { command = "/bin/sleep" args = ["300"] }`, the names raw_exec uses. */
@@ -80,6 +89,20 @@ function checkOomScoreAdj(value: number): void {
   if (value > 1000) throw invalidArgument("config.oom_score_adj", `must be at most 1000 (got ${value})`);
 }
 
+/** The plugin config's denied id ranges (InvalidArgument naming the option when malformed). */
+function deniedRanges(config: PluginConfig | undefined): { uids: IdRange[]; gids: IdRange[] } {
+  return { uids: parseIdRanges(config?.denied_host_uids ?? "", "denied_host_uids"), gids: parseIdRanges(config?.denied_host_gids ?? "", "denied_host_gids") };
+}
+
+/** The ids a task runs with: its user's (uid and groups), or without one this process's, which it inherits. */
+async function taskIds(user: string): Promise<TaskIds> {
+  if (user !== "") {
+    const u = await resolveUser(user, "user");
+    return { who: `user ${JSON.stringify(user)}`, uid: u.uid, gids: u.groups ?? [u.gid] };
+  }
+  return { who: "the plugin's own user, which the task runs as", uid: process.getuid?.() ?? 0, gids: [process.getgid?.() ?? 0, ...(process.getgroups?.() ?? [])] };
+}
+
 /**
  * Builds the nomadkit-rawexec driver.
  *
@@ -108,6 +131,11 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     // must_create_network follows the agent's plugin config (the SDK asks on every call).
     capabilities: (config) => ({ sendSignals: true, exec: true, mustCreateNetwork: config?.create_network ?? false }),
 
+    setConfig(config) {
+      // Refused here, the agent's plugin config fails to load (the previous one stays).
+      deniedRanges(config);
+    },
+
     fingerprint() {
       return {
         health: "healthy",
@@ -129,6 +157,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         if (process.getuid?.() === 0) user = task.user;
         else ctx.events.emit({ taskId: task.id, message: `Running as the plugin's user: task user ${JSON.stringify(task.user)} needs the plugin to run as root` });
       }
+      // Before the executor starts: a denied user never gets a process.
+      const denied = deniedRanges(ctx.config);
+      if (denied.uids.length > 0 || denied.gids.length > 0) checkTaskIds(await taskIds(user), denied.uids, denied.gids);
       // The executor keeps serving after Shutdown (as Nomad's does) so Wait reports the exit of a
       // stopped task; destroyTask ends it.
       // The agent's compute (from SetConfig's topology), as Nomad hands its executors: total_ticks match Nomad's.

@@ -39,7 +39,7 @@ const cgroups: TaskCgroup[] = [];
 export const CGROUP_PARENT = `nomadkit-test-${process.pid}`;
 
 /** Launches the plugin as Nomad's "run" dispense does: start, SetConfig (msgpack), Init. */
-export async function startPlugin(config: { create_network?: boolean } = {}, env?: NodeJS.ProcessEnv): Promise<PluginClient> {
+export async function startPlugin(config: { create_network?: boolean; [option: string]: unknown } = {}, env?: NodeJS.ProcessEnv): Promise<PluginClient> {
   const p = await launchPlugin(PLUGIN, [], {
     env,
     logger: process.env.NOMADKIT_TEST_LOGS ? (e) => process.stderr.write(`[plugin] ${e.level} ${e.message} ${JSON.stringify(e.fields)}\n`) : undefined,

@@ -1,11 +1,14 @@
 // raw_exec's task and plugin options (Nomad's drivers/rawexec), each through the real wire: the
 // plugin_dir executable launched as Nomad launches it, tasks run as real processes.
+import { spawnSync } from "node:child_process";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { encode } from "@msgpack/msgpack";
-import type { PluginClient } from "@nomadkit/client";
+import { RecoverableError, type PluginClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   cleanup,
+  isRoot,
   newTask,
   read,
   sh,
@@ -36,6 +39,22 @@ async function runToExit(plugin: PluginClient, t: TestTask): Promise<string> {
   const res = await plugin.driver.waitTask({ taskId: t.id });
   expect(res.result?.exitCode).toBe(0);
   return read(t.stdoutPath);
+}
+
+/** `id <flag> nobody`. */
+function idOf(flag: string): string {
+  return spawnSync("id", [flag, "nobody"]).stdout.toString().trim();
+}
+
+async function failure(
+  fn: () => Promise<unknown>,
+): Promise<Error & { code?: number }> {
+  try {
+    await fn();
+  } catch (err) {
+    return err as Error & { code?: number };
+  }
+  throw new Error("expected the call to fail");
 }
 
 /** StartTask's error for a task it must refuse; one it starts after all is left to cleanup(). */
@@ -126,5 +145,84 @@ describe("work_dir", () => {
     expect(missing.code).toBe(3);
     expect(missing.message).toContain("work_dir");
     expect(missing.message).toContain("/no/such/dir");
+  });
+});
+
+describe.skipIf(!isRoot)("denied_host_uids and denied_host_gids", () => {
+  const nobody = { uid: Number(idOf("-u")), gid: Number(idOf("-g")) };
+
+  it("refuses a task whose user has a denied uid, and one with a denied group, before it starts", async () => {
+    const byUid = await startPlugin({
+      denied_host_uids: `1-100,${nobody.uid}`,
+    });
+    const t = newTask(
+      { command: "/bin/true" },
+      { user: "nobody", cgroup: false },
+    );
+    const err = await refusal(byUid, t);
+    // FailedPrecondition with RecoverableError{recoverable: false}: Nomad does not restart it.
+    expect(err).toBeInstanceOf(RecoverableError);
+    expect((err as RecoverableError).recoverable).toBe(false);
+    expect(err.message).toContain(
+      `user "nobody": running as uid ${nobody.uid} is disallowed by denied_host_uids`,
+    );
+    expect(readdirSync(t.taskDir)).not.toContain("executor.out"); // no executor was started
+    // Root (uid 0) is outside the ranges: a task as root still runs.
+    expect(
+      await runToExit(
+        byUid,
+        newTask(sh("id -u"), { user: "root", cgroup: false }),
+      ),
+    ).toBe("0\n");
+
+    const byGid = await startPlugin({ denied_host_gids: String(nobody.gid) });
+    const g = await refusal(
+      byGid,
+      newTask({ command: "/bin/true" }, { user: "nobody", cgroup: false }),
+    );
+    expect(g).toBeInstanceOf(RecoverableError);
+    expect(g.message).toContain(
+      `running as gid ${nobody.gid} is disallowed by denied_host_gids`,
+    );
+  });
+
+  it("checks a task without a user as the plugin's own user, as raw_exec checks the agent's", async () => {
+    const noRoot = await startPlugin({ denied_host_uids: "0" });
+    const err = await refusal(
+      noRoot,
+      newTask({ command: "/bin/true" }, { cgroup: false }),
+    );
+    expect(err).toBeInstanceOf(RecoverableError);
+    expect(err.message).toContain("running as uid 0 is disallowed");
+    expect(
+      await runToExit(
+        noRoot,
+        newTask(sh("id -u"), { user: "nobody", cgroup: false }),
+      ),
+    ).toBe(`${nobody.uid}\n`);
+  });
+
+  it("refuses a malformed range at SetConfig with InvalidArgument naming the option, as Nomad's validators do", async () => {
+    const plugin = await startPlugin();
+    for (const [option, value, reason] of [
+      [
+        "denied_host_uids",
+        "100-1",
+        "lower bound cannot be greater than upper bound",
+      ],
+      ["denied_host_uids", "1-100,foo", "range bound not valid"],
+      ["denied_host_gids", "1-100,,200-300", "range bound not valid"],
+      ["denied_host_gids", "4294967296", "range bound not valid"],
+    ] as const) {
+      const err = await failure(() =>
+        plugin.basePlugin.setConfig({
+          msgpackConfig: encode({ create_network: false, [option]: value }),
+          pluginApiVersion: "v0.1.0",
+        }),
+      );
+      expect(err.code, value).toBe(3);
+      expect(err.message).toContain(option);
+      expect(err.message).toContain(reason);
+    }
   });
 });
