@@ -226,3 +226,39 @@ describe.skipIf(!isRoot)("denied_host_uids and denied_host_gids", () => {
     }
   });
 });
+
+describe.skipIf(!isRoot)("a task user's environment", () => {
+  it("has the user's USER, LOGNAME and HOME over the agent's that Nomad passes, in the task and in exec", async () => {
+    const home = spawnSync("getent", ["passwd", "nobody"])
+      .stdout.toString()
+      .trim()
+      .split(":")[5];
+    const env = {
+      PATH: process.env.PATH!,
+      USER: "root",
+      LOGNAME: "root",
+      HOME: "/root",
+    };
+    const t = newTask(sh('echo "$USER $LOGNAME $HOME"; sleep 300'), {
+      user: "nobody",
+      env,
+      cgroup: false,
+    });
+    await start(p, t);
+    started.push(t);
+    await until(
+      () => read(t.stdoutPath).endsWith("\n"),
+      "the task to print its environment",
+      30_000,
+    );
+    expect(read(t.stdoutPath)).toBe(`nobody nobody ${home}\n`);
+    const res = await p.driver.execTask({
+      taskId: t.id,
+      command: ["/bin/sh", "-c", 'echo "$USER $LOGNAME $HOME"'],
+      timeout: { seconds: 30n },
+    });
+    expect(new TextDecoder().decode(res.stdout)).toBe(
+      `nobody nobody ${home}\n`,
+    );
+  });
+});

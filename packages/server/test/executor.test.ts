@@ -288,6 +288,18 @@ describe("executor: launch and wait", () => {
     const nobody = execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim();
     expect(readFileSync(out, "utf8").split("\n")[0]).toBe(nobody);
   });
+
+  it.runIf(isRoot)("sets USER, LOGNAME and HOME to the task user's over the task's env, for the task and Exec (as Nomad's setCmdUser)", async () => {
+    const exe = await executor();
+    const out = file("user-env");
+    // Nomad's task env carries the agent's own (raw_exec): root's, which must not reach nobody's task.
+    const env = [PATH, "USER=root", "LOGNAME=root", "HOME=/root"];
+    await exe.client.launch({ cmd: "sh", args: ["-c", 'echo "$USER $LOGNAME $HOME"; sleep 1000'], env, user: "nobody", stdoutPath: out });
+    const home = execFileSync("getent", ["passwd", "nobody"], { encoding: "utf8" }).trim().split(":")[5];
+    expect(await fileUntil(out, (s) => s.endsWith("\n"))).toBe(`nobody nobody ${home}\n`);
+    const res = await exe.client.exec({ cmd: "sh", args: ["-c", 'echo "$USER $LOGNAME $HOME"'] });
+    expect(new TextDecoder().decode(res.output)).toBe(`nobody nobody ${home}\n`);
+  });
 });
 
 describe("executor: the host's state, not a bad request", () => {

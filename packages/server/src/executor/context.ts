@@ -29,7 +29,7 @@ export interface TaskContext {
 export interface TaskContextOptions {
   /** `KEY=value` strings (LaunchRequest.env) or an object. Empty: the executor's own environment. */
   env?: readonly string[] | Record<string, string>;
-  /** User name, uid or uid:gid. */
+  /** User name, uid or uid:gid; the task's USER, LOGNAME and HOME become that user's. */
   user?: string;
   /** Task directory; the default working directory. */
   taskDir?: string;
@@ -62,6 +62,7 @@ export async function prepareTaskContext(options: TaskContextOptions): Promise<T
   let user: ResolvedUser | undefined;
   if (options.user) {
     user = await resolveUser(options.user, "user");
+    Object.assign(env, userEnv(user));
     const me = process.getuid?.();
     if (me !== undefined && me !== 0 && me !== user.uid) {
       throw new ConnectError(
@@ -75,6 +76,17 @@ export async function prepareTaskContext(options: TaskContextOptions): Promise<T
   const ctx: TaskContext = { env, cwd, user, network: needsNetns(options.network) ? options.network : undefined };
   if (options.cgroups) ctx.cgroups = options.cgroups;
   return ctx;
+}
+
+/**
+ * USER, LOGNAME and HOME of a task user, over what the task's env had (raw_exec's carries the
+ * agent's own, root's): Nomad's executor sets them so (setCmdUser) for the task and exec into it.
+ * Without a passwd entry the login name is the uid and HOME `/`.
+ */
+function userEnv(user: ResolvedUser): Record<string, string> {
+  // A `uid:gid` user is not looked up in passwd: its name is that string, not a login name.
+  const login = /^\d+:\d+$/.test(user.name) ? String(user.uid) : user.name;
+  return { USER: login, LOGNAME: login, HOME: user.home };
 }
 
 function parseEnv(env: TaskContextOptions["env"]): Record<string, string> {
