@@ -702,6 +702,10 @@ export const CHECKS: readonly Check[] = [
       const o = await runExecStream(running(s).driver, [stdin("x")], { timeoutMs: s.opts.callTimeoutMs, signal: s.signal });
       if (o.error instanceof PluginShutdownError) throw o.error;
       expect(o.error !== undefined, "the plugin accepted a stream whose first message was not setup");
+      if (s.signal.aborted) throw o.error;
+      // A stream left open is no refusal: Nomad's exec session would hang on it.
+      if (codeOf(o.error) === Code.DeadlineExceeded)
+        throw new CheckFailure(`the driver did not answer a stream whose first message was not setup: ${describe(o.error)} (it must fail the stream)`);
       // Any error status will do: Nomad's Go plugin server (plugins/drivers/server.go) answers with a
       // plain error, which is Unknown on the wire; nomadkit's server says InvalidArgument.
       const code = codeOf(o.error);

@@ -22,8 +22,20 @@ export interface ExecOutcome {
   stderrCloses: number;
   /** Protocol violations seen in the response stream. */
   violations: string[];
-  /** The error the stream ended with, if any. */
+  /**
+   * The error the stream ended with, if any. When `timeoutMs` passed first, an error with code
+   * DeadlineExceeded (4) that says so: a stream the plugin never ended is not the caller's cancellation.
+   */
   error: unknown;
+}
+
+/** A stream that outlived its `timeoutMs`: DeadlineExceeded, as a call's own deadline is in `@nomadkit/client`. */
+class ExecTimeoutError extends Error {
+  readonly code = 4;
+  constructor(timeoutMs: number, cause: unknown) {
+    super(`Driver.ExecTaskStreaming: not over within ${timeoutMs} ms (the call's timeout)`, { cause });
+    this.name = "ExecTimeoutError";
+  }
 }
 
 /**
@@ -64,7 +76,8 @@ export async function runExecStream(
   const violate = (v: string) => {
     if (!o.violations.includes(v)) o.violations.push(v);
   };
-  const signals = [AbortSignal.timeout(options.timeoutMs)];
+  const timeout = AbortSignal.timeout(options.timeoutMs);
+  const signals = [timeout];
   if (options.signal) signals.push(options.signal);
   try {
     for await (const m of driver.execTaskStreaming(input(), { signal: anySignal(signals) })) {
@@ -94,7 +107,8 @@ export async function runExecStream(
       }
     }
   } catch (e) {
-    o.error = e;
+    // The client reports any abort as the caller's cancellation; the timeout is this function's own.
+    o.error = timeout.aborted && options.signal?.aborted !== true ? new ExecTimeoutError(options.timeoutMs, e) : e;
   } finally {
     release();
   }

@@ -213,6 +213,17 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "exec-setup-first fails a driver that never answers the exec stream (no refusal within the call deadline)",
+    async () => {
+      const report = await run(modesRaw, "exec-hang", ["exec-setup-first"], { callTimeoutMs: 5_000 });
+      const row = byName(report)["exec-setup-first"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/^the driver did not answer a stream whose first message was not setup: Driver.ExecTaskStreaming: not over within 5000 ms \(the call.s timeout\)/);
+    },
+    120_000,
+  );
+
+  it(
     "fails a driver that reports every task's end as exit code 0 (a killed or failed task counted as a success)",
     async () => {
       const report = await run(modesDriver, "exit-zero", ["stop-task", "exit-code", "stop-timeout"]);
