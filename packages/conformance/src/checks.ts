@@ -157,11 +157,19 @@ function succeeded(r: WaitTaskResponse): boolean {
 async function settled(s: Suite, task: SuiteTask): Promise<WaitTaskResponse> {
   expect(task.waiting, `no WaitTask call is pending for ${task.id}`);
   let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  // The check's signal ends the wait too: an abandoned check must not resume when WaitTask answers later.
   const r = await Promise.race([
     task.waiting,
-    new Promise<Error>((res) => (timer = setTimeout(() => res(new Error(`WaitTask did not return within ${s.opts.callTimeoutMs} ms after the task ended`)), s.opts.callTimeoutMs))),
+    new Promise<Error>((res) => {
+      timer = setTimeout(() => res(new Error(`WaitTask did not return within ${s.opts.callTimeoutMs} ms after the task ended`)), s.opts.callTimeoutMs);
+      onAbort = () => res(new CheckFailure("aborted while waiting for WaitTask"));
+      if (s.signal.aborted) onAbort();
+      else s.signal.addEventListener("abort", onAbort, { once: true });
+    }),
   ]);
   clearTimeout(timer);
+  s.signal.removeEventListener("abort", onAbort!);
   if (r instanceof Error) throw r;
   return r;
 }
@@ -273,7 +281,8 @@ async function cpuUse(s: Suite): Promise<string> {
     if (shown.length === 0) return "CPU use not verified: measured_fields lists no CPU use measure (percent, user_mode, system_mode, total_ticks)";
     return `a CPU-burning task showed ${shown.map((f) => `${f.name} ${max.get(f.field)!.toFixed(1)}`).join(", ")}`;
   } finally {
-    await p.driver.destroyTask({ taskId: task.id, force: true }, { timeoutMs: s.opts.callTimeoutMs }).then(
+    // With the check's signal: once it fired (a timeout), the runner destroys what the check left.
+    await p.driver.destroyTask({ taskId: task.id, force: true }, s.co()).then(
       () => void (task.destroyed = true),
       () => undefined,
     );
@@ -306,7 +315,7 @@ async function awaitTaskEvent(s: Suite): Promise<void> {
   } finally {
     if (own) {
       const t = own;
-      await p.driver.destroyTask({ taskId: t.id, force: true }, { timeoutMs: s.opts.callTimeoutMs }).then(
+      await p.driver.destroyTask({ taskId: t.id, force: true }, s.co()).then(
         () => void (t.destroyed = true),
         () => undefined,
       );
@@ -940,8 +949,7 @@ export const CHECKS: readonly Check[] = [
       try {
         await waitUntil(() => processGone(pid), `task pid ${pid} to be gone`, 1000 + STOP_TIMEOUT_SLACK_MS, s.signal);
       } catch (err) {
-        // The task still runs: DestroyTask(force) ends it now, as Nomad's task runner would (cleanup otherwise).
-        void destroy().catch(() => undefined);
+        // The task still runs: the runner destroys it (force) as the check ends, as Nomad's task runner would.
         if (s.signal.aborted) throw err;
         throw new CheckFailure(`the task (pid ${pid}) ignores INT, TERM and HUP and still runs ${formatMs(1000 + STOP_TIMEOUT_SLACK_MS)} after StopTask(timeout 1 s): the driver never killed it`);
       }
@@ -1045,7 +1053,7 @@ export const CHECKS: readonly Check[] = [
       // From here on the plugin is being stopped: its streams may end with it.
       s.expectExit(p);
       try {
-        await p.driver.shutdown({}, { timeoutMs: s.opts.shutdownTimeoutMs });
+        await p.driver.shutdown({}, s.co({ timeoutMs: s.opts.shutdownTimeoutMs }));
       } catch (err) {
         if (!isUnimplemented(err)) throw err;
         note = "Driver.Shutdown unimplemented (accepted)";

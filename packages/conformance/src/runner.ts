@@ -1,4 +1,5 @@
 import { PluginShutdownError } from "@nomadkit/client";
+import { checkView } from "./check-view.js";
 import { CHECKS, type Check } from "./checks.js";
 import { cleanupOnExit } from "./exit-cleanup.js";
 import { Suite, type ResolvedOptions } from "./suite.js";
@@ -49,11 +50,13 @@ function selection(only: readonly string[] | undefined): Set<string> | undefined
 }
 
 async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promise<{ status: "pass" | "fail" | "skip"; message: string }> {
-  // One controller per check, aborted by its timeout or by the interruption. The listener on the
-  // run's signal is removed when the check ends: one per check would pile up on that long-lived
-  // signal (MaxListenersExceededWarning after ten checks).
+  // One controller per check, aborted by its timeout, by the interruption, or as the check ends: the
+  // check runs on a view of the suite whose calls carry it, so a check abandoned at its timeout
+  // reaches the plugin no more. The listener on the run's signal is removed when the check ends:
+  // one per check would pile up on that long-lived signal (MaxListenersExceededWarning after ten checks).
   const ac = new AbortController();
-  s.signal = ac.signal;
+  const view = checkView(s, ac.signal);
+  let finished = false;
   s.current = c.name;
   let timer: NodeJS.Timeout | undefined;
   let onStop: (() => void) | undefined;
@@ -71,8 +74,10 @@ async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promis
       else stop.addEventListener("abort", onStop, { once: true });
     }
   });
+  // Set when the check's own promise settles, not the race: a timed-out check has not finished.
+  const run = c.run(view.suite).finally(() => (finished = true));
   try {
-    const msg = await Promise.race([c.run(s), timeout]);
+    const msg = await Promise.race([run, timeout]);
     return { status: "pass", message: msg ?? "" };
   } catch (err) {
     if (err instanceof SkipCheck) return { status: "skip", message: err.message };
@@ -86,6 +91,9 @@ async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promis
   } finally {
     clearTimeout(timer);
     if (onStop) stop?.removeEventListener("abort", onStop);
+    ac.abort();
+    // An interrupted run's cleanup destroys every task at once.
+    if (!stop?.aborted) await s.destroyLeft(view.made, finished);
   }
 }
 

@@ -170,8 +170,11 @@ export class Suite {
   readonly networks = new Map<string, NetworkIsolationSpec | undefined>();
   /** Whether the default task config is in use (its output markers are then checked). */
   readonly defaultTask: boolean;
-  /** Aborted when the current check times out. */
-  signal: AbortSignal = new AbortController().signal;
+  /**
+   * The running check's signal, in the check's view of the suite (`checkView`): it fires when the
+   * check times out, is interrupted or ends. Never aborted on the suite itself (cleanup's calls).
+   */
+  readonly signal: AbortSignal = new AbortController().signal;
   /** Name of the check being run. */
   current = "";
   /** Plugins the suite stopped on purpose. */
@@ -262,9 +265,13 @@ export class Suite {
     return op;
   }
 
-  /** An abandoned check that goes on after cleanup began must not start anything cleanup misses. */
+  /**
+   * An abandoned check that goes on after cleanup began must not start anything cleanup misses, nor
+   * one that goes on after it ended anything the runner's destroy of its tasks misses.
+   */
   private refuseWhenClosing(what: string): void {
     if (this.closing.signal.aborted) throw new Error(`the run is over: the suite does not ${what} any more`);
+    if (this.signal.aborted) throw new Error(`the check is over: it does not ${what} any more`);
   }
 
   /**
@@ -677,6 +684,22 @@ export class Suite {
     // The tasks are gone: what they wrote has been read.
     await Promise.all(this.tasks.map((t) => t.logs.close(0)));
     if (existsSync(this.root)) rmSync(this.root, { recursive: true, force: true });
+  }
+
+  /**
+   * DestroyTask(force), through the run plugin while it lives, of the tasks a check made and left:
+   * every one when the check did not finish (timed out), all but the run's main task otherwise (the
+   * checks that follow use it). Each call has its own deadline, not the check's signal, which has
+   * fired by now. What fails here is left to {@link cleanup}.
+   */
+  async destroyLeft(made: readonly SuiteTask[], finished: boolean): Promise<void> {
+    const p = this.run;
+    const quick: CallOptions = { timeoutMs: this.opts.callTimeoutMs };
+    for (const t of made) {
+      if (t.destroyed || (finished && t === this.main)) continue;
+      if (!p || p.exitSignal.aborted || this.closing.signal.aborted) return;
+      await this.destroyOn(p, t, quick);
+    }
   }
 
   /** DestroyTask(force) through `p`; when `p` does not know the task, RecoverTask first. */

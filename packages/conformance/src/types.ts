@@ -86,7 +86,11 @@ export interface ConformanceOptions {
   checks?: readonly string[];
   /** Deadline of each RPC in ms; default 30000. */
   callTimeoutMs?: number;
-  /** Upper bound of one check in ms; default 120000. */
+  /**
+   * Upper bound of one check in ms; default 120000. A check that reaches it fails and is stopped:
+   * its calls in flight are cancelled, it makes no further call, and the tasks it started are
+   * destroyed (force) before the next check runs.
+   */
   checkTimeoutMs?: number;
   /** How long the first Fingerprint may take, in ms; default 10000 ("promptly"). */
   fingerprintTimeoutMs?: number;

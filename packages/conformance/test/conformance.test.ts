@@ -1,7 +1,9 @@
 // The suite against the reference driver (must conform) and against a deliberately broken plugin
 // (must be caught). Both are launched as real child processes, exactly as Nomad launches drivers.
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { defaultTaskConfig, formatReport, listChecks, runConformance, type CheckResult, type ConformanceOptions, type ConformanceReport } from "../src/index.js";
@@ -208,6 +210,31 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
       const row = byName(report)["exec-setup-first"]!;
       expect(row.status, formatReport(report)).toBe("pass");
       expect(row.message).toMatch(/^status Unknown \(2\): .*first message should always be setup.*; the plugin stays SERVING$/);
+    },
+    120_000,
+  );
+
+  it(
+    "a check that times out is stopped for real: it makes no call afterwards, and the task it started is destroyed as it ends",
+    async () => {
+      // exit-code waits for a WaitTask the driver holds until destroy-force, a later check, starts its
+      // task: exit-code times out, and an abandoned check that went on would then call DestroyTask.
+      const dir = mkdtempSync(join(tmpdir(), "conformance-calls-"));
+      const log = join(dir, "calls");
+      try {
+        const report = await run(modesDriver, "wait-hold", ["exit-code", "destroy-force"], { checkTimeoutMs: 15_000, env: { BUG_MODE: "wait-hold", CALL_LOG: log } });
+        const rows = byName(report);
+        expect(rows["exit-code"], formatReport(report)).toMatchObject({ status: "fail", message: "the check did not finish within 15000 ms" });
+        expect(rows["destroy-force"]!.status, formatReport(report)).toBe("pass");
+        const calls = readFileSync(log, "utf8").trim().split("\n");
+        const next = calls.indexOf("startTask forced");
+        expect(next, calls.join("\n")).toBeGreaterThan(0);
+        // Destroyed as the check ended, before the next check began; nothing about it afterwards.
+        expect(calls.slice(0, next).filter((c) => c.endsWith(" exits") || c.includes(" exits "))).toEqual(["startTask exits", "waitTask exits", "inspectTask exits", "destroyTask exits force"]);
+        expect(calls.slice(next).filter((c) => c.includes(" exits")), calls.join("\n")).toEqual([]);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     },
     120_000,
   );
