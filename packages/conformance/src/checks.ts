@@ -271,6 +271,8 @@ async function cpuUse(s: Suite): Promise<string> {
       ac.abort();
     }
     expect(!ended, `the TaskStats stream of the CPU-burning task ended after ${n} sample(s); it must run until cancelled`);
+    // A stream that stalls is no stream of samples: with none, no measure is even claimed.
+    expect(n >= 2, `the TaskStats stream of the CPU-burning task sent ${n} sample${n === 1 ? "" : "s"} in ${formatMs(performance.now() - t0)}, want one every ${STATS_INTERVAL_MS} ms`);
     const missing = unshown();
     expect(
       missing.length === 0,

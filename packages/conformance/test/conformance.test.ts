@@ -308,6 +308,17 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "fails a TaskStats stream of the CPU-burning task that never sends a sample (it passed as 'CPU use not verified')",
+    async () => {
+      const report = await run(modesDriver, "stats-burn-hang", ["task-stats"]);
+      const row = byName(report)["task-stats"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(/^the TaskStats stream of the CPU-burning task sent 0 samples in [\d.]+s, want one every 200 ms$/);
+    },
+    120_000,
+  );
+
+  it(
     "fails recover, not a later check, for a RecoverTask that only records the task: signals must reach the running process",
     async () => {
       // The task's process runs on, its output grows and InspectTask says RUNNING: only control tells.
