@@ -588,7 +588,8 @@ export const CHECKS: readonly Check[] = [
     needs: ["start-task"],
     async run(s) {
       const ac = new AbortController();
-      const signal = anySignal([ac.signal, s.signal, AbortSignal.timeout(s.opts.callTimeoutMs)]);
+      const deadline = AbortSignal.timeout(s.opts.callTimeoutMs);
+      const signal = anySignal([ac.signal, s.signal, deadline]);
       const samples: TaskStats[] = [];
       try {
         for await (const r of running(s).driver.taskStats({ taskId: s.main!.id, collectionInterval: { nanos: STATS_INTERVAL_MS * 1e6 } }, { signal })) {
@@ -598,6 +599,10 @@ export const CHECKS: readonly Check[] = [
           samples.push(r.stats!);
           if (samples.length === 2) break;
         }
+      } catch (err) {
+        // The deadline is the suite's own: the client reports it as the caller's cancellation.
+        if (!deadline.aborted || s.signal.aborted || err instanceof CheckFailure) throw err;
+        throw new CheckFailure(`the TaskStats stream sent ${samples.length} sample${samples.length === 1 ? "" : "s"} within the call deadline of ${s.opts.callTimeoutMs} ms, want 2, one every ${STATS_INTERVAL_MS} ms`);
       } finally {
         ac.abort();
       }

@@ -308,12 +308,15 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
-    "fails a TaskStats stream of the CPU-burning task that never sends a sample (it passed as 'CPU use not verified')",
+    "fails a TaskStats stream that never sends a sample: the CPU-burning task's (it passed as 'CPU use not verified'), and the run's task's",
     async () => {
       const report = await run(modesDriver, "stats-burn-hang", ["task-stats"]);
       const row = byName(report)["task-stats"]!;
       expect(row.status, formatReport(report)).toBe("fail");
       expect(row.message).toMatch(/^the TaskStats stream of the CPU-burning task sent 0 samples in [\d.]+s, want one every 200 ms$/);
+      // The run's task's stream too, within the call deadline: said as such, not as a cancellation.
+      const main = byName(await run(modesDriver, "stats-hang", ["task-stats"], { callTimeoutMs: 5_000 }))["task-stats"]!;
+      expect([main.status, main.message]).toEqual(["fail", "the TaskStats stream sent 0 samples within the call deadline of 5000 ms, want 2, one every 200 ms"]);
     },
     120_000,
   );
