@@ -17,6 +17,7 @@ import {
   parseLogLine,
   reattachPlugin,
 } from "../src/index.js";
+import { ExitWatch } from "../src/runtime/exit-watch.js";
 
 const fake = fileURLToPath(
   new URL("./fixtures/goplugin/fake-handshake.mjs", import.meta.url),
@@ -316,6 +317,57 @@ describe("close", () => {
       server.close();
       rmSync(dir, { recursive: true, force: true });
     }
+  }, 20_000);
+});
+
+describe("close or kill while a failed call waits for the plugin's exit", () => {
+  /**
+   * A plugin whose WaitTask drops the connection while its process stays alive: the call then waits
+   * (up to the shutdown grace) for an exit. Resolves once it waits, with the call's outcome.
+   */
+  async function waitingCall(options: Parameters<typeof launchPlugin>[2]) {
+    const dir = mkdtempSync(join(tmpdir(), "nk-wait-"));
+    scratch.push(dir);
+    const p = await launchPlugin(process.execPath, [fake], { ...options, env: { FAKE_DROP_ON_SHUTDOWN: dir, FAKE_DROP_WAIT_TASK: "1" } });
+    // The wait itself is the synchronisation point, not a sleep.
+    let waiting!: () => void;
+    const waits = new Promise<void>((r) => (waiting = r));
+    const wait = ExitWatch.prototype.wait;
+    const spy = vi.spyOn(ExitWatch.prototype, "wait").mockImplementation(function (this: ExitWatch, ...args) {
+      waiting();
+      return wait.apply(this, args);
+    });
+    try {
+      const call = p.driver.waitTask({ taskId: "t" }).catch((e: unknown) => e);
+      await waits;
+      return { p, call };
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  it("close() ends the wait at once as a cancellation (it waited out the whole grace)", async () => {
+    // A grace longer than the test's timeout: the wait ran to its end before.
+    const { p, call } = await waitingCall({ shutdownGraceMs: 600_000 });
+    p.close();
+    const err = await call;
+    expect(isCancellation(err), String(err)).toBe(true);
+    expect((err as Error).message).toContain("the connection to the plugin was closed on this side");
+    p.process!.kill("SIGKILL");
+  }, 20_000);
+
+  it("kill() ends it with PluginShutdownError once the process is gone, and close() during the kill still ends in SIGKILL", async () => {
+    const { p, call } = await waitingCall({ shutdownGraceMs: 600_000, killTimeoutMs: 500 });
+    const killed = p.kill();
+    expect(await call).toBeInstanceOf(PluginShutdownError);
+    expect(await killed).toEqual({ code: null, signal: "SIGKILL" });
+    // close() while kill() waits for the exit: the process is still killed.
+    const again = await waitingCall({ shutdownGraceMs: 600_000, killTimeoutMs: 500 });
+    const killing = again.p.kill();
+    again.p.close();
+    expect(isCancellation(await again.call)).toBe(true);
+    expect(await killing).toEqual({ code: null, signal: "SIGKILL" });
+    await expectGone(again.p.pid);
   }, 20_000);
 });
 

@@ -166,7 +166,7 @@ export class ClientRuntime {
   async #normalize(err: unknown, callerSignal: AbortSignal | undefined, deadline: CallDeadline | undefined): Promise<unknown> {
     if (isCancellation(err)) return err;
     if (callerSignal?.aborted) return cancellationError(err);
-    if (this.#closed?.aborted) return cancellationError(err, "the connection to the plugin was closed on this side");
+    if (this.#closed?.aborted) return closedHere(err);
     const ce = err instanceof ConnectError ? err : undefined;
     if (ce === undefined) return err;
     const rec = recoverableFrom(ce);
@@ -174,11 +174,12 @@ export class ClientRuntime {
     if (this.#exit !== undefined && isTransportFailure(ce)) {
       // The call's timeout ends the wait too: Nomad's ends when the request's context is done.
       const left = deadline === undefined ? Infinity : Math.max(0, deadline.at - Date.now());
-      switch (await this.#exit.wait(Math.min(this.#graceMs, left), callerSignal)) {
+      // close() during the wait ends it too, as close() before it would have (see above).
+      switch (await this.#exit.wait(Math.min(this.#graceMs, left), callerSignal, this.#closed)) {
         case "exited":
           return new PluginShutdownError({ cause: err });
         case "cancelled":
-          return cancellationError(err);
+          return callerSignal?.aborted ? cancellationError(err) : closedHere(err);
         case "timeout":
           if (deadline !== undefined && left < this.#graceMs) return callTimeout(deadline.method, deadline.timeoutMs, err);
           break;
@@ -254,6 +255,11 @@ export class ClientRuntime {
  */
 export function clientRuntime(transport: Transport | ClientRuntime, options?: ClientOptions): ClientRuntime {
   return transport instanceof ClientRuntime ? transport : new ClientRuntime(transport, options);
+}
+
+/** The cancellation of a call whose connection this side closed (`connectionClosed`). */
+function closedHere(cause: unknown): ConnectError {
+  return cancellationError(cause, "the connection to the plugin was closed on this side");
 }
 
 type MethodName = { name: string; parent: { name: string } };

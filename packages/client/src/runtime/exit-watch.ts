@@ -36,15 +36,19 @@ export class ExitWatch {
     return this.#exited;
   }
 
-  /** Wait up to `graceMs` for the exit; a caller abort ends the wait early. */
-  wait(graceMs: number, caller?: AbortSignal): Promise<ExitWaitOutcome> {
+  /**
+   * Wait up to `graceMs` for the exit. Any of `cancel` aborting ends the wait early: the caller's
+   * own signal, or the connection closed on this side (nothing then awaits the outcome, and the
+   * timer must not hold the process for the rest of the grace).
+   */
+  wait(graceMs: number, ...cancel: (AbortSignal | undefined)[]): Promise<ExitWaitOutcome> {
     if (this.#exited) return Promise.resolve("exited");
-    if (caller?.aborted) return Promise.resolve("cancelled");
+    if (cancel.some((s) => s?.aborted)) return Promise.resolve("cancelled");
     return new Promise<ExitWaitOutcome>((resolve) => {
       const finish = (o: ExitWaitOutcome) => {
         clearTimeout(timer);
         this.#waiters.delete(onExit);
-        caller?.removeEventListener("abort", onAbort);
+        for (const s of cancel) s?.removeEventListener("abort", onAbort);
         resolve(o);
       };
       const onExit = () => finish("exited");
@@ -52,7 +56,7 @@ export class ExitWatch {
       // Not unref'd: a short-lived script awaiting the call must see its outcome.
       const timer = setTimeout(() => finish("timeout"), graceMs);
       this.#waiters.add(onExit);
-      caller?.addEventListener("abort", onAbort, { once: true });
+      for (const s of cancel) s?.addEventListener("abort", onAbort, { once: true });
     });
   }
 }
