@@ -6,7 +6,7 @@
 import * as http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { reattachPlugin, type PluginClient } from "../src/index.js";
+import { DriverClient, createUnixSocketTransport, reattachPlugin, type PluginClient } from "../src/index.js";
 import { tempDir } from "./helpers.js";
 
 const grpcHeaders = { ":status": 200, "content-type": "application/grpc" };
@@ -60,33 +60,42 @@ describe("a grpc-message that is not valid percent-encoding", () => {
     ["trailing %4", "trailing %4"],
   ];
 
-  for (const where of ["header", "trailer"]) {
-    it.each(cases)(`unary, status in the ${where}: %j`, async (sent, shown) => {
-      const headers = { "x-message": sent, "x-where": where };
-      const err = await plugin.driver
-        .capabilities({}, { headers })
-        .catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(ConnectError);
-      expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
-      expect((err as ConnectError).rawMessage).toBe(shown);
-    });
-
-    it.each(cases)(
-      `server stream, status in the ${where}: %j`,
-      async (sent, shown) => {
+  // The connection reattachPlugin makes, and the public transport for a socket (which decoded
+  // with connect's decodeURIComponent, and failed with a URIError).
+  const viaSocket = new DriverClient(createUnixSocketTransport(sock));
+  const clients: [string, () => DriverClient][] = [
+    ["reattachPlugin", () => plugin.driver],
+    ["createUnixSocketTransport", () => viaSocket],
+  ];
+  for (const [via, client] of clients) {
+    for (const where of ["header", "trailer"]) {
+      it.each(cases)(`${via}: unary, status in the ${where}: %j`, async (sent, shown) => {
         const headers = { "x-message": sent, "x-where": where };
-        const err = await (async () => {
-          for await (const _ of plugin.driver.taskStats(
-            { taskId: "t" },
-            { headers },
-          ))
-            void _;
-        })().catch((e: unknown) => e);
+        const err = await client()
+          .capabilities({}, { headers })
+          .catch((e: unknown) => e);
         expect(err).toBeInstanceOf(ConnectError);
         expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
         expect((err as ConnectError).rawMessage).toBe(shown);
-      },
-    );
+      });
+
+      it.each(cases)(
+        `${via}: server stream, status in the ${where}: %j`,
+        async (sent, shown) => {
+          const headers = { "x-message": sent, "x-where": where };
+          const err = await (async () => {
+            for await (const _ of client().taskStats(
+              { taskId: "t" },
+              { headers },
+            ))
+              void _;
+          })().catch((e: unknown) => e);
+          expect(err).toBeInstanceOf(ConnectError);
+          expect((err as ConnectError).code).toBe(Code.FailedPrecondition);
+          expect((err as ConnectError).rawMessage).toBe(shown);
+        },
+      );
+    }
   }
 
   it("a valid grpc-message is decoded as before", async () => {

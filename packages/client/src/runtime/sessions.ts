@@ -8,7 +8,7 @@
 import type * as http2 from "node:http2";
 import { constants as http2Constants } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { Http2SessionManager } from "@connectrpc/connect-node";
+import { Http2SessionManager, type Http2SessionOptions } from "@connectrpc/connect-node";
 import { repairGrpcMessage } from "./grpc-message.js";
 import { PLUGIN_CONNECTION_WINDOW, PLUGIN_SESSION_MEMORY_MIB, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
@@ -22,8 +22,12 @@ function ignoreSessionError(): void {}
  * manager does not expose its sessions otherwise).
  */
 export class PluginSessionManager extends Http2SessionManager {
-  constructor(url: URL | string, options: http2.ClientSessionOptions | http2.SecureClientSessionOptions = {}) {
-    super(url, {}, { maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB, ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
+  constructor(
+    url: URL | string,
+    options: http2.ClientSessionOptions | http2.SecureClientSessionOptions = {},
+    pingOptions: Http2SessionOptions = {},
+  ) {
+    super(url, pingOptions, { maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB, ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
   }
 
   #aborted = false;

@@ -2,7 +2,7 @@
 import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { createGrpcTransport, type GrpcTransportOptions } from "@connectrpc/connect-node";
-import { PLUGIN_SESSION_MEMORY_MIB } from "./windows.js";
+import { PluginSessionManager } from "./sessions.js";
 
 /** Options for {@link createUnixSocketTransport}: connect-node gRPC options minus `baseUrl`. */
 export type UnixSocketTransportOptions = Partial<GrpcTransportOptions>;
@@ -11,6 +11,8 @@ export type UnixSocketTransportOptions = Partial<GrpcTransportOptions>;
  * A connect-node gRPC transport (HTTP/2 cleartext) to a plugin listening on `socketPath`.
  * Compression is off both ways: the socket is local and gzip triples the cost of exec streams.
  * Pass `nodeOptions.createConnection` to wrap the socket (for example in TLS for go-plugin AutoMTLS).
+ * Its connections are the ones `launchPlugin` makes (`PluginSessionManager`): the same HTTP/2
+ * windows, and the same lenient reading of a `grpc-message` that is not valid percent-encoding.
  *
  * @example
  * ```ts
@@ -19,14 +21,19 @@ export type UnixSocketTransportOptions = Partial<GrpcTransportOptions>;
  * ```
  */
 export function createUnixSocketTransport(socketPath: string, options: UnixSocketTransportOptions = {}): Transport {
+  const baseUrl = options.baseUrl ?? "http://localhost";
+  const { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs } = options;
   return createGrpcTransport({
-    baseUrl: "http://localhost",
     acceptCompression: [],
     ...options,
-    nodeOptions: {
-      createConnection: () => net.connect(socketPath),
-      maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB,
-      ...options.nodeOptions,
-    },
+    baseUrl,
+    // A session manager of the caller's own is used as it is (connect ignores nodeOptions then too).
+    sessionManager:
+      options.sessionManager ??
+      new PluginSessionManager(
+        baseUrl,
+        { createConnection: () => net.connect(socketPath), ...options.nodeOptions },
+        { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs },
+      ),
   });
 }
