@@ -12,6 +12,7 @@ import {
   RecoverableError,
   createUnixSocketTransport,
   isCancellation,
+  reattachPlugin,
 } from "../src/index.js";
 import { encodeRpcStatus } from "./status.js";
 import { loadGrpcJs, lookup, startGrpcJsServer, tempDir } from "./helpers.js";
@@ -26,6 +27,9 @@ describe("nomadkit client -> grpc-js server", () => {
   const socketPath = `${tmp.dir}/grpcjs.sock`;
   let server: grpc.Server;
   const cancelled: string[] = [];
+  /** TaskEvents calls the server is serving, and who waits for there to be none. */
+  let taskEventsOpen = 0;
+  const noTaskEvents: (() => void)[] = [];
 
   beforeAll(async () => {
     const root = loadGrpcJs();
@@ -43,8 +47,12 @@ describe("nomadkit client -> grpc-js server", () => {
           call.end();
         },
         TaskEvents: (call: Any) => {
+          taskEventsOpen++;
           call.write({ taskId: "t1", message: "first" });
-          call.on("cancelled", () => cancelled.push("TaskEvents"));
+          call.on("cancelled", () => {
+            cancelled.push("TaskEvents");
+            if (--taskEventsOpen === 0) for (const w of noTaskEvents.splice(0)) w();
+          });
         },
         ExecTaskStreaming: (call: Any) => {
           call.on("data", (req: Any) => {
@@ -141,6 +149,58 @@ describe("nomadkit client -> grpc-js server", () => {
     for (let i = 0; i < 500 && cancelled.length === before; i++) await new Promise((r) => setTimeout(r, 10));
     expect(cancelled.slice(before)).toEqual(["TaskEvents"]);
   });
+
+  // Suspected race: a caller that cancels TaskEvents in the same tick as it opens it. Each way of
+  // doing it ends in a cancellation, and no call is left open at the server (what a stream the
+  // client let go of without a reset would be), on both connection kinds.
+  it("TaskEvents cancelled as it is opened: a cancellation, and nothing left open at the server", async () => {
+    const plugin = await reattachPlugin({ pid: process.pid, network: "unix", address: socketPath });
+    try {
+      const ways: Record<string, (ac: AbortController, it: AsyncIterator<unknown>) => Promise<unknown>> = {
+        "abort, then next()": (ac, it) => (ac.abort(), it.next()),
+        "next(), then abort in the same tick": (ac, it) => {
+          const p = it.next();
+          ac.abort();
+          return p;
+        },
+        "next(), abort on the next microtask": async (ac, it) => {
+          const p = it.next();
+          await Promise.resolve();
+          ac.abort();
+          return p;
+        },
+        "next(), abort on process.nextTick": async (ac, it) => {
+          const p = it.next();
+          await new Promise((r) => process.nextTick(r));
+          ac.abort();
+          return p;
+        },
+        "next(), abort on setImmediate": async (ac, it) => {
+          const p = it.next();
+          await new Promise((r) => setImmediate(r));
+          ac.abort();
+          return p;
+        },
+      };
+      for (const [via, client] of [["createUnixSocketTransport", new DriverClient(transport())], ["reattachPlugin", plugin.driver]] as const) {
+        for (const [way, run] of Object.entries(ways)) {
+          for (let i = 0; i < 5; i++) {
+            const ac = new AbortController();
+            const err = await run(ac, client.taskEvents({}, { signal: ac.signal })[Symbol.asyncIterator]()).catch((e: unknown) => e);
+            expect(isCancellation(err), `${via}, ${way}: ${String(err)}`).toBe(true);
+          }
+        }
+        // One more on the same connection, read and let go: the server has seen every call before it.
+        for await (const ev of client.taskEvents({})) {
+          expect(ev.message).toBe("first");
+          break;
+        }
+        if (taskEventsOpen > 0) await new Promise<void>((r) => noTaskEvents.push(r));
+      }
+    } finally {
+      plugin.close();
+    }
+  }, 30_000);
 
   it("caller cancellation of a stream is a cancellation", async () => {
     const ac = new AbortController();
