@@ -29,6 +29,9 @@ describe("nomadkit client -> grpc-js server", () => {
   const cancelled: string[] = [];
   /** TaskEvents calls the server is serving, and who waits for there to be none. */
   let taskEventsOpen = 0;
+  /** TaskEvents calls the server has been asked to serve. */
+  let taskEventsStarted = 0;
+  let execStarted = 0;
   const noTaskEvents: (() => void)[] = [];
 
   beforeAll(async () => {
@@ -48,6 +51,7 @@ describe("nomadkit client -> grpc-js server", () => {
         },
         TaskEvents: (call: Any) => {
           taskEventsOpen++;
+          taskEventsStarted++;
           call.write({ taskId: "t1", message: "first" });
           call.on("cancelled", () => {
             cancelled.push("TaskEvents");
@@ -55,6 +59,7 @@ describe("nomadkit client -> grpc-js server", () => {
           });
         },
         ExecTaskStreaming: (call: Any) => {
+          execStarted++;
           call.on("data", (req: Any) => {
             if (req.setup) call.write({ stdout: { data: Buffer.from(req.setup.command.join(" ")) } });
             if (req.stdin?.close) {
@@ -201,6 +206,32 @@ describe("nomadkit client -> grpc-js server", () => {
       plugin.close();
     }
   }, 30_000);
+
+  // A signal that has already fired must not open a call at all: the plugin's handler would start
+  // (an exec session, a stats stream) for a caller that has given up, as single-request calls refuse.
+  it("a stream whose signal has already fired is refused without reaching the server", async () => {
+    const client = new DriverClient(transport());
+    const before = taskEventsStarted;
+    const execBefore = execStarted;
+    const ac = new AbortController();
+    ac.abort();
+    for (const open of [
+      () => client.taskEvents({}, { signal: ac.signal }),
+      () => client.execTaskStreaming((async function* () {})(), { signal: ac.signal }),
+    ]) {
+      const err = await (async () => {
+        for await (const _ of open()) return undefined;
+      })().catch((e: unknown) => e);
+      expect(isCancellation(err), String(err)).toBe(true);
+    }
+    // One call on the same connection after them: the server has seen every call opened before it.
+    for await (const ev of client.taskEvents({})) {
+      expect(ev.message).toBe("first");
+      break;
+    }
+    expect(taskEventsStarted - before).toBe(1);
+    expect(execStarted - execBefore).toBe(0);
+  });
 
   it("caller cancellation of a stream is a cancellation", async () => {
     const ac = new AbortController();

@@ -204,6 +204,9 @@ export class ClientRuntime {
     // The call starts when iteration starts, like connect's own clients.
     const run = async function* (rt: ClientRuntime): AsyncGenerator<MessageShape<O>> {
       const deadline = deadlineOf(method, opts.timeoutMs);
+      // A caller that has already given up opens no call, as unary calls refuse: connect would
+      // still open the stream, and the plugin would start its handler (an exec session) for nobody.
+      if (opts.signal?.aborted) throw cancellationError(opts.signal.reason);
       // A caller that stops iterating early (break, return, a throw in its loop) cancels the call,
       // so the plugin's handler ends too; connect's response iterable alone leaves it running.
       const call = new AbortController();
