@@ -1,6 +1,7 @@
 // nomadkit stats: the TaskStats stream as a live line.
 import { toJson } from "@bufbuild/protobuf";
 import {
+  MemoryUsage_Fields,
   TaskStatsResponseSchema,
   type TaskStatsResponse,
 } from "@nomadkit/protocol/driver";
@@ -16,9 +17,12 @@ export function formatStats(res: TaskStatsResponse): string {
   const parts = [
     `cpu ${(cpu?.percent ?? 0).toFixed(1)}%`,
     `${(cpu?.totalTicks ?? 0).toFixed(0)} MHz`,
-    `rss ${formatBytes(mem?.rss ?? 0n)}`,
-    `usage ${formatBytes(mem?.usage ?? 0n)}`,
   ];
+  // A memory field the driver does not list in measured_fields is an unset 0, not a reading: show
+  // only the listed ones, as Nomad does (and RSS when nothing is listed, Nomad's default measure).
+  const measured = mem?.measuredFields ?? [];
+  if (measured.length === 0 || measured.includes(MemoryUsage_Fields.RSS)) parts.push(`rss ${formatBytes(mem?.rss ?? 0n)}`);
+  if (measured.includes(MemoryUsage_Fields.USAGE)) parts.push(`usage ${formatBytes(mem?.usage ?? 0n)}`);
   const pids = Object.keys(res.stats?.resourceUsageByPid ?? {}).length;
   if (pids) parts.push(`${pids} pid${pids === 1 ? "" : "s"}`);
   return parts.join("  ");
