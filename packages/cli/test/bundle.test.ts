@@ -913,6 +913,23 @@ describe("nomadkit bundle", () => {
     r = bundle("project/src/hello.mjs", "--out", "project", "--name", "notes", "--no-code-cache");
     expect(r.stderr).toContain("notes exists and was not written by nomadkit bundle");
     expect(readFileSync(join(project, "notes"), "utf8")).toBe("mine\n");
+    // The entry's own directory (no package.json of its own), or one above it: the bundle's
+    // package.json ("type": "commonjs") would turn the ES module sources there into CommonJS.
+    const sources = join(work, "sources");
+    mkdirSync(join(sources, "src"), { recursive: true });
+    writeFileSync(join(sources, "src/hello.mjs"), source);
+    for (const out of ["sources/src", "sources"]) {
+      r = bundle("sources/src/hello.mjs", "--out", out, "--name", "plug", "--no-code-cache");
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(
+        `nomadkit: --out ${out} --name plug: the directory holds the entry sources/src/hello.mjs, and the bundle's package.json ("type": "commonjs") would make the sources there CommonJS; bundle into a directory of its own, e.g. --out dist/plugin\n`,
+      );
+    }
+    expect(readdirSync(join(sources, "src"))).toEqual(["hello.mjs"]); // nothing written
+    expect(readdirSync(sources)).toEqual(["src"]);
+    // A directory below the entry's is the bundle's own.
+    r = bundle("sources/src/hello.mjs", "--out", "sources/src/dist", "--no-code-cache");
+    expect(r.code).toBe(0);
     // Its own earlier output is replaced.
     r = bundle("hello.mjs", "--out", "again", "--no-code-cache");
     expect(r.code).toBe(0);

@@ -11,7 +11,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { basename, extname, join, resolve } from "node:path";
+import { basename, dirname, extname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { makeDirectory } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import {
@@ -157,7 +157,8 @@ const PACKAGE_MARK = "bundled by nomadkit bundle";
 /**
  * Refuses, before writing anything, a bundle whose files would land on the entry (esbuild refuses
  * that too, but only after it wrote the file) or replace a launcher or package.json that an earlier
- * bundle did not write (bundling into a project's own directory). The other files are named after
+ * bundle did not write (bundling into a project's own directory), or put its package.json over the
+ * entry's sources (an out directory that holds the entry). The other files are named after
  * the plugin (`<name>.cjs`, `<name>-executor.cjs`, ...) and are always ours to replace.
  */
 function checkOutputs(
@@ -181,6 +182,15 @@ function checkOutputs(
     if (!text.includes(mark))
       throw new CliError(`${where}: ${file} exists and was not written by nomadkit bundle; bundle into another directory`);
   }
+  // Its package.json says "type": "commonjs": in the entry's directory (or above it) it would make
+  // Node.js and tsc take the project's own .js/.ts sources there for CommonJS (top-level await and
+  // ESM imports then fail), well after this command said it succeeded.
+  const outDir = resolve(options.outDir);
+  const fromOut = relative(outDir, dirname(entry));
+  if (fromOut !== ".." && !fromOut.startsWith(`..${sep}`) && !isAbsolute(fromOut))
+    throw new CliError(
+      `${where}: the directory holds the entry ${options.entry}, and the bundle's package.json ("type": "commonjs") would make the sources there CommonJS; bundle into a directory of its own, e.g. --out dist/plugin`,
+    );
 }
 
 /** The first of two recordings' calls that differ, named by its method. */
