@@ -108,6 +108,20 @@ describe("nomadkit conformance", () => {
   );
 
   it(
+    "--task-config without --signal signals the task with SIGCONT, which it survives; --signal still picks",
+    async () => {
+      const args = ["conformance", direct, "--task-config", '{"command":"/bin/sleep","args":["600"]}', "--checks", "signal-task,stop-task", "--shutdown-timeout", "15000"];
+      const r = await nomadkit(args);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^signal-task +PASS .*SIGCONT sent/m);
+      expect(r.stdout).toMatch(/^stop-task +PASS /m);
+      const chosen = await nomadkit([...args, "--checks", "signal-task", "--signal", "USR1"]);
+      expect(chosen.stdout, chosen.stderr).toMatch(/^signal-task +PASS .*SIGUSR1 sent/m);
+    },
+    180_000,
+  );
+
+  it(
     "--json prints the report",
     async () => {
       const r = await nomadkit(["conformance", broken, "--checks", "plugin-info", "--json"]);

@@ -25,7 +25,9 @@ function resolve(options: ConformanceOptions): ResolvedOptions {
     args: options.args ?? [],
     pluginConfig: options.pluginConfig ?? {},
     execShell: options.execShell ?? "/bin/sh",
-    signal: options.signal ?? "SIGHUP",
+    // The default task traps SIGHUP; a task of the caller's (`sleep 600`, a shell loop) would die of
+    // it, and stop-task would then blame the driver for a task that exited before StopTask.
+    signal: options.signal ?? (options.taskConfig === undefined ? "SIGHUP" : "SIGCONT"),
     callTimeoutMs: options.callTimeoutMs ?? 30_000,
     checkTimeoutMs: options.checkTimeoutMs ?? 120_000,
     fingerprintTimeoutMs: options.fingerprintTimeoutMs ?? 10_000,

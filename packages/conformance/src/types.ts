@@ -60,10 +60,12 @@ export interface ConformanceOptions {
   /** Shell used inside tasks for the exec vectors (`<shell> -c <script>`); default `/bin/sh`. */
   execShell?: string;
   /**
-   * The first signal the signal-task check sends; default `SIGHUP`. To the default task it then
-   * sends SIGUSR1 and SIGUSR2 too: the task traps each and prints which one it got, and each must
-   * arrive as itself. With a custom `taskConfig` only this signal is sent, and only SignalTask's
-   * success is checked (the task's output is not known).
+   * The first signal the signal-task check sends; default `SIGHUP`, or `SIGCONT` with a custom
+   * `taskConfig`. To the default task it then sends SIGUSR1 and SIGUSR2 too: the task traps each and
+   * prints which one it got, and each must arrive as itself. With a custom `taskConfig` only this
+   * signal is sent, and only SignalTask's success is checked (the task's output is not known); the
+   * task must survive it, since the checks after it need it running (SIGCONT changes nothing for a
+   * running process, where SIGHUP ends one that does not trap it).
    */
   signal?: string;
   /**

@@ -190,6 +190,25 @@ describe("conformance catches a broken plugin", () => {
 });
 
 describe("conformance judges what Nomad relies on, not what the kit happens to do", () => {
+  it(
+    "signals a task of the caller's with SIGCONT by default: `sleep 600` must still run for stop-task",
+    async () => {
+      // The documented kind of task config: SIGHUP, the default task's trapped signal, would end it,
+      // and stop-task would then fail the driver for a task that exited before StopTask.
+      const direct = fileURLToPath(new URL("./fixtures/direct-driver.mjs", import.meta.url));
+      const report = await runConformance({
+        plugin: process.execPath,
+        args: [direct],
+        ...generous,
+        taskConfig: { command: "/bin/sleep", args: ["600"] },
+        checks: ["signal-task", "stop-task"],
+      });
+      expectPassed(report, ["signal-task", "stop-task"]);
+      expect(byName(report)["signal-task"]!.message).toBe("SIGCONT sent (accepted; its delivery is not verified with a custom taskConfig)");
+    },
+    120_000,
+  );
+
   // modes-raw runs no process that would print the default task's pid: it gets a task config of its own.
   const run = (fixture: string, mode: string, checks: string[], extra: Partial<ConformanceOptions> = {}) =>
     runConformance({

@@ -9,7 +9,7 @@ interface ConformanceFlags {
   pluginConfig?: string;
   taskConfig?: string;
   execShell: string;
-  signal: string;
+  signal?: string;
   user?: string;
   name?: string;
   checks?: string;
@@ -32,7 +32,8 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     return;
   }
   if (!plugin) throw new CliError("missing argument <plugin> (the driver executable to test)");
-  const signal = signalFlag("--signal", flags.signal, "SIGHUP");
+  // Not given: the suite's default (SIGHUP, which the default task traps; SIGCONT with --task-config).
+  const signal = flags.signal === undefined ? undefined : signalFlag("--signal", flags.signal, "SIGHUP");
   // The check's task traps the signal and reports it: one that cannot be trapped would only time out.
   if (signal === "SIGKILL" || signal === "SIGSTOP")
     throw new CliError(`--signal ${JSON.stringify(flags.signal)}: ${signal} cannot be trapped, and the signal-task check needs a task that reports the signal it got`);
@@ -44,7 +45,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     plugin: cmd,
     args,
     execShell: flags.execShell,
-    signal,
+    ...(signal === undefined ? {} : { signal }),
     logger: g.logLevel === "off" ? undefined : stderrLogger(g.logLevel, plugin),
     autoMTLS: g.automtls === true,
     taskCgroup: flags.taskCgroup,
@@ -116,7 +117,7 @@ export function registerConformanceCommand(program: Command): void {
       'a long-running task\'s driver config as JSON, inline or a file (default: {"command":"/bin/sh","args":["-c",<loop>]})',
     )
     .option("--exec-shell <path>", "shell inside the task for the exec checks (<shell> -c <script>)", "/bin/sh")
-    .option("--signal <name>", "first signal the signal-task check sends, by name or number (to the default task, which traps each, SIGUSR1 and SIGUSR2 follow)", "SIGHUP")
+    .option("--signal <name>", "first signal the signal-task check sends, by name or number (to the default task, which traps each, SIGUSR1 and SIGUSR2 follow; a --task-config task must survive it); default SIGHUP, SIGCONT with --task-config")
     .option("--user <user>", "run the tasks as this user (TaskConfig.user); start-task checks the task's uid, gid and groups")
     .option("--name <name>", "expected plugin name (the job's driver = \"...\")")
     .option("--checks <names>", "comma-separated checks to run (plus what they need); see --list")
