@@ -240,10 +240,13 @@ class DirectContext implements HandlerContext {
   #responseHeader: Headers | undefined;
   #responseTrailer: Headers | undefined;
   #controller: AbortController | undefined;
+  /** The deadline's timer, armed by the first of the signal and {@link watch}. */
   #timer: NodeJS.Timeout | undefined;
   #onShutdown: (() => void) | undefined;
-  /** Set when the client went away before the end. */
-  #gone: { reason: unknown } | undefined;
+  /** Set when the call was released before its end: the client went away or the deadline passed. */
+  #over: { reason: unknown } | undefined;
+  /** What {@link watch} waits on now; rejected with the reason should the call be released. */
+  #watcher: Race<unknown> | undefined;
   #endReason: unknown;
   #values: ContextValues | undefined;
 
@@ -293,13 +296,13 @@ class DirectContext implements HandlerContext {
   }
 
   #link(): AbortController {
-    const ac = new AbortController();
+    const ac = (this.#controller = new AbortController());
     if (this.ended) {
       ac.abort(this.#endReason);
       return ac;
     }
-    if (this.#gone !== undefined) {
-      ac.abort(this.#gone.reason);
+    if (this.#over !== undefined) {
+      ac.abort(this.#over.reason);
       return ac;
     }
     const shutdown = this.#shutdown;
@@ -311,35 +314,64 @@ class DirectContext implements HandlerContext {
       this.#onShutdown = () => this.#abort(shutdown.reason);
       shutdown.addEventListener("abort", this.#onShutdown, { once: true });
     }
-    if (this.#deadlineAt !== undefined) {
-      const timedOut = () => this.#abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
-      const left = this.#deadlineAt - Date.now();
-      if (left <= 0) {
-        this.#controller = ac;
-        timedOut();
-      } else this.#timer = setTimeout(timedOut, timerDelayMs(left));
-    }
+    this.#armDeadline();
     return ac;
+  }
+
+  /** Arm the deadline's timer, once. A deadline beyond what a Node timer takes is waited for in steps. */
+  #armDeadline(): void {
+    if (this.#timer !== undefined || this.#deadlineAt === undefined || this.ended || this.#over !== undefined) return;
+    const left = this.#deadlineAt - Date.now();
+    if (left <= 0) this.#release(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+    else
+      this.#timer = setTimeout(() => {
+        this.#timer = undefined;
+        this.#armDeadline();
+      }, timerDelayMs(left));
   }
 
   #abort(reason: unknown): void {
     clearTimeout(this.#timer);
+    this.#timer = undefined;
     if (this.#onShutdown !== undefined) this.#shutdown?.removeEventListener("abort", this.#onShutdown);
     this.#onShutdown = undefined;
     const ac = this.#controller;
     if (ac !== undefined && !ac.signal.aborted) ac.abort(reason);
   }
 
+  /** The client went away or the deadline passed: whatever the handler does, the call is over. */
+  #release(reason: unknown): void {
+    if (this.ended || this.#over !== undefined) return;
+    this.#over = { reason };
+    this.#abort(reason);
+    const w = this.#watcher;
+    this.#watcher = undefined;
+    w?.reject(reason);
+  }
+
+  /**
+   * Have `race` rejected with the reason should the call be released before it settles (at once if
+   * it was already); the deadline's timer runs from now on.
+   */
+  watch(race: Race<unknown>): void {
+    if (this.#over !== undefined) {
+      race.reject(this.#over.reason);
+      return;
+    }
+    this.#watcher = race;
+    this.#armDeadline();
+  }
+
   /** The client reset the stream or the connection closed. */
   requestClosed(reason: unknown): void {
-    this.#gone = { reason };
-    this.#abort(reason);
+    this.#release(reason);
   }
 
   /** The call is over (connect aborts the context's signal then too). */
   end(reason: unknown): void {
     this.ended = true;
     this.#endReason = reason;
+    this.#watcher = undefined;
     this.#abort(reason);
   }
 
@@ -350,6 +382,46 @@ class DirectContext implements HandlerContext {
   nodeTrailers(): http2.OutgoingHttpHeaders {
     return this.#responseTrailer === undefined ? OK_TRAILERS : nodeHeaders(this.#responseTrailer);
   }
+}
+
+/**
+ * One wait of a call on its handler (or its request), settled by whichever comes first: the
+ * awaited value, or the call being released. Once settled it drops its resolvers, so a handler
+ * that settles late (or never) keeps nothing of the call alive.
+ */
+class Race<T> {
+  #settle: [(value: T) => void, (reason: unknown) => void] | undefined;
+
+  constructor(resolve: (value: T) => void, reject: (reason: unknown) => void) {
+    this.#settle = [resolve, reject];
+  }
+
+  readonly resolve = (value: T): void => {
+    const s = this.#settle;
+    this.#settle = undefined;
+    s?.[0](value);
+  };
+
+  readonly reject = (reason: unknown): void => {
+    const s = this.#settle;
+    this.#settle = undefined;
+    s?.[1](reason);
+  };
+}
+
+/**
+ * `value`, unless the call is released first (the client reset the stream, the deadline passed):
+ * then the release's reason. A handler may ignore its signal; grpc-go closes the stream at once
+ * all the same and drops the handler's later answer, and so does this. A late rejection is
+ * handled here (nothing unhandled). Values that are not promises are returned as they are.
+ */
+function untilReleased<T>(value: T | PromiseLike<T>, context: DirectContext): T | Promise<T> {
+  if (typeof (value as { then?: unknown } | null | undefined)?.then !== "function") return value as T;
+  let race!: Race<T>;
+  const promise = new Promise<T>((resolve, reject) => (race = new Race(resolve, reject)));
+  context.watch(race as Race<unknown>);
+  (value as PromiseLike<T>).then(race.resolve, race.reject);
+  return promise;
 }
 
 /** Connect's check that a unary or server-streaming call got exactly one request. */
@@ -505,8 +577,12 @@ export class DirectPath {
       if (context.ended) return;
       // The client reset the stream or the connection went away: like connect, with the HTTP/2 code.
       const reason = h2ResetError(stream.rstCode ?? 0);
+      const aborted = reason ?? new ConnectError("request aborted", Code.Canceled);
+      // Formatted now: an unformatted stack keeps every frame's receiver, this stream among them,
+      // for as long as a handler keeps the reason (its signal's, or its context's).
+      void aborted.stack;
       context.requestClosed(reason);
-      requests.close(reason ?? new ConnectError("request aborted", Code.Canceled));
+      requests.close(aborted);
     });
     const output = method.output;
 
@@ -568,20 +644,20 @@ export class DirectPath {
     try {
       switch (method.methodKind) {
         case "unary": {
-          const input = await single(requests, "unary");
-          await write(await impl(input, context));
+          const input = await untilReleased(single(requests, "unary"), context);
+          await write(await untilReleased(impl(input, context), context));
           break;
         }
         case "client_streaming":
-          await write(await impl(requests, context));
+          await write(await untilReleased(impl(requests, context), context));
           break;
         case "server_streaming":
         case "bidi_streaming": {
-          const input = method.methodKind === "server_streaming" ? await single(requests, "server-streaming") : requests;
+          const input = method.methodKind === "server_streaming" ? await untilReleased(single(requests, "server-streaming"), context) : requests;
           iter = (impl(input, context) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
           let r: IteratorResult<unknown> | undefined;
           for (;;) {
-            r = await iter.next();
+            r = await untilReleased(iter.next(), context);
             if (r.done === true) break;
             await write(r.value);
             // While this call waits for the next message, its frame would otherwise keep the last
