@@ -3,6 +3,7 @@ import type * as http2 from "node:http2";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { ConnectNodeAdapterOptions, connectNodeAdapter } from "@connectrpc/connect-node";
 import { DirectPath } from "./direct.js";
+import { answerMalformedTimeout } from "./grpc-timeout.js";
 
 type NodeHandler = ReturnType<typeof connectNodeAdapter>;
 
@@ -91,7 +92,13 @@ export function createPluginHandler(routes: (router: ConnectRouter) => void, opt
   // Without the direct path every call goes to connect: load it right away.
   if (direct === undefined) void loadConnect().catch(() => {});
   const handler: NodeHandler = (req, res) => {
-    if (direct?.handle(req as http2.Http2ServerRequest, res as http2.Http2ServerResponse)) return;
+    if (direct !== undefined) {
+      if (direct.handle(req as http2.Http2ServerRequest, res as http2.Http2ServerResponse)) return;
+    } else {
+      // What the direct path answers itself when there is one (see grpc-timeout.ts).
+      const stream = (req as http2.Http2ServerRequest).stream as http2.ServerHttp2Stream | undefined;
+      if (stream !== undefined && answerMalformedTimeout(stream, req.headers as http2.IncomingHttpHeaders, res as http2.Http2ServerResponse)) return;
+    }
     if (connect !== undefined) return connect(req, res);
     loadConnect().then(
       (handler) => {

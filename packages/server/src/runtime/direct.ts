@@ -14,9 +14,10 @@
 import type * as http2 from "node:http2";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
-import { contentTypeRegExp, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { contentTypeRegExp, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { webHeaders } from "@nomadkit/client/runtime";
 import { encodeBinary } from "./binary-encoder.js";
+import { answerMalformedTimeout, parseGrpcTimeout } from "./grpc-timeout.js";
 import { grpcMessageValue, sendableStatus } from "./status-message.js";
 import { timerDelayMs } from "./timer-delay.js";
 import { wireFrameOf, writeEnvelopePrefix } from "./wire-frame.js";
@@ -517,6 +518,11 @@ export class DirectPath {
   ): boolean {
     const req = compat?.req;
     if (this.#served.has(stream)) return true;
+    // Answered Internal before routing, as grpc-go does (connect: InvalidArgument).
+    if (h["grpc-timeout"] !== undefined && answerMalformedTimeout(stream, h, compat?.res)) {
+      this.#served.add(stream);
+      return true;
+    }
     if (h[":method"] !== "POST") return false;
     const path = h[":path"];
     const route = path === undefined ? undefined : this.#routes.get(path);
@@ -533,10 +539,10 @@ export class DirectPath {
     let timeoutMs: number | undefined;
     const t = h["grpc-timeout"];
     if (t !== undefined) {
-      if (typeof t !== "string") return false;
-      const parsed = parseTimeout(t, this.#options.maxTimeoutMs ?? Number.MAX_SAFE_INTEGER);
-      if (parsed.error !== undefined) return false;
-      timeoutMs = parsed.timeoutMs;
+      const ms = parseGrpcTimeout(String(t));
+      // Over the adapter's maxTimeoutMs: connect answers that, as configured.
+      if (typeof ms !== "number" || ms > (this.#options.maxTimeoutMs ?? Number.MAX_SAFE_INTEGER)) return false;
+      timeoutMs = ms;
     }
     this.#served.add(stream);
     // Made here, not in #serve: the headers would stay in that suspended frame for the whole call.
