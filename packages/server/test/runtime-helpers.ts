@@ -37,11 +37,14 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/** Serve `routes` (through createPluginHandler) on a fresh unix socket. */
-export async function startServer(routes: (router: ConnectRouter) => void): Promise<TestServer> {
+/** Serve `routes` (through createPluginHandler, with `options`) on a fresh unix socket. */
+export async function startServer(
+  routes: (router: ConnectRouter) => void,
+  options?: Parameters<typeof createPluginHandler>[1],
+): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), "nk-server-"));
   const socketPath = join(dir, "plugin.sock");
-  const server = http2.createServer(createPluginHandler(routes));
+  const server = http2.createServer(createPluginHandler(routes, options));
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);

@@ -2,7 +2,11 @@
 // direct path: any text a handler puts in an error reaches the caller with its code, including
 // text grpc-message cannot carry as it is (a lone UTF-16 surrogate, a message of many KiB), from
 // handlers registered through the server runtime and from handlers registered without it.
+import * as http2 from "node:http2";
+import * as net from "node:net";
 import * as grpc from "@grpc/grpc-js";
+import type { ConnectRouter } from "@connectrpc/connect";
+import { compressionGzip } from "@connectrpc/connect-node";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Driver as DriverService } from "@nomadkit/protocol/driver";
@@ -153,5 +157,95 @@ describe("status messages (grpc-js client -> direct path)", () => {
         text,
       ]);
     }
+  });
+});
+
+describe("status messages (connect's path: compressed and JSON requests)", () => {
+  let compressed: TestServer;
+  let plain: TestServer;
+  let driver: Any;
+
+  // Handlers registered without the server runtime: nothing made their status sendable before connect.
+  const raw = (router: ConnectRouter) => {
+    router.rpc(DriverService.method.stopTask, (req) => {
+      throw failures[req.taskId]!();
+    });
+    // With interceptors of its own (connect lets them replace the adapter's): connect serves it.
+    router.rpc(
+      DriverService.method.inspectTask,
+      (req) => {
+        throw failures[req.taskId]!();
+      },
+      { interceptors: [(next) => next] },
+    );
+    router.rpc(DriverService.method.taskStats, async function* (req) {
+      yield { stats: { id: req.taskId } };
+      throw failures[req.taskId]!();
+    });
+  };
+
+  beforeAll(async () => {
+    // Compression on: connect serves every call (the direct path only takes uncompressed ones).
+    compressed = await startServer(raw, { acceptCompression: [compressionGzip] });
+    plain = await startServer(raw);
+    const Driver = lookup<Ctor>(loadGrpcJs(), "hashicorp.nomad.plugins.drivers.proto.Driver");
+    driver = new Driver(`unix:${compressed.socketPath}`, grpc.credentials.createInsecure(), {
+      "grpc.default_compression_algorithm": 2, // gzip
+    });
+  });
+
+  afterAll(async () => {
+    driver?.close();
+    await compressed?.close();
+    await plain?.close();
+  });
+
+  it("gzip requests from grpc-js: a lone surrogate becomes U+FFFD, unary and streaming", async () => {
+    const unary = await new Promise<grpc.ServiceError | null>((resolve) =>
+      driver.StopTask({ taskId: "loneStatus" }, new grpc.Metadata(), { deadline: Date.now() + 20_000 }, resolve),
+    );
+    expect([unary?.code, unary?.details]).toEqual([grpc.status.INVALID_ARGUMENT, "bad name \uFFFD"]);
+    const stream = await new Promise<grpc.ServiceError>((resolve) => {
+      const call = driver.TaskStats({ taskId: "loneStatus" }, new grpc.Metadata(), { deadline: Date.now() + 20_000 });
+      call.on("data", () => {});
+      call.on("error", resolve);
+    });
+    expect([stream.code, stream.details]).toEqual([grpc.status.INVALID_ARGUMENT, "bad name \uFFFD"]);
+  });
+
+  it("a method registered with interceptors of its own: a lone surrogate becomes U+FFFD", async () => {
+    const Driver = lookup<Ctor>(loadGrpcJs(), "hashicorp.nomad.plugins.drivers.proto.Driver");
+    const uncompressed = new Driver(`unix:${plain.socketPath}`, grpc.credentials.createInsecure());
+    const err = await new Promise<grpc.ServiceError | null>((resolve) =>
+      uncompressed.InspectTask({ taskId: "loneStatus" }, new grpc.Metadata(), { deadline: Date.now() + 20_000 }, resolve),
+    );
+    uncompressed.close();
+    expect([err?.code, err?.details]).toEqual([grpc.status.INVALID_ARGUMENT, "bad name \uFFFD"]);
+  });
+
+  it("a JSON request: a lone surrogate becomes U+FFFD", async () => {
+    const session = http2.connect("http://localhost", { createConnection: () => net.connect(plain.socketPath) });
+    const req = session.request({
+      ":method": "POST",
+      ":path": "/hashicorp.nomad.plugins.drivers.proto.Driver/StopTask",
+      "content-type": "application/grpc+json",
+      te: "trailers",
+      "grpc-timeout": "20S",
+    });
+    const body = Buffer.from('{"taskId":"loneStatus"}');
+    const framed = Buffer.alloc(5 + body.length);
+    framed.writeUInt32BE(body.length, 1);
+    body.copy(framed, 5);
+    req.end(framed);
+    req.resume();
+    const trailers = await new Promise<http2.IncomingHttpHeaders>((resolve, reject) => {
+      req.once("trailers", resolve);
+      req.once("close", () => reject(new Error(`closed with no status (rst ${req.rstCode})`)));
+    });
+    session.close();
+    expect([trailers["grpc-status"], decodeURIComponent(String(trailers["grpc-message"]))]).toEqual([
+      String(Code.InvalidArgument),
+      "bad name \uFFFD",
+    ]);
   });
 });

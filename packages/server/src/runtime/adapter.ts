@@ -1,9 +1,10 @@
 /** connect-node settings every nomadkit plugin server uses. */
 import type * as http2 from "node:http2";
-import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
+import { createConnectRouter, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import type { ConnectNodeAdapterOptions, connectNodeAdapter } from "@connectrpc/connect-node";
 import { DirectPath } from "./direct.js";
 import { answerMalformedTimeout } from "./grpc-timeout.js";
+import { sendableErrors } from "./status-message.js";
 
 type NodeHandler = ReturnType<typeof connectNodeAdapter>;
 
@@ -44,6 +45,9 @@ const DIRECT_OPTIONS = new Set(["acceptCompression", "grpc", "grpcWeb", "connect
  */
 export function createPluginHandler(routes: (router: ConnectRouter) => void, options: Partial<ConnectNodeAdapterOptions> = {}): NodeHandler {
   const merged = { ...pluginAdapterDefaults, ...options };
+  // What connect serves, it serves with sendableErrors outermost; so do registrations with
+  // interceptors of their own (connect lets those replace the adapter's).
+  const forConnect = withSendableErrors(merged);
   const direct =
     merged.grpc === true && merged.acceptCompression.length === 0 && Object.keys(options).every((k) => DIRECT_OPTIONS.has(k))
       ? new DirectPath({
@@ -62,21 +66,23 @@ export function createPluginHandler(routes: (router: ConnectRouter) => void, opt
   const recorder: ConnectRouter = {
     get handlers() {
       if (connectRouter === undefined) {
-        connectRouter = createConnectRouter(merged);
+        connectRouter = createConnectRouter(forConnect);
         for (const r of replay) r(connectRouter);
       }
       return connectRouter.handlers;
     },
     service(service, implementation, opts) {
       direct?.addService(service, implementation, opts);
-      replay.push((r) => r.service(service, implementation, opts));
-      connectRouter?.service(service, implementation, opts);
+      const o = opts?.interceptors === undefined ? opts : withSendableErrors(opts);
+      replay.push((r) => r.service(service, implementation, o));
+      connectRouter?.service(service, implementation, o);
       return recorder;
     },
     rpc(method, impl, opts) {
       direct?.addMethod(method, impl, opts);
-      replay.push((r) => r.rpc(method, impl, opts));
-      connectRouter?.rpc(method, impl, opts);
+      const o = opts?.interceptors === undefined ? opts : withSendableErrors(opts);
+      replay.push((r) => r.rpc(method, impl, o));
+      connectRouter?.rpc(method, impl, o);
       return recorder;
     },
   };
@@ -86,7 +92,7 @@ export function createPluginHandler(routes: (router: ConnectRouter) => void, opt
   let loading: Promise<NodeHandler> | undefined;
   const loadConnect = (): Promise<NodeHandler> =>
     (loading ??= import("@connectrpc/connect-node").then((m) => {
-      connect = m.connectNodeAdapter({ ...merged, routes: (router) => replay.forEach((r) => r(router)) });
+      connect = m.connectNodeAdapter({ ...forConnect, routes: (router) => replay.forEach((r) => r(router)) });
       return connect;
     }));
   // Without the direct path every call goes to connect: load it right away.
@@ -113,6 +119,10 @@ export function createPluginHandler(routes: (router: ConnectRouter) => void, opt
   };
   if (direct !== undefined) streamHandlers.set(handler, (stream, headers) => direct.handleStream(stream, headers));
   return handler;
+}
+
+function withSendableErrors<T extends { interceptors?: Interceptor[] | undefined }>(options: T): T {
+  return { ...options, interceptors: [sendableErrors, ...(options.interceptors ?? [])] };
 }
 
 /** Serves a new HTTP/2 stream itself if it can (true), before any request/response object exists. */

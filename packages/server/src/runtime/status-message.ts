@@ -4,7 +4,7 @@
  * and the call was never answered), and a header block over 64 KiB makes Node reset the stream
  * (FRAME_SIZE_ERROR: the caller gets Internal instead of the code and the field's name).
  */
-import { ConnectError } from "@connectrpc/connect";
+import { ConnectError, type Interceptor } from "@connectrpc/connect";
 
 /**
  * Most bytes a status message takes in grpc-message, percent-encoded, counted as the most either
@@ -84,4 +84,40 @@ export function grpcMessageValue(message: string): string {
         : `%${b < 16 ? "0" : ""}${b.toString(16).toUpperCase()}`;
   }
   return out;
+}
+
+/**
+ * A connect interceptor that passes every ConnectError a handler (or an interceptor after this
+ * one) throws through {@link sendableStatus}, for the calls connect serves itself (compressed or
+ * JSON requests, or all of them when adapter options turn the direct path off). connect
+ * percent-encodes grpc-message with encodeURIComponent, which throws on a lone surrogate: the call
+ * was never answered. Handlers wrapped by the server runtime are sendable already; raw router
+ * handlers are not. Other errors are left as they are (connect answers them "internal error").
+ *
+ * @example
+ * ```ts
+ * connectNodeAdapter({ ...pluginAdapterDefaults, interceptors: [sendableErrors], routes });
+ * ```
+ */
+export const sendableErrors: Interceptor = (next) => async (req) => {
+  let res: Awaited<ReturnType<typeof next>>;
+  try {
+    res = await next(req);
+  } catch (e) {
+    throw sendableError(e);
+  }
+  return res.stream ? { ...res, message: sendableMessages(res.message) } : res;
+};
+
+function sendableError(e: unknown): unknown {
+  return e instanceof ConnectError ? sendableStatus(e) : e;
+}
+
+async function* sendableMessages<T>(messages: AsyncIterable<T>): AsyncIterable<T> {
+  try {
+    // yield* hands return() on to `messages`: a call ended early still ends the handler's stream.
+    yield* messages;
+  } catch (e) {
+    throw sendableError(e);
+  }
 }
