@@ -14,6 +14,7 @@ import {
   type ExecutorHandle,
 } from "@nomadkit/server/executor";
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
+import { checkEnvPatterns, withoutDeniedEnv } from "./denied-envvars.js";
 import { checkTaskIds, parseIdRanges, type IdRange, type TaskIds } from "./denied-ids.js";
 import { RawExecTask, bootId, killOrphanedTask, killUnreachableExecutor, parseRawExecState, processStart, type RawExecState } from "./task.js";
 
@@ -33,6 +34,8 @@ export const pluginConfigSchema = spec.object({
   denied_host_uids: spec.attr("string", { default: "" }),
   /** Host gids (primary or supplementary) no task may run with, same syntax. */
   denied_host_gids: spec.attr("string", { default: "" }),
+  /** Variables removed from every task's environment: names, `*` for any run of characters (`"AWS_*"`, `"*_TOKEN"`). */
+  denied_envvars: spec.attr("list(string)", { default: [] }),
 });
 
 /** Task config: `config { command = "/bin/sleep" args = ["300"] }`, the names raw_exec uses. */
@@ -47,6 +50,8 @@ export const taskConfigSchema = spec.object({
   oom_score_adj: spec.attr("number", { default: 0 }),
   /** The task's working directory (absolute), for the task and exec into it; default the task directory. */
   work_dir: spec.attr("string", { default: "" }),
+  /** Variables removed from this task's environment, besides the plugin's `denied_envvars`; same patterns. */
+  denied_envvars: spec.attr("list(string)", { default: [] }),
 });
 
 export type PluginConfig = SpecValue<typeof pluginConfigSchema>;
@@ -75,8 +80,17 @@ export interface RawExecDriverOptions {
 
 type Ctx = CallContext<PluginConfig, TaskConfig>;
 
-function env(map: Record<string, string>): string[] {
-  return Object.entries(map).map(([k, v]) => `${k}=${v}`);
+/**
+ * The task's environment as `KEY=value` strings, without the variables `denied_envvars` names
+ * (as raw_exec's buildEnvList: the executor keeps it, so exec into the task sees the same). Refuses
+ * a list that leaves nothing: the executor runs a task given no variables with its own environment,
+ * the agent's, the very variables the list is there to keep out.
+ */
+function taskEnvironment(map: Record<string, string>, denied: readonly string[]): string[] {
+  const kept = Object.entries(withoutDeniedEnv(map, denied)).map(([k, v]) => `${k}=${v}`);
+  if (kept.length === 0 && Object.keys(map).length > 0)
+    throw invalidArgument("denied_envvars", `removes every variable of the task's environment (${Object.keys(map).length}); the executor would run the task with its own environment instead`);
+  return kept;
 }
 
 /**
@@ -134,6 +148,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     setConfig(config) {
       // Refused here, the agent's plugin config fails to load (the previous one stays).
       deniedRanges(config);
+      checkEnvPatterns(config?.denied_envvars ?? [], "denied_envvars");
     },
 
     fingerprint() {
@@ -145,12 +160,14 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     },
 
     async startTask(task, ctx: Ctx) {
-      const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj, work_dir } = task.driverConfig;
+      const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj, work_dir, denied_envvars } = task.driverConfig;
       if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
       checkOomScoreAdj(oom_score_adj);
       // As raw_exec's: absolute. The executor would take a relative one from the task directory,
       // which raw_exec does not; that the directory exists is the executor's check (work_dir: ...).
       if (work_dir !== "" && !isAbsolute(work_dir)) throw invalidArgument("config.work_dir", `${JSON.stringify(work_dir)} is not an absolute path`);
+      checkEnvPatterns(denied_envvars, "config.denied_envvars");
+      const taskEnv = taskEnvironment(task.env, [...(ctx.config?.denied_envvars ?? []), ...denied_envvars]);
       const taskDir = join(task.allocDir, task.name);
       let user = "";
       if (task.user) {
@@ -173,7 +190,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
           {
             cmd: command,
             args: [...args],
-            env: env(task.env),
+            env: taskEnv,
             user,
             taskDir,
             stdoutPath: task.stdoutPath,

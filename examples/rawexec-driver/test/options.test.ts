@@ -8,6 +8,7 @@ import { RecoverableError, type PluginClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   cleanup,
+  execStream,
   isRoot,
   newTask,
   read,
@@ -145,6 +146,95 @@ describe("work_dir", () => {
     expect(missing.code).toBe(3);
     expect(missing.message).toContain("work_dir");
     expect(missing.message).toContain("/no/such/dir");
+  });
+});
+
+/** The variable names of `env` output, sorted, without those a shell sets itself (PWD, SHLVL, _). */
+function names(envOutput: string): string[] {
+  return envOutput
+    .split("\n")
+    .filter((l) => l.includes("="))
+    .map((l) => l.slice(0, l.indexOf("=")))
+    .filter((n) => !["PWD", "SHLVL", "_"].includes(n))
+    .sort();
+}
+
+describe("denied_envvars", () => {
+  // Whatever Nomad hands the task (agent variables, NOMAD_*, the job's env block).
+  const env = {
+    PATH: process.env.PATH!,
+    AWS_SECRET_ACCESS_KEY: "s1",
+    AWS_REGION: "eu-west-1",
+    aws_profile: "lower case: not AWS_*",
+    CONSUL_HTTP_TOKEN: "s2",
+    TOKEN_NAME: "not *_TOKEN",
+    JOB_ONLY: "s3",
+    MIDxxDLE: "s4",
+    KEEP: "k",
+  };
+  const kept = ["KEEP", "PATH", "TOKEN_NAME", "aws_profile"].sort();
+
+  it("removes the variables the plugin's and the task's patterns match from the task's environment, and from exec into it", async () => {
+    const plugin = await startPlugin({ denied_envvars: ["AWS_*", "*_TOKEN"] });
+    const t = newTask(
+      { ...sh("env; sleep 300"), denied_envvars: ["JOB_ONLY", "MID*DLE"] },
+      { env, cgroup: false },
+    );
+    await start(plugin, t);
+    started.push(t);
+    await until(
+      () => read(t.stdoutPath).includes("KEEP="),
+      "the task to print its environment",
+      30_000,
+    );
+    expect(names(read(t.stdoutPath))).toEqual(kept);
+    const res = await plugin.driver.execTask({
+      taskId: t.id,
+      command: ["env"],
+      timeout: { seconds: 30n },
+    });
+    expect(names(new TextDecoder().decode(res.stdout))).toEqual(kept);
+    const streamed = await execStream(plugin, [
+      { setup: { taskId: t.id, command: ["env"] } },
+    ]);
+    expect(names(streamed.stdout)).toEqual(kept);
+  });
+
+  it("refuses a pattern that matches no name with InvalidArgument naming it, at SetConfig and at StartTask", async () => {
+    const plugin = await startPlugin();
+    for (const bad of ["", "SECRET=1"]) {
+      const err = await failure(() =>
+        plugin.basePlugin.setConfig({
+          msgpackConfig: encode({
+            create_network: false,
+            denied_envvars: ["AWS_*", bad],
+          }),
+          pluginApiVersion: "v0.1.0",
+        }),
+      );
+      expect(err.code, JSON.stringify(bad)).toBe(3);
+      expect(err.message).toContain("denied_envvars[1]");
+      const refused = await refusal(
+        p,
+        newTask(
+          { command: "/bin/true", denied_envvars: [bad] },
+          { cgroup: false },
+        ),
+      );
+      expect(refused.code, JSON.stringify(bad)).toBe(3);
+      expect(refused.message).toContain("config.denied_envvars[0]");
+    }
+  });
+
+  it("refuses a task whose environment it would empty (the executor would give it its own) before an executor starts", async () => {
+    const t = newTask(
+      { command: "/bin/true", denied_envvars: ["*"] },
+      { env, cgroup: false },
+    );
+    const err = await refusal(p, t);
+    expect(err.code).toBe(3);
+    expect(err.message).toContain("denied_envvars: removes every variable");
+    expect(readdirSync(t.taskDir)).not.toContain("executor.out");
   });
 });
 

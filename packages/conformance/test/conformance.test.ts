@@ -161,11 +161,11 @@ describe("conformance catches a broken plugin", () => {
       const plugin = await runConformance({ plugin: rawexec, pluginConfig: { create_netwrok: true }, checks: ["set-config"], ...generous });
       expect(byName(plugin)["set-config"]).toMatchObject({ status: "fail" });
       expect(byName(plugin)["set-config"]!.message).toContain(
-        `the plugin config (pluginConfig, --plugin-config) does not fit the plugin's ConfigSchema: "create_netwrok" is not declared (declared: create_network, denied_host_gids, denied_host_uids)`,
+        `the plugin config (pluginConfig, --plugin-config) does not fit the plugin's ConfigSchema: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids)`,
       );
       const task = await runConformance({ plugin: rawexec, taskConfig: { command: "/bin/sleep", agrs: ["600"] }, checks: ["start-task"], ...generous });
       expect(byName(task)["start-task"]).toMatchObject({ status: "fail" });
-      expect(byName(task)["start-task"]!.message).toContain(`the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema: "agrs" is not declared (declared: args, cgroup_v1_override, cgroup_v2_override, command, oom_score_adj, work_dir)`);
+      expect(byName(task)["start-task"]!.message).toContain(`the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema: "agrs" is not declared (declared: args, cgroup_v1_override, cgroup_v2_override, command, denied_envvars, oom_score_adj, work_dir)`);
     },
     180_000,
   );
