@@ -188,7 +188,8 @@ export class RawExecTask {
         // An executor that died leaves its task running: end it, so the exit reported is true.
         const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state, allocId);
         const exit: TaskExit = {
-          exitCode: 1,
+          // Not an exit status of the task: Nomad's raw_exec reports an executor failure as -1 (since 1.10, #25453).
+          exitCode: -1,
           err: `executor: error waiting on the task process: ${(err as Error).message}${killed ? ` (the executor is gone; its task, pid ${state.pid}, was killed)` : ""}`,
         };
         return { exit, at: new Date() };

@@ -207,6 +207,8 @@ describe("recover after a plugin crash", () => {
     process.kill(state.executor.pid, "SIGKILL");
     const r = await wait;
     expect(r.err).toContain(`its task, pid ${state.driver.pid}, was killed`);
+    // Nomad's raw_exec reports an executor failure as exit code -1 (#25453, Nomad 1.10), not a task's exit status.
+    expect(r.result?.exitCode).toBe(-1);
     await until(() => !alive(state.driver.pid), "the orphaned task to die");
     await p.driver.destroyTask({ taskId: t.id, force: true });
 
