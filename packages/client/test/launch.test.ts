@@ -1,7 +1,7 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
 import { spawn } from "node:child_process";
 import * as http2 from "node:http2";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -174,6 +174,29 @@ describe("launchPlugin handshake errors (each quoting the plugin's stderr)", () 
     expect((await launchFake({ FAKE_EXIT: "0" })).message).toMatch(
       /exited with status 0 before completing the go-plugin handshake \(a plugin serves until it is stopped: does it call serveDriver or servePlugin\?\)/,
     );
+  });
+
+  it("a plugin file that cannot be run: the error names the file and why, not only spawn's EACCES/ENOENT", async () => {
+    const d = scratchDir();
+    const file = join(d, "driver");
+    writeFileSync(file, "#!/bin/sh\nexit 0\n", { mode: 0o644 });
+    mkdirSync(join(d, "subdir"));
+    writeFileSync(join(d, "orphan"), "#!/nonexistent/interp\n", { mode: 0o755 });
+    const failure = async (cmd: string, options: Parameters<typeof launchPlugin>[2] = {}) => {
+      const err = await launchPlugin(cmd, [], options).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(PluginLaunchError);
+      return (err as Error).message;
+    };
+    // Was "cannot start plugin <file>: spawn <file> EACCES" for the first two.
+    expect(await failure(file)).toBe(`cannot start plugin ${file}: ${file} is not executable (mode 0644; chmod +x it)`);
+    expect(await failure(join(d, "subdir"))).toBe(`cannot start plugin ${join(d, "subdir")}: ${join(d, "subdir")} is a directory, not a program`);
+    expect(await failure(join(d, "nope"))).toBe(`cannot start plugin ${join(d, "nope")}: ${join(d, "nope")} does not exist`);
+    // Relative to the plugin's working directory, as spawn runs it.
+    expect(await failure("./driver", { cwd: d })).toBe(`cannot start plugin ./driver: ${file} is not executable (mode 0644; chmod +x it)`);
+    expect(await failure("nk-no-such-plugin", { env: { PATH: d } })).toBe(`cannot start plugin nk-no-such-plugin: no executable "nk-no-such-plugin" in PATH (${d})`);
+    expect(await failure("driver", { env: { PATH: d } })).toBe(`cannot start plugin driver: ${file} is not executable (mode 0644; chmod +x it)`);
+    expect(await failure(join(d, "orphan"))).toBe(`cannot start plugin ${join(d, "orphan")}: its interpreter "/nonexistent/interp" does not exist`);
+    expect(await failure(file, { cwd: join(d, "gone") })).toBe(`cannot start plugin ${file}: its working directory ${join(d, "gone")} does not exist`);
   });
 
   it("killed by a signal before the handshake: the error says which, as data too", async () => {

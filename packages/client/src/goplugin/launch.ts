@@ -27,6 +27,7 @@ import {
   type Handshake,
 } from "./handshake.js";
 import { removePluginSocketDir } from "./socket-dir.js";
+import { describeSpawnFailure } from "./spawn-failure.js";
 import {
   LineReader,
   parseLogLine,
@@ -583,7 +584,7 @@ export async function launchPlugin(
       onAbort = () => resolve({ error: cancelled() });
       options.signal?.addEventListener("abort", onAbort, { once: true });
       child.once("error", (err) =>
-        resolve({ error: `cannot start plugin ${name}: ${err.message}` }),
+        resolve({ error: `cannot start plugin ${name}: ${describeSpawnFailure(cmd, err, options.cwd, env.PATH)}` }),
       );
       void exited.then((e) =>
         resolve({
