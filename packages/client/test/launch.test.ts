@@ -1,7 +1,7 @@
 // Host side of go-plugin with hand-made plugin processes (no @nomadkit/server involved).
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import * as http2 from "node:http2";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -441,6 +441,44 @@ describe("reattachPlugin", () => {
       rmSync(sock, { force: true });
     }
   });
+  // Run as nobody, who must be able to read this checkout's built code (not so under /root, say).
+  const built = fileURLToPath(new URL("../dist/esm/index.js", import.meta.url));
+  const nobodyReads = () => spawnSync("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", built]).status === 0;
+  it.skipIf(process.getuid?.() !== 0 || !existsSync("/usr/bin/setpriv") || !nobodyReads())(
+    "kill() of a plugin it may not SIGKILL (another user's) rejects, naming the cause, and stops its polls",
+    async () => {
+      // A root-owned plugin that drops Shutdown and stays alive; nobody reattaches and kills it.
+      const dir = scratchDir();
+      chmodSync(dir, 0o755);
+      const plugin = spawn(process.execPath, [fake], { env: { ...process.env, FAKE_DROP_ON_SHUTDOWN: dir }, stdio: ["ignore", "pipe", "ignore"] });
+      try {
+        const line = String((await createInterface({ input: plugin.stdout! })[Symbol.asyncIterator]().next()).value);
+        const sock = line.split("|")[3]!;
+        chmodSync(sock, 0o777);
+        const script = `
+          const { reattachPlugin } = await import(${JSON.stringify(built)});
+          const p = await reattachPlugin({ pid: ${plugin.pid}, network: "unix", address: ${JSON.stringify(sock)} }, { killTimeoutMs: 100 });
+          try { console.log(JSON.stringify({ resolved: await p.kill() })); }
+          catch (err) { console.log(JSON.stringify({ rejected: err.message, cause: err.cause?.code })); }`;
+        // Before: kill() never settled, and its 5 ms poll kept this process alive until the timeout.
+        const r = await new Promise<{ stdout: string; code: number | null }>((resolve) => {
+          const c = spawn("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, "--input-type=module", "-e", script], { timeout: 30_000 });
+          let stdout = "";
+          c.stdout.on("data", (d: Buffer) => (stdout += d));
+          c.on("exit", (code) => resolve({ stdout, code }));
+        });
+        expect(r.code).toBe(0);
+        expect(JSON.parse(r.stdout)).toEqual({
+          rejected: `cannot kill plugin ${plugin.pid}: it did not exit within 100 ms of GRPCController.Shutdown, and SIGKILL is not permitted (EPERM: the process is not this user's); it is still running`,
+          cause: "EPERM",
+        });
+        expect(plugin.exitCode).toBe(null);
+      } finally {
+        plugin.kill("SIGKILL");
+      }
+    },
+    60_000,
+  );
   it("refuses an invalid tcp address, naming it, and leaves no exit poll running", async () => {
     vi.useFakeTimers();
     try {

@@ -171,6 +171,8 @@ export interface PluginClient {
   /**
    * Stops the plugin like go-plugin: GRPCController.Shutdown, wait up to `killTimeoutMs` (2 s) for
    * the exit, then SIGKILL. Resolves with how the process ended (null code/signal when reattached).
+   * Rejects when a reattached plugin that outlived Shutdown may not be killed by this process
+   * (SIGKILL fails with EPERM: another user's); the connection is closed then.
    */
   kill(): Promise<PluginExit>;
   /**
@@ -248,7 +250,8 @@ interface ClientParts {
   params: ConnectionParams;
   exited: Promise<PluginExit>;
   exitSignal: AbortSignal;
-  forceKill(): void;
+  /** SIGKILL, `timeoutMs` after Shutdown; throws when the process cannot be killed from here. */
+  forceKill(timeoutMs: number): void;
   process?: ChildProcess;
   recentStderr(): string;
   onClose?(): void;
@@ -326,7 +329,15 @@ function buildClient(parts: ClientParts): PluginClient {
         ),
       ]);
       clearTimeout(timer);
-      if (timedOut) parts.forceKill();
+      if (timedOut) {
+        try {
+          parts.forceKill(timeoutMs);
+        } catch (err) {
+          // The exit cannot come from here: nothing of this client is left waiting for it.
+          close();
+          throw err;
+        }
+      }
       const exit = await parts.exited;
       close();
       return exit;
@@ -725,7 +736,8 @@ export interface ReattachPluginOptions extends PluginConnectOptions {
 /**
  * Connects to a plugin that is already running (started by another process), like go-plugin's
  * reattach. Its exit is detected by polling `process.kill(pid, 0)`; its stderr is not available.
- * `kill()` calls GRPCController.Shutdown, waits 2 s, then sends SIGKILL to `pid`.
+ * `kill()` calls GRPCController.Shutdown, waits 2 s, then sends SIGKILL to `pid` (and rejects,
+ * naming the cause, when that is not permitted).
  *
  * @example
  * ```ts
@@ -790,11 +802,17 @@ export async function reattachPlugin(
     },
     exited,
     exitSignal: exitController.signal,
-    forceKill: () => {
+    forceKill: (timeoutMs) => {
       try {
         process.kill(config.pid, "SIGKILL");
-      } catch {
-        // already gone
+      } catch (err) {
+        // ESRCH: already gone. EPERM: alive and another user's, so its exit would never come.
+        if ((err as NodeJS.ErrnoException).code === "EPERM") {
+          throw new Error(
+            `cannot kill plugin ${config.pid}: it did not exit within ${timeoutMs} ms of GRPCController.Shutdown, and SIGKILL is not permitted (EPERM: the process is not this user's); it is still running`,
+            { cause: err },
+          );
+        }
       }
     },
     recentStderr: () => "",
