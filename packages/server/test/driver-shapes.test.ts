@@ -11,7 +11,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { describe, expect, it } from "vitest";
 import { spec } from "../src/config/index.js";
-import { createDriverHandlers, defineDriver, type Driver } from "../src/driver/index.js";
+import { createDriverHandlers, defineDriver, serveDriver, type Driver } from "../src/driver/index.js";
 import { createLogger } from "../src/log/index.js";
 
 const hc = () => ({ signal: new AbortController().signal }) as HandlerContext;
@@ -105,6 +105,36 @@ describe("schemas a plain JS driver gets wrong", () => {
     expect(() => spec.attr("string", { required: true, default: "x" } as never)).toThrow(
       'attr("string"): required and default exclude each other (a default makes it optional)',
     );
+  });
+});
+
+describe("methods a plain JS driver leaves out", () => {
+  const complete = {
+    name: "shapes",
+    version: "0.0.1",
+    startTask: () => {},
+    waitTask: () => ({ exitCode: 0 }),
+    stopTask: () => {},
+    destroyTask: () => {},
+  };
+  it("a required method missing (or not a function) fails defineDriver, createDriverHandlers and serveDriver at once, naming it", async () => {
+    for (const method of ["startTask", "waitTask", "stopTask", "destroyTask"] as const) {
+      const { [method]: _left, ...rest } = complete;
+      const message = `driver.${method} is required: Nomad calls it for every task; got undefined`;
+      // Before: each started fine, and only Nomad's first call of the method failed.
+      expect(() => defineDriver(rest as never)).toThrow(message);
+      expect(() => createDriverHandlers(rest as never)).toThrow(message);
+      await expect(serveDriver(rest as never)).rejects.toThrow(message);
+    }
+    expect(() => defineDriver({ ...complete, waitTask: { exitCode: 0 } } as never)).toThrow(
+      'driver.waitTask is required: Nomad calls it for every task; got {"exitCode":0}',
+    );
+  });
+  it("optional methods stay optional, but one given must be a function", () => {
+    expect(() => defineDriver(complete)).not.toThrow();
+    expect(() => defineDriver({ ...complete, signalTask: undefined })).not.toThrow();
+    expect(() => defineDriver({ ...complete, signalTask: "SIGHUP" } as never)).toThrow('driver.signalTask must be a function when given; got "SIGHUP"');
+    expect(() => createDriverHandlers({ ...complete, recoverTask: true } as never)).toThrow("driver.recoverTask must be a function when given; got true");
   });
 });
 

@@ -34,6 +34,7 @@ import type { DriverHandlers } from "../gen/hashicorp/nomad/plugins/drivers/prot
 import { createLogger, type Logger } from "../log/index.js";
 import { untilAborted } from "../runtime/until-aborted.js";
 import { hostCompute, type HostCompute } from "../stats/host.js";
+import { checkDriverMethods } from "./check-methods.js";
 import { invalidArgument, taskNotFound } from "./errors.js";
 import { TaskEventHub } from "./events.js";
 import { DEFAULT_FINGERPRINT_INTERVAL_MS, FingerprintSource } from "./fingerprint.js";
@@ -346,6 +347,7 @@ export function createDriverHandlers<PC, TC>(driver: Driver<PC, TC>, options: Dr
   if (typeof driver.version !== "string" || !SEMVER.test(driver.version)) {
     throw new TypeError(`driver.version must be a semantic version such as "0.1.0", got ${JSON.stringify(driver.version)}`);
   }
+  checkDriverMethods(driver);
   // createNetwork makes the plugin the owner of each allocation's network (must_create_network):
   // Nomad calls DestroyNetwork when the allocation ends, and without it every namespace stays.
   if (driver.createNetwork !== undefined && driver.destroyNetwork === undefined) {

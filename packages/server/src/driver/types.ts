@@ -23,6 +23,7 @@ import type { HclSpec } from "../config/spec.js";
 import type { ExecResult, ExecSession, ExecTaskStream } from "../exec/session.js";
 import type { Logger } from "../log/index.js";
 import type { HostCompute } from "../stats/host.js";
+import { checkDriverMethods } from "./check-methods.js";
 
 /** A task as `startTask` sees it: Nomad's `TaskConfig` plus its decoded, checked `config` block. */
 export type DriverTask<TC> = TaskConfig & {
@@ -448,5 +449,7 @@ export interface Driver<PC = unknown, TC = unknown> {
  * ```
  */
 export function defineDriver<PC = undefined, TC = undefined>(driver: Driver<PC, TC>): Driver<PC, TC> {
+  // A plain JS driver gets no type check: a missing method fails here, not on Nomad's first call.
+  checkDriverMethods(driver);
   return driver;
 }
