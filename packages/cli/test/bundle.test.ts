@@ -844,12 +844,14 @@ describe("nomadkit bundle", () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("nomadkit: bundle syntax.mjs: esbuild failed:");
     expect(r.stderr).toMatch(/syntax\.mjs:2:\d+/);
+    expect(existsSync(join(work, "syntax"))).toBe(false);
 
     r = bundle("hello.mjs", "--out", "forced", "--executor", "--no-code-cache");
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       "nomadkit: --executor: hello.mjs does not use @nomadkit/server's launchExecutor",
     );
+    expect(existsSync(join(work, "forced"))).toBe(false);
   });
 
   it("refuses, before writing anything, a --name Node.js would not run the CommonJS launcher under", () => {
@@ -1043,7 +1045,18 @@ describe("nomadkit bundle", () => {
     );
     expect(r.stderr).toContain("driver configuration missing: HELLO_HOME");
     expect(r.stderr).toContain("--no-code-cache");
-    expect(existsSync(join(work, "throws/throws.cjs.v8cache"))).toBe(false);
+    // Nothing of the failed bundle is left: not the directory it made (parents included), and in a
+    // directory that was there only what was there before.
+    expect(existsSync(join(work, "throws"))).toBe(false);
+    r = bundle("throws.mjs", "--out", "fresh/a/throws", "--start-timeout", "30000");
+    expect(r.code).toBe(1);
+    expect(existsSync(join(work, "fresh"))).toBe(false);
+    mkdirSync(join(work, "kept"));
+    writeFileSync(join(work, "kept/notes.txt"), "mine\n");
+    r = bundle("throws.mjs", "--out", "kept", "--start-timeout", "30000");
+    expect(r.code).toBe(1);
+    expect(readdirSync(join(work, "kept"))).toEqual(["notes.txt"]);
+    expect(readFileSync(join(work, "kept/notes.txt"), "utf8")).toBe("mine\n");
 
     r = bundle("throws.mjs", "--out", "throws", "--no-code-cache");
     expect(r.stderr).toBe("");

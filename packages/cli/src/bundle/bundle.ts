@@ -14,6 +14,7 @@ import {
 import { basename, dirname, extname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { makeDirectory } from "@nomadkit/client";
 import { CliError } from "../errors.js";
+import { onInterrupt } from "../interrupt.js";
 import {
   trainCodeCache,
   trainExecutorCodeCache,
@@ -26,6 +27,7 @@ import {
   preludeEntry,
 } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
+import { partialOutput } from "./partial-output.js";
 import {
   BUILD_STAMP_PREFIX,
   LAUNCHER_MARK,
@@ -53,7 +55,10 @@ export const ALWAYS_EXTERNAL: readonly string[] = [
 export interface BundleOptions {
   /** The plugin's entry file (`.ts`, `.mts`, `.js`, `.mjs`, `.cjs`): the file that calls `serveDriver` or `servePlugin`. */
   entry: string;
-  /** Directory to write the plugin into; created when missing. Other files in it are left alone. */
+  /**
+   * Directory to write the plugin into; created when missing. Other files in it are left alone. A
+   * bundle that fails removes what it added: the directory itself (and parents) when it made it.
+   */
   outDir: string;
   /**
    * File name of the launcher (the executable Nomad runs); default: the entry's file name without its
@@ -270,23 +275,43 @@ export async function bundlePlugin(
   }
   const name = options.name ?? basename(entry, extname(entry));
   checkName(name);
-  const outDir = resolve(options.outDir);
-  try {
-    // Not mkdirSync's recursive mode: it never returns under /proc.
-    makeDirectory(outDir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "EEXIST") throw new CliError(`--out ${options.outDir}: not a directory`);
-    throw new CliError(
-      `--out ${options.outDir}: cannot create the directory (${(err as Error).message})`,
-    );
-  }
   for (const pkg of options.external ?? []) {
     if (!pkg || /\s/.test(pkg))
       throw new CliError(
         `--external ${JSON.stringify(pkg)}: expected a package name`,
       );
   }
+  const outDir = resolve(options.outDir);
+  let made: string | undefined;
+  try {
+    // Not mkdirSync's recursive mode: it never returns under /proc.
+    made = makeDirectory(outDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "EEXIST") throw new CliError(`--out ${options.outDir}: not a directory`);
+    throw new CliError(
+      `--out ${options.outDir}: cannot create the directory (${(err as Error).message})`,
+    );
+  }
+  // A failed bundle leaves nothing behind: a half-written directory would pass for a plugin.
+  const removePartial = partialOutput(outDir, made);
+  const forget = onInterrupt(removePartial);
+  try {
+    return await bundleInto(options, entry, name, outDir);
+  } catch (err) {
+    removePartial();
+    throw err;
+  } finally {
+    forget();
+  }
+}
 
+/** {@link bundlePlugin} into the directory `outDir`, which exists. */
+async function bundleInto(
+  options: BundleOptions,
+  entry: string,
+  name: string,
+  outDir: string,
+): Promise<BundleResult> {
   const files = bundleFiles(name);
   const out = (f: string) => join(outDir, f);
   // Its fast path's former code cache is removed below: that name is taken too.
