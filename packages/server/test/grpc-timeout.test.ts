@@ -7,7 +7,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
 import { Code, type ConnectRouter } from "@connectrpc/connect";
+import { compressionGzip } from "@connectrpc/connect-node";
 import {
   Driver as DriverService,
   InspectTaskRequestSchema,
@@ -24,6 +26,9 @@ import {
 import { createPluginHandler } from "../src/runtime.js";
 import { streamListener } from "../src/runtime/adapter.js";
 import { parseGrpcTimeout } from "../src/runtime/grpc-timeout.js";
+import { loadGrpcJs, lookup, startServer, type TestServer } from "./runtime-helpers.js";
+
+type Any = any; // grpc-js is the untyped independent peer
 
 const DRIVER = "/hashicorp.nomad.plugins.drivers.proto.Driver";
 
@@ -199,6 +204,19 @@ describe.each([
     },
   );
 
+  it("a JSON request's deadline beyond a Node timer's ~24.8 days (served by connect) is not cut short", async () => {
+    let open!: () => void;
+    gate = new Promise((r) => (open = r));
+    const started = new Promise<AbortSignal>((r) => (onStarted = r));
+    const reply = call(socket, `${DRIVER}/InspectTask`, { "content-type": "application/grpc+json", "grpc-timeout": "720H" }, json);
+    const signal = await started;
+    // Before: connect's setTimeout of 30 days fired after 1 ms, aborting the call at once.
+    await new Promise((r) => setTimeout(r, 50));
+    expect(signal.aborted).toBe(false);
+    open();
+    expect(status(await reply)).toEqual(["0", undefined]);
+  });
+
   it.runIf(entry === "stream")(
     "a deadline beyond a Node timer's ~24.8 days is not cut short",
     async () => {
@@ -223,4 +241,60 @@ describe.each([
       open();
     },
   );
+});
+
+describe("a deadline beyond a Node timer's ~24.8 days on connect's path (a gzip request from grpc-js)", () => {
+  let server: TestServer;
+  let driver: Any;
+  let signals: AbortSignal[] = [];
+  beforeAll(async () => {
+    // Compression on: connect serves every call (the direct path only takes uncompressed ones).
+    server = await startServer(
+      (router) =>
+        router.rpc(DriverService.method.inspectTask, async (req, ctx) => {
+          signals.push(ctx.signal);
+          // A macrotask later: a timer connect armed with the deadline has fired by then if it was to.
+          await new Promise((r) => setTimeout(r, 50));
+          return { task: { id: ctx.signal.aborted ? `aborted: ${String(ctx.signal.reason)}` : req.taskId } };
+        }),
+      { acceptCompression: [compressionGzip] },
+    );
+    const Driver = lookup<new (address: string, creds: grpc.ChannelCredentials, options: object) => Any>(loadGrpcJs(), "hashicorp.nomad.plugins.drivers.proto.Driver");
+    driver = new Driver(`unix:${server.socketPath}`, grpc.credentials.createInsecure(), {
+      "grpc.default_compression_algorithm": 2, // gzip
+    });
+  });
+  afterAll(async () => {
+    driver?.close();
+    await server?.close();
+  });
+  afterEach(() => vi.useRealTimers());
+
+  it("is not cut short: the call is served (before, connect's 30-day timer fired after 1 ms)", async () => {
+    const reply = await new Promise<{ err: grpc.ServiceError | null; res: Any }>((resolve) =>
+      driver.InspectTask({ taskId: "t" }, new grpc.Metadata(), { deadline: Date.now() + 30 * 86_400_000 }, (err: grpc.ServiceError | null, res: Any) =>
+        resolve({ err, res }),
+      ),
+    );
+    expect(reply.err).toBe(null);
+    expect(reply.res.task.id).toBe("t");
+  });
+
+  it("still ends the call when it passes: the stream is closed as grpc-go's server closes it (RST_STREAM CANCEL)", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    signals = [];
+    gate = new Promise(() => {});
+    const day = 86_400_000;
+    const reply = call(server.socketPath, `${DRIVER}/InspectTask`, { "content-type": "application/grpc+json", "grpc-timeout": "720H" }, json).catch((e: unknown) => e);
+    // The handler waits in a (fake) 50 ms timer.
+    await vi.waitFor(() => expect(signals.length).toBe(1), { interval: 5, timeout: 20_000 });
+    const signal = signals[0]!;
+    vi.advanceTimersByTime(29 * day);
+    expect(signal.aborted).toBe(false);
+    vi.advanceTimersByTime(2 * day);
+    vi.useRealTimers();
+    await new Promise((r) => (signal.aborted ? r(undefined) : signal.addEventListener("abort", r)));
+    expect(signal.reason).toMatchObject({ code: Code.Canceled });
+    await reply;
+  });
 });

@@ -4,6 +4,7 @@ import { createConnectRouter, type ConnectRouter, type Interceptor } from "@conn
 import type { ConnectNodeAdapterOptions, connectNodeAdapter } from "@connectrpc/connect-node";
 import { DirectPath } from "./direct.js";
 import { answerMalformedTimeout } from "./grpc-timeout.js";
+import { holdLongDeadline } from "./long-deadline.js";
 import { sendableErrors } from "./status-message.js";
 
 type NodeHandler = ReturnType<typeof connectNodeAdapter>;
@@ -105,6 +106,8 @@ export function createPluginHandler(routes: (router: ConnectRouter) => void, opt
       const stream = (req as http2.Http2ServerRequest).stream as http2.ServerHttp2Stream | undefined;
       if (stream !== undefined && answerMalformedTimeout(stream, req.headers as http2.IncomingHttpHeaders, res as http2.Http2ServerResponse)) return;
     }
+    // connect's deadline timer takes the whole grpc-timeout: a longer one than Node's limit is kept here.
+    holdLongDeadline(req as http2.Http2ServerRequest, merged.maxTimeoutMs);
     if (connect !== undefined) return connect(req, res);
     loadConnect().then(
       (handler) => {
