@@ -16,18 +16,20 @@ import { createLogger } from "../src/log/index.js";
 
 const hc = () => ({ signal: new AbortController().signal }) as HandlerContext;
 
+/** A driver with every required method and nothing else. */
+const complete = {
+  name: "shapes",
+  version: "0.0.1",
+  startTask: () => {},
+  waitTask: () => ({ exitCode: 0 }),
+  stopTask: () => {},
+  destroyTask: () => {},
+};
+
 function host(overrides: Partial<Driver<unknown, unknown>>, logLines?: string[]) {
   const logger = logLines && createLogger({ name: "shapes", level: "warn", destination: { write: (l: string) => (logLines.push(l), true) } });
   return createDriverHandlers(
-    defineDriver({
-      name: "shapes",
-      version: "0.0.1",
-      startTask: () => {},
-      waitTask: () => ({ exitCode: 0 }),
-      stopTask: () => {},
-      destroyTask: () => {},
-      ...overrides,
-    } as Driver<unknown, unknown>),
+    defineDriver({ ...complete, ...overrides } as Driver<unknown, unknown>),
     logger ? { logger } : {},
   );
 }
@@ -109,14 +111,6 @@ describe("schemas a plain JS driver gets wrong", () => {
 });
 
 describe("methods a plain JS driver leaves out", () => {
-  const complete = {
-    name: "shapes",
-    version: "0.0.1",
-    startTask: () => {},
-    waitTask: () => ({ exitCode: 0 }),
-    stopTask: () => {},
-    destroyTask: () => {},
-  };
   it("a required method missing (or not a function) fails defineDriver, createDriverHandlers and serveDriver at once, naming it", async () => {
     for (const method of ["startTask", "waitTask", "stopTask", "destroyTask"] as const) {
       const { [method]: _left, ...rest } = complete;
