@@ -601,6 +601,27 @@ const CASES: Case[] = [
     schema: spec.object({ m: spec.block(spec.attr("string", { name: "x" })) }),
     config: { m: { x: "v" } },
   },
+  // A body that is one attribute or block, unset in a block: its value, null, is the block's.
+  {
+    schema: spec.object({ m: spec.block(spec.attr("string", { name: "x" }), { required: true }) }),
+    config: { m: {} },
+  },
+  {
+    schema: spec.object({ m: spec.blockList(spec.attr("string", { name: "x" })) }),
+    config: { m: [{ x: "a" }, {}] },
+  },
+  {
+    schema: spec.object({ m: spec.blockSet(spec.attr("number", { name: "x" })) }),
+    config: { m: [{}, { x: 1 }] },
+  },
+  {
+    schema: spec.object({ m: spec.blockMap(["l"], spec.attr("string", { name: "x" })) }),
+    config: { m: { p: {}, q: { x: "b" } } },
+  },
+  {
+    schema: spec.object({ m: spec.blockList(spec.block({ y: spec.attr("string") }, { name: "inner" })) }),
+    config: { m: [{}, { inner: { y: "z" } }] },
+  },
   // Block lists and sets, with min and max.
   { schema: spec.object({ m: spec.blockList(mount) }), config: {} },
   { schema: spec.object({ m: spec.blockList(mount) }), config: { m: [] } },

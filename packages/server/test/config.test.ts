@@ -257,6 +257,27 @@ describe("decodeConfig", () => {
     expect(decodeConfig(spec.attr("string", { required: true, name: "command" }), encode(null))).toBe("");
   });
 
+  it("takes a block whose body is one unset attribute or block: Nomad sends its value, null", () => {
+    // A block's value is its body's: with a body that is one attribute (or one nested block),
+    // `m {}` is a null. These bytes are cty's msgpack of what hcldec makes of each config.
+    const x = () => spec.attr("string", { name: "x" });
+    const bytes = (hex: string) => Buffer.from(hex, "hex");
+    // blockList / blockSet: m { x = "a" } m {}  ->  {"m": ["a", null]}
+    expect(decodeConfig(spec.object({ m: spec.blockList(x()) }), bytes("81a16d92a161c0"))).toStrictEqual({ m: ["a", undefined] });
+    expect(decodeConfig(spec.object({ m: spec.blockSet(x()) }), bytes("81a16d92a161c0"))).toStrictEqual({ m: ["a", undefined] });
+    // blockMap: m "p" {} m "q" { x = "b" }  ->  {"m": {"p": null, "q": "b"}}
+    expect(decodeConfig(spec.object({ m: spec.blockMap(["l"], x()) }), bytes("81a16d82a170c0a171a162"))).toStrictEqual({ m: { p: undefined, q: "b" } });
+    // A required block that is there, its body unset: m {}  ->  {"m": null}
+    expect(decodeConfig(spec.object({ m: spec.block(x(), { required: true }) }), bytes("81a16dc0"))).toStrictEqual({});
+    // A block list of blocks whose body is one optional block: m {}  ->  {"m": [null]}
+    const inner = spec.object({ m: spec.blockList(spec.block({ y: spec.attr("string") }, { name: "inner" })) });
+    expect(decodeConfig(inner, bytes("81a16d91c0"))).toStrictEqual({ m: [undefined] });
+    // A required attribute as the body, written as null: its zero value, as anywhere else.
+    expect(decodeConfig(spec.object({ m: spec.blockList(spec.attr("number", { name: "n", required: true })) }), bytes("81a16d91c0"))).toStrictEqual({ m: [0] });
+    // Not sent at all (empty bytes), a required block is still missing.
+    expect(invalid(() => decodeConfig(spec.object({ m: spec.block(x(), { required: true }) }), new Uint8Array()))).toBe('config: field "m": required block is missing');
+  });
+
   it("decodes a literal as Nomad holds it: strings and keys in NFC", () => {
     // cty normalizes every string; a Go driver gets the composed form Nomad sends.
     const s = spec.object({ mode: spec.literal({ "cafe\u0301": ["e\u0301", 1, undefined] }), name: spec.attr("string", { default: "e\u0301" }) });

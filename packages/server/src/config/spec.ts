@@ -76,8 +76,11 @@ export type ObjectValue<F extends SpecFields> = Simplify<
 
 /** A block body: a schema node, or a plain record of fields (shorthand for `spec.object(fields)`). */
 export type BlockBody = HclSpec<unknown, boolean> | SpecFields;
-/** The decoded value of a {@link BlockBody}. */
-export type BlockBodyValue<B> = B extends HclSpec<infer T, boolean> ? T : B extends SpecFields ? ObjectValue<B> : never;
+/**
+ * The decoded value of a {@link BlockBody}: `undefined` too where the body may be absent (a body
+ * that is one optional attribute or block is absent in a block that leaves it unset).
+ */
+export type BlockBodyValue<B> = B extends HclSpec<infer T, infer O> ? (O extends true ? T | undefined : T) : B extends SpecFields ? ObjectValue<B> : never;
 
 /** Nested records, one level per block label. */
 export type LabelledMap<L extends readonly string[], T> = L extends readonly [string, ...infer R extends readonly string[]]
@@ -220,10 +223,13 @@ export class BlockSpec<T, O extends boolean> extends HclSpec<T, O> {
     });
   }
   decode(raw: unknown, path: FieldPath): T | undefined {
-    if (raw === null || raw === undefined) {
+    if (raw === undefined) {
       if (this.required) throw missing(path, "block");
       return undefined;
     }
+    // Null: no block, or one whose body's value is null (a body that is one unset attribute). hcldec
+    // checked that a required block is there, so for one this is its body's value.
+    if (raw === null && !this.required) return undefined;
     return this.nested.decode(raw, path) as T;
   }
 }
@@ -295,10 +301,8 @@ export class BlockListSpec<T> extends HclSpec<T, false> {
     if (this.maxItems > 0 && raw.length > this.maxItems) {
       throw new ConfigFieldError(path, `expected at most ${this.maxItems} blocks, got ${raw.length}`);
     }
-    return raw.map((b: unknown, i) => {
-      if (b === null || b === undefined) throw new ConfigFieldError([...path, i], "expected a block, got null");
-      return this.nested.decode(b, [...path, i]);
-    }) as T;
+    // A null element is a block whose body's value is null (a body that is one unset attribute).
+    return raw.map((b: unknown, i) => this.nested.decode(b, [...path, i])) as T;
   }
 }
 
@@ -329,10 +333,8 @@ export class BlockMapSpec<T> extends HclSpec<T, false> {
     return this.#level(raw ?? {}, 0, path) as T;
   }
   #level(raw: unknown, depth: number, path: FieldPath): unknown {
-    if (depth === this.labels.length) {
-      if (raw === null || raw === undefined) throw new ConfigFieldError(path, "expected a block, got null");
-      return this.nested.decode(raw, path);
-    }
+    // A null is a block whose body's value is null (a body that is one unset attribute).
+    if (depth === this.labels.length) return this.nested.decode(raw, path);
     if (!isPlainMap(raw)) throw new ConfigFieldError(path, `expected a map keyed by ${this.labels[depth]}, got ${describeValue(raw)}`);
     const out: Record<string, unknown> = {};
     for (const k of Object.keys(raw)) out[k] = this.#level(raw[k], depth + 1, [...path, k]);
