@@ -82,6 +82,27 @@ export function parseHclType(expr: string): HclType {
 }
 
 /**
+ * The value Nomad makes of an hclspec `Literal` (a `Default`'s fallback), for the simple
+ * expressions literals are written in: `null`, `true`, `false`, numbers (a leading `-` too), quoted
+ * strings (HCL's escapes; `$${` and `%%{` stand for `${` and `%{`; NFC, as cty holds strings),
+ * tuples `[...]` and objects `{key = value}` (`=` or `:`, keys bare, quoted or whole numbers),
+ * with comments and newlines as HCL allows. Throws a `TypeError` for anything else (a function
+ * call, a template with `${...}`, arithmetic), which Nomad evaluates and this does not.
+ *
+ * @example
+ * ```ts
+ * parseHclLiteral('{"greeting" = "hi $${name}", ports = [80, -1.5]}'); // { greeting: "hi ${name}", ports: [80, -1.5] }
+ * ```
+ */
+export function parseHclLiteral(src: string): unknown {
+  const p = new Parser(src, "literal");
+  const v = p.literal(0);
+  p.skip();
+  if (p.pos !== src.length) p.fail(`unexpected ${p.found()} after the value`);
+  return v;
+}
+
+/**
  * Render a parsed type back to its canonical expression (used in error messages). Attribute names
  * that are not HCL identifiers are quoted, so the result parses back to the same type.
  *
@@ -206,7 +227,10 @@ function formatName(name: string): string {
 class Parser {
   pos = 0;
   private readonly newlines: boolean[] = [false];
-  constructor(readonly src: string) {
+  constructor(
+    readonly src: string,
+    private readonly what = "type",
+  ) {
     // hclsyntax skips a leading UTF-8 byte order mark.
     if (src.startsWith("\uFEFF")) this.pos = 1;
   }
@@ -219,7 +243,7 @@ class Parser {
       where += ` (line ${line}, column ${this.pos - before.lastIndexOf("\n")})`;
     }
     throw new TypeError(
-      `invalid HCL type ${JSON.stringify(this.src)} at ${where}: ${why}`,
+      `invalid HCL ${this.what} ${JSON.stringify(this.src)} at ${where}: ${why}`,
     );
   }
 
@@ -351,6 +375,77 @@ class Parser {
     });
   }
 
+  /** A literal value (see {@link parseHclLiteral}). */
+  literal(depth: number): unknown {
+    if (depth > MAX_DEPTH) this.fail(`value nested deeper than ${MAX_DEPTH}`);
+    const c = this.peek();
+    if (c === '"') return this.quoted().normalize("NFC");
+    if (c === "-" || (c !== undefined && c >= "0" && c <= "9")) return this.number();
+    if (c === "[") {
+      this.pos++;
+      return this.within(false, () => {
+        const out: unknown[] = [];
+        while (this.peek() !== "]") {
+          out.push(this.literal(depth + 1));
+          const sep = this.peek();
+          if (sep === ",") this.pos++;
+          else if (sep !== "]") this.fail(`expected "," or "]" after an element, found ${this.found()}`);
+        }
+        this.pos++;
+        return out;
+      });
+    }
+    if (c === "{") {
+      this.pos++;
+      return this.within(true, () => {
+        const out: Record<string, unknown> = {};
+        for (let first = true; ; first = false) {
+          this.skip();
+          while (this.atNewline()) {
+            this.pos += this.src[this.pos] === "\r" ? 2 : 1;
+            this.skip();
+          }
+          if (this.src[this.pos] === "}") break;
+          const key = this.attrName(first);
+          const sep = this.peek();
+          if (sep !== "=" && sep !== ":") this.fail(`expected "=" or ":" after key ${JSON.stringify(key)}, found ${this.found()}`);
+          this.pos++;
+          const v = this.within(false, () => this.literal(depth + 1));
+          // A repeated key: the last value wins, as in HCL's object constructor.
+          Object.defineProperty(out, key, { value: v, enumerable: true, writable: true, configurable: true });
+          const next = this.peek();
+          if (next === "}") break;
+          if (next === ",") this.pos++;
+          else if (!this.atNewline()) this.fail(`expected "," or a newline after key ${JSON.stringify(key)}, or "}", found ${this.found()}`);
+        }
+        this.pos++;
+        return out;
+      });
+    }
+    const start = this.pos;
+    const word = this.identifier();
+    if (word === "null") return null;
+    if (word === "true" || word === "false") return word === "true";
+    this.pos = start;
+    return this.fail(`expected a value (null, a bool, a number, a quoted string, [...] or {...}), found ${this.found()}`);
+  }
+
+  /** A number literal, after an optional unary minus: `-1.5e3`. */
+  number(): number {
+    let sign = 1;
+    if (this.src[this.pos] === "-") {
+      this.pos++;
+      sign = -1;
+      this.skip();
+    }
+    const m = /[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/y;
+    m.lastIndex = this.pos;
+    const text = m.exec(this.src)?.[0];
+    if (text === undefined) this.fail(`expected a number, found ${this.found()}`);
+    this.pos += text.length;
+    return sign * Number(text);
+  }
+
   tupleArg(depth: number, what: string): HclType {
     if (this.peek() !== "[")
       this.fail(`tuple takes ${what}; found ${this.found()}`);
@@ -441,6 +536,11 @@ class Parser {
     return name.normalize("NFC");
   }
 
+  /** What a quoted string is in the input, for error messages. */
+  get quotedNoun(): string {
+    return this.what === "type" ? "attribute name" : "string";
+  }
+
   /** A quoted string without template sequences, unescaped as hclsyntax does. */
   quoted(): string {
     const open = this.pos++;
@@ -450,7 +550,7 @@ class Parser {
       const c = src[this.pos];
       if (c === undefined) {
         this.pos = open;
-        this.fail("unterminated quoted attribute name");
+        this.fail(`unterminated quoted ${this.quotedNoun}`);
       }
       if (c === '"') {
         this.pos++;
@@ -458,11 +558,11 @@ class Parser {
       }
       if (c === "\n" || c === "\r")
         this.fail(
-          'a quoted attribute name cannot span lines (write a newline as "\\n")',
+          `a quoted ${this.quotedNoun} cannot span lines (write a newline as "\\n")`,
         );
       if ((c === "$" || c === "%") && src[this.pos + 1] === "{") {
         this.fail(
-          `"${c}{" begins a template sequence, which an attribute name cannot hold; write "${c}${c}{" for a literal "${c}{"`,
+          `"${c}{" begins a template sequence, which ${this.what === "type" ? "an attribute name" : "a literal"} cannot hold; write "${c}${c}{" for a literal "${c}{"`,
         );
       }
       if (

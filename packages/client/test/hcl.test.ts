@@ -5,6 +5,7 @@ import { createRequire } from "node:module";
 import {
   HCL_NUMBER_TEXT,
   formatHclType,
+  parseHclLiteral,
   parseHclType,
   shortestDecimal,
 } from "@nomadkit/client/hcl";
@@ -313,5 +314,19 @@ describe("HCL numbers as text", () => {
       expect(HCL_NUMBER_TEXT.test(t)).toBe(true);
     for (const t of ["0x10", "1e", "", " 1", "NaN", "Infinity"])
       expect(HCL_NUMBER_TEXT.test(t)).toBe(false);
+  });
+});
+
+describe("parseHclLiteral", () => {
+  it("gives the value Nomad makes of a simple literal: HCL's escapes and template escapes, NFC, objects with = or :", () => {
+    expect(parseHclLiteral('"$${NOMAD_TASK_DIR}/d %%{x} \\"q\\" \\\\ \\n \\u00e9"')).toBe('${NOMAD_TASK_DIR}/d %{x} "q" \\ \n \u00e9');
+    expect(parseHclLiteral('"e\u0301"')).toBe("\u00e9");
+    expect(parseHclLiteral('{"k" = "v", "a b" = [1, -2.5, 1e3, true, false, null], 7 = {}}')).toStrictEqual({ k: "v", "a b": [1, -2.5, 1000, true, false, null], "7": {} });
+    expect(parseHclLiteral('{\n  LANG = "C" # comment\n  "TZ": "UTC",\n}')).toStrictEqual({ LANG: "C", TZ: "UTC" });
+    expect(parseHclLiteral("[\n  1,\n  2,\n]")).toStrictEqual([1, 2]);
+    expect(Object.keys(parseHclLiteral('{"__proto__" = 1}') as object)).toEqual(["__proto__"]);
+  });
+  it("refuses what Nomad would have to evaluate, with a TypeError", () => {
+    for (const src of ['upper("x")', '"${x}"', "1 + 2", "var.x", "{a = 1", "[1 2]", ""]) expect(() => parseHclLiteral(src), src).toThrow(TypeError);
   });
 });

@@ -1,5 +1,5 @@
 import { encode } from "@msgpack/msgpack";
-import { HCL_NUMBER_TEXT, parseHclType, shortestDecimal, type HclType } from "@nomadkit/client/hcl";
+import { HCL_NUMBER_TEXT, parseHclLiteral, parseHclType, shortestDecimal, type HclType } from "@nomadkit/client/hcl";
 import type { Spec } from "@nomadkit/protocol/hclspec";
 
 /**
@@ -398,10 +398,12 @@ function entryKeys(o: Record<string, unknown>, key: (k: string) => string): stri
 function literal(spec: Spec | undefined): unknown {
   if (spec?.block.case !== "literal") return null;
   try {
-    // HCL literals of the simple kinds (bool, number, quoted string, lists and maps of those) are JSON.
-    return JSON.parse(spec.block.value.value) as unknown;
-  } catch {
-    return null;
+    // What Nomad evaluates the literal to, for the simple kinds (the SDK's toHclLiteral writes only
+    // those: `{"k" = "$${v}"}`); a function call or a template is beyond the kit.
+    return parseHclLiteral(spec.block.value.value);
+  } catch (err) {
+    if (err instanceof TypeError) return null;
+    throw err;
   }
 }
 

@@ -208,6 +208,34 @@ describe("shapeConfig", () => {
     // cty sends a number no float64 holds exactly as its decimal text.
     expect(decode(encodeConfig(blocks, { attrs: { a: 0.1, b: 1.5, c: 1e23 } }))).toMatchObject({ attrs: { a: "0.1", b: 1.5, c: "100000000000000000000000" } });
   });
+  it("fills a default with the value Nomad makes of its literal, as the SDK writes it (HCL, not JSON)", () => {
+    const dflt = (name: string, type: string, value: string) =>
+      create(SpecSchema, { block: { case: "default", value: { primary: attr(name, type), default: { block: { case: "literal", value: { value } } } } } });
+    const s = create(SpecSchema, {
+      block: {
+        case: "object",
+        value: {
+          attributes: {
+            // toHclLiteral("${NOMAD_TASK_DIR}/data %{x}"), toHclLiteral({ k: "v", "a b": [1, -2.5, true, null] }), toHclLiteral("e\u0301")
+            dir: dflt("dir", "string", '"$${NOMAD_TASK_DIR}/data %%{x}"'),
+            labels: dflt("labels", "any", '{"k" = "v", "a b" = [1, -2.5, true, null]}'),
+            accent: dflt("accent", "string", '"e\u0301"'),
+            // As a Go driver may write one.
+            env: dflt("env", "map(string)", '{\n  LANG = "C" # comment\n  "TZ": "UTC"\n}'),
+            // A function call is Nomad's to evaluate: left null, the plugin's default applies.
+            up: dflt("up", "string", 'upper("x")'),
+          },
+        },
+      },
+    });
+    expect(shapeConfig(s, {})).toStrictEqual({
+      dir: "${NOMAD_TASK_DIR}/data %{x}",
+      labels: { k: "v", "a b": [1, -2.5, true, null] },
+      accent: "\u00e9",
+      env: { LANG: "C", TZ: "UTC" },
+      up: null,
+    });
+  });
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });
