@@ -171,6 +171,17 @@ describe("decodeConfig", () => {
     });
   });
 
+  it("takes an `any` value that looks like cty's dynamic wrapper as the list it is: Nomad writes none, and a type as bytes", () => {
+    // a = ["\"string\"", "hello"] and a = ["[\"list\",\"number\"]", ["1", "2"]]: cty writes the
+    // value's own type (a tuple of strings), with no [type, value] wrapper.
+    const s = spec.object({ a: spec.attr("any") });
+    const bytes = (hex: string) => Buffer.from(hex, "hex");
+    expect(decodeConfig(s, bytes("81a16192a822737472696e6722a568656c6c6f"))).toStrictEqual({ a: ['"string"', "hello"] });
+    expect(decodeConfig(s, bytes("81a16192b15b226c697374222c226e756d626572225d92a131a132"))).toStrictEqual({ a: ['["list","number"]', ["1", "2"]] });
+    // The wrapper cty writes for a dynamically typed value (type JSON as bin) is still read.
+    expect(decodeConfig(s, encode({ a: [Buffer.from('["list","number"]'), [1, 2]] }))).toStrictEqual({ a: [1, 2] });
+  });
+
   it("names the field of an `any` value whose cty type is nested too deeply", () => {
     const deep = "[\"list\",".repeat(20_000) + '"string"' + "]".repeat(20_000);
     const msg = invalid(() =>

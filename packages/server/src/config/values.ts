@@ -262,14 +262,16 @@ export function zeroValue(t: HclType): unknown {
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * A value of type `any`: cty marshals it as `[type as JSON bytes, value]`; decode the value with that
- * type. Without the wrapper (hand-made msgpack), take the value as it is.
+ * A value of type `any`. Nomad marshals a config with its value's own type, so the value comes as
+ * it is; cty marshals one typed dynamically as `[type as JSON in bin, value]`: decode that with its
+ * type. Only bin is taken as a type: a list of a string and a value is the operator's own
+ * (`["\"string\"", "x"]`), which cty writes as strings.
  */
 function convertDynamic(v: unknown, path: FieldPath, depth: number): unknown {
-  if (Array.isArray(v) && v.length === 2 && (v[0] instanceof Uint8Array || typeof v[0] === "string")) {
+  if (Array.isArray(v) && v.length === 2 && v[0] instanceof Uint8Array) {
     let typeJson: unknown;
     try {
-      typeJson = JSON.parse(typeof v[0] === "string" ? v[0] : utf8.decode(v[0]));
+      typeJson = JSON.parse(utf8.decode(v[0]));
     } catch {
       typeJson = undefined;
     }
