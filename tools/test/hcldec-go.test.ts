@@ -290,6 +290,20 @@ const CASES: Case[] = [
     config: {},
   },
   { spec: obj({ a: literal('"fixed"') }), config: {} },
+  // "//" in a block's body is a comment to HCL's JSON reading; in an attribute's value, a key.
+  {
+    spec: obj({
+      a: attr("map(string)"),
+      m: blockList(obj({ x: attr("string") })),
+      l: blockAttrs("string"),
+    }),
+    config: {
+      "//": "why",
+      a: { "//": "kept", k: "v" },
+      m: [{ "//": ["any", 1], x: "y" }],
+      l: { "//": "note", env: "prod" },
+    },
+  },
   // Literals in HCL, as the SDK's toHclLiteral and Go drivers write them.
   {
     spec: obj({ a: dflt(attr("map(string)", { name: "a" }), '{k = "v"}') }),

@@ -16,7 +16,8 @@ import type { Spec } from "@nomadkit/protocol/hclspec";
  * `%{...}` is left as given: Nomad fills it from the task's environment, which the kit does not
  * have). An attribute or block is read from the config under its spec's `name` where it has one,
  * and an object or array spec reads the same block as its parent, as hcldec does. Keys the schema
- * does not declare are kept, so the plugin gets the chance to reject them. A schema whose root is
+ * does not declare are kept, so the plugin gets the chance to reject them; a body's `"//"`, a
+ * comment to HCL's JSON reading, is dropped as Nomad drops it. A schema whose root is
  * not an object (Nomad would send a tuple or a single value; no driver's is) leaves the config as given.
  *
  * @example
@@ -35,8 +36,16 @@ function shapeBody(spec: Spec | undefined, body: unknown): unknown {
   const shaped = shape(spec, body, "");
   if (!isPlainObject(shaped)) return shaped;
   const names = bodyNames(spec, "");
-  for (const [k, v] of Object.entries(body)) if (!names.has(k) && !(k in shaped)) shaped[k] = v;
+  for (const [k, v] of Object.entries(body)) if (!names.has(k) && !(k in shaped) && k !== COMMENT) shaped[k] = v;
   return shaped;
+}
+
+/** A body's property HCL's JSON reading skips, whatever its value: a comment. */
+const COMMENT = "//";
+
+/** A block's body without its comments. */
+function withoutComments(body: unknown): unknown {
+  return isPlainObject(body) && COMMENT in body ? Object.fromEntries(Object.entries(body).filter(([k]) => k !== COMMENT)) : body;
 }
 
 /** The name a spec reads from its block's body: its own, else the object key it is under. */
@@ -75,7 +84,7 @@ function shape(spec: Spec | undefined, body: Record<string, unknown>, implied: s
       const blocks = blocksOf(body[nameOf(spec.block.value.name, implied)]);
       if (blocks.length === 0) return null;
       const type = parseType(spec.block.value.type);
-      const read = asTemplates(blocks[0]);
+      const read = asTemplates(withoutComments(blocks[0]));
       return type === undefined ? read : convert({ kind: "map", elem: type }, read);
     }
     case "blockList": {
@@ -409,7 +418,7 @@ function literal(spec: Spec | undefined): unknown {
 
 /**
  * What Nomad's HCL decoder would refuse in an operator's config before any plugin sees it: keys the
- * schema does not declare ("Unsupported argument"), required attributes or blocks that are missing
+ * schema does not declare ("Unsupported argument"; a `"//"` comment is not one), required attributes or blocks that are missing
  * ("Missing required argument"; an attribute set to null is there), fewer or more blocks than a
  * block list or set allows, more than one block where one is declared, and a block map's level
  * without a label (`{}` or null), in nested blocks too.
@@ -437,7 +446,7 @@ function checkBody(spec: Spec | undefined, body: unknown, path: string, problems
   const names = bodyNames(spec, "");
   const declared = [...names].sort();
   for (const key of Object.keys(body)) {
-    if (!names.has(key)) problems.push(`"${at(path, key)}" is not declared (declared: ${declared.join(", ") || "nothing"})`);
+    if (!names.has(key) && key !== COMMENT) problems.push(`"${at(path, key)}" is not declared (declared: ${declared.join(", ") || "nothing"})`);
   }
   checkSpec(spec, body, "", path, problems);
 }

@@ -236,6 +236,23 @@ describe("shapeConfig", () => {
       up: null,
     });
   });
+  it('drops "//" in a block\'s body, as HCL\'s JSON reading does (a comment); an attribute\'s map keeps it', () => {
+    const s = create(SpecSchema, {
+      block: {
+        case: "object",
+        value: {
+          attributes: {
+            a: attr("a", "map(string)"),
+            m: create(SpecSchema, { block: { case: "blockList", value: { name: "m", nested: create(SpecSchema, { block: { case: "object", value: { attributes: { x: attr("x", "string") } } } }) } } }),
+            labels: create(SpecSchema, { block: { case: "blockAttrs", value: { name: "labels", type: "string" } } }),
+          },
+        },
+      },
+    });
+    const config = { "//": "why", a: { "//": "kept", k: "v" }, m: [{ "//": ["any", 1], x: "y" }], labels: { "//": "note", env: "prod" } };
+    expect(configProblems(s, config)).toEqual([]);
+    expect(shapeConfig(s, config)).toStrictEqual({ a: { "//": "kept", k: "v" }, m: [{ x: "y" }], labels: { env: "prod" } });
+  });
   it("keeps undeclared keys so the plugin can reject them", () => {
     expect(shapeConfig(schema, { command: "x", bogus: 1 })).toMatchObject({ bogus: 1 });
   });
