@@ -34,6 +34,83 @@ const ignoringSignal = () =>
     started.shift()?.();
   });
 const handlerStarted = () => new Promise<void>((r) => started.push(r));
+/**
+ * Settles the handlers a deadline test left waiting. The deadline runs from the request's arrival,
+ * so on a stalled machine it may pass before the handler even began: then there is none, and no
+ * resolver of this test may be left for the next test's handler to fire.
+ */
+const settleLate = (settle: (w: (typeof waiting)[number]) => void) => {
+  started.splice(0);
+  for (const w of waiting.splice(0)) settle(w);
+};
+
+/**
+ * One unary call from a raw HTTP/2 client without a timer of its own (only the server's deadline
+ * can end the call); resolves with the headers that carry its grpc-status.
+ */
+async function rawCall(socket: string, rpc: string, timeout: string): Promise<http2.IncomingHttpHeaders> {
+  const session = http2.connect("http://localhost", {
+    createConnection: () => net.connect(socket),
+  });
+  const req = session.request({
+    ":method": "POST",
+    ":path": `${DRIVER}/${rpc}`,
+    "content-type": "application/grpc",
+    te: "trailers",
+    "grpc-timeout": timeout,
+  });
+  const body = toBinary(
+    InspectTaskRequestSchema,
+    create(InspectTaskRequestSchema, { taskId: "t" }),
+  );
+  const framed = Buffer.alloc(5 + body.length);
+  framed.writeUInt32BE(body.length, 1);
+  framed.set(body, 5);
+  req.end(framed);
+  req.resume();
+  try {
+    return await new Promise<http2.IncomingHttpHeaders>((resolve) => {
+      req.once(
+        "response",
+        (h) => h["grpc-status"] !== undefined && resolve(h),
+      );
+      req.once("trailers", resolve);
+    });
+  } finally {
+    session.close();
+  }
+}
+
+// Plugin shutdown aborts a handler's signal; a handler that ignores it too must still be answered
+// at the call's deadline (shutdown must not switch the deadline off).
+it("after plugin shutdown aborted its signal, an ignoring handler's call is still answered at its deadline", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "nk-release-"));
+  const socket = join(dir, "plugin.sock");
+  const shutdown = new AbortController();
+  const server = http2.createServer(
+    createPluginHandler(
+      (router) => {
+        router.rpc(DriverService.method.inspectTask, (_req, ctx) => {
+          void ctx.signal; // linked: shutdown now aborts it
+          return ignoringSignal();
+        });
+      },
+      { shutdownSignal: shutdown.signal },
+    ) as never,
+  );
+  await new Promise<void>((r) => server.listen(socket, r));
+  try {
+    const began = handlerStarted();
+    const answered = rawCall(socket, "InspectTask", "2S");
+    await began;
+    shutdown.abort(new Error("plugin shutting down"));
+    expect((await answered)["grpc-status"]).toBe("4");
+  } finally {
+    settleLate((w) => w.resolve({}));
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 20_000);
 
 describe.each(["request", "stream"] as const)(
   "call release on the direct path (%s entry)",
@@ -136,7 +213,6 @@ describe.each(["request", "stream"] as const)(
     );
 
     it("a client's deadline releases the call; a later rejection is not unhandled", async () => {
-      const began = handlerStarted();
       const done = new Promise<grpc.ServiceError | null>((resolve) =>
         driver.InspectTask(
           { taskId: "t" },
@@ -145,48 +221,18 @@ describe.each(["request", "stream"] as const)(
           resolve,
         ),
       );
-      await began;
       expect((await done)?.code).toBe(grpc.status.DEADLINE_EXCEEDED);
       expect(await lastStreamCollected()).toBe(true);
-      waiting.pop()!.reject(new Error("too late"));
+      settleLate((w) => w.reject(new Error("too late")));
     });
 
     it.each(["InspectTask", "StopTask"])(
       "%s: the deadline passing answers DeadlineExceeded, though the client keeps the stream open",
       async (rpc) => {
-        // A raw client without a timer of its own: only the server's deadline can end the call.
-        const session = http2.connect("http://localhost", {
-          createConnection: () => net.connect(socket),
-        });
-        const req = session.request({
-          ":method": "POST",
-          ":path": `${DRIVER}/${rpc}`,
-          "content-type": "application/grpc",
-          te: "trailers",
-          "grpc-timeout": "200m",
-        });
-        const body = toBinary(
-          InspectTaskRequestSchema,
-          create(InspectTaskRequestSchema, { taskId: "t" }),
-        );
-        const framed = Buffer.alloc(5 + body.length);
-        framed.writeUInt32BE(body.length, 1);
-        framed.set(body, 5);
-        req.end(framed);
-        req.resume();
-        const trailers = await new Promise<http2.IncomingHttpHeaders>(
-          (resolve) => {
-            req.once(
-              "response",
-              (h) => h["grpc-status"] !== undefined && resolve(h),
-            );
-            req.once("trailers", resolve);
-          },
-        );
-        session.close();
+        const trailers = await rawCall(socket, rpc, "200m");
         expect(trailers["grpc-status"]).toBe("4");
         expect(await lastStreamCollected()).toBe(true);
-        waiting.pop()!.resolve({});
+        settleLate((w) => w.resolve({}));
       },
     );
   },

@@ -220,7 +220,9 @@ function compactCopy(headers: http2.IncomingHttpHeaders): http2.IncomingHttpHead
  * The HandlerContext of a direct call: what connect's `createHandlerContext` gives, built on
  * demand. Headers objects exist only if a handler looks at them, and the signal only if someone
  * asks for it (the deadline, the client going away, plugin shutdown and the end of the call then
- * abort it exactly as connect's linked signal does); a plain unary call allocates neither.
+ * abort it exactly as connect's linked signal does); a plain unary call allocates neither. Each wait
+ * on the handler races the call's release ({@link untilReleased}), and a call with a `grpc-timeout`
+ * arms the deadline's timer while it waits.
  */
 class DirectContext implements HandlerContext {
   readonly method: DescMethod;
@@ -312,7 +314,12 @@ class DirectContext implements HandlerContext {
       return ac;
     }
     if (shutdown !== undefined) {
-      this.#onShutdown = () => this.#abort(shutdown.reason);
+      // Only the signal: the deadline's timer also ends a call whose handler ignores it.
+      this.#onShutdown = () => {
+        this.#onShutdown = undefined;
+        const c = this.#controller;
+        if (c !== undefined && !c.signal.aborted) c.abort(shutdown.reason);
+      };
       shutdown.addEventListener("abort", this.#onShutdown, { once: true });
     }
     this.#armDeadline();
@@ -413,7 +420,8 @@ class Race<T> {
 /**
  * `value`, unless the call is released first (the client reset the stream, the deadline passed):
  * then the release's reason. A handler may ignore its signal; grpc-go closes the stream at once
- * all the same and drops the handler's later answer, and so does this. A late rejection is
+ * all the same and drops the handler's later answer, and so does this (at a deadline this answers
+ * DeadlineExceeded, as connect does, where grpc-go resets the stream with CANCEL). A late rejection is
  * handled here (nothing unhandled). Values that are not promises are returned as they are.
  */
 function untilReleased<T>(value: T | PromiseLike<T>, context: DirectContext): T | Promise<T> {
