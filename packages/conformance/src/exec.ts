@@ -1,5 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { cancellationError, type DriverClient } from "@nomadkit/client";
+import type { DriverClient } from "@nomadkit/client";
 import type { ExecTaskStreamingRequestSchema } from "@nomadkit/protocol/driver";
 import { anySignal } from "@nomadkit/client/runtime";
 
@@ -73,12 +73,6 @@ export async function runExecStream(
     violations: [],
     error: undefined,
   };
-  // The client would still open the stream (a bidi stream's request goes out before the abort is
-  // seen): a caller that gave up, such as an abandoned check, must not start a session in the task.
-  if (options.signal?.aborted) {
-    o.error = cancellationError(options.signal.reason);
-    return o;
-  }
   const violate = (v: string) => {
     if (!o.violations.includes(v)) o.violations.push(v);
   };

@@ -41,6 +41,9 @@ describe("runExecStream", () => {
     const ok = await runExecStream(p.driver, [setup], { timeoutMs: 30_000 });
     expect(ok.error).toBeUndefined();
     expect(ok.exitCode).toBe(0);
+    // The log comes over the plugin's stderr, not the call's socket: wait for the second stream's
+    // line; one of the first stream would have come before it on the same pipe.
+    for (let i = 0; i < 1000 && !lines.includes("exec stream opened"); i++) await new Promise((r) => setTimeout(r, 10));
     expect(lines.filter((l) => l === "exec stream opened")).toEqual([
       "exec stream opened",
     ]);
