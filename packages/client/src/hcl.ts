@@ -262,6 +262,15 @@ class Parser {
     return JSON.stringify(String.fromCodePoint(code));
   }
 
+  /** Skip spacing and whole lines: before an object's next item, where newlines only separate. */
+  skipLines(): void {
+    this.skip();
+    while (this.atNewline()) {
+      this.pos += this.src[this.pos] === "\r" ? 2 : 1;
+      this.skip();
+    }
+  }
+
   atNewline(): boolean {
     const c = this.src[this.pos];
     return c === "\n" || (c === "\r" && this.src[this.pos + 1] === "\n");
@@ -400,11 +409,7 @@ class Parser {
       return this.within(true, () => {
         const out: Record<string, unknown> = {};
         for (let first = true; ; first = false) {
-          this.skip();
-          while (this.atNewline()) {
-            this.pos += this.src[this.pos] === "\r" ? 2 : 1;
-            this.skip();
-          }
+          this.skipLines();
           if (this.src[this.pos] === "}") break;
           const key = this.attrName(first);
           const sep = this.peek();
@@ -473,11 +478,7 @@ class Parser {
     return this.within(true, () => {
       const attrs = new Map<string, HclType>();
       for (let first = true; ; first = false) {
-        this.skip();
-        while (this.atNewline()) {
-          this.pos += this.src[this.pos] === "\r" ? 2 : 1;
-          this.skip();
-        }
+        this.skipLines();
         if (this.src[this.pos] === "}") break;
         const key = this.attrName(first);
         const sep = this.peek();

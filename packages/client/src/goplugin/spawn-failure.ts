@@ -6,9 +6,8 @@
 import { closeSync, openSync, readSync, statSync, type Stats } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 
-/** execvp's search path when the environment has no PATH. */
-const DEFAULT_PATH =
-  "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/** libuv's search path when the child's environment has no PATH (_PATH_DEFPATH). */
+const DEFAULT_PATH = "/usr/bin:/bin";
 
 /**
  * What stopped `spawn(cmd)` with `err`, looked for the way execvp looks (`cmd` with a slash from
