@@ -92,8 +92,17 @@ export function parseLogLine(raw: string): PluginLogEntry {
 const MAX_LINE = 64 * 1024;
 
 /**
- * Splits a byte stream into lines and keeps the last few for error messages.
- * @internal
+ * Splits a plugin's output (byte chunks as a pipe delivers them) into lines, as go-plugin's host
+ * reads a plugin's stderr: UTF-8 decoded across chunk boundaries, a trailing `\r` dropped, and a line
+ * longer than 64 KiB passed on in pieces. Keeps the last few lines for error messages.
+ *
+ * @example
+ * ```ts
+ * import { LineReader, parseLogLine } from "@nomadkit/client";
+ * const lines = new LineReader((line) => console.log(parseLogLine(line).message));
+ * child.stderr.on("data", (chunk: Buffer) => lines.push(chunk));
+ * child.stderr.once("end", () => lines.end());
+ * ```
  */
 export class LineReader {
   private partial = "";
@@ -101,10 +110,13 @@ export class LineReader {
   private readonly decoder = new StringDecoder("utf8");
 
   constructor(
+    /** Called with each line, without its line break. */
     private readonly onLine: (line: string) => void,
+    /** How many of the last lines {@link LineReader.recent} returns. */
     private readonly keep = 20,
   ) {}
 
+  /** Takes the next chunk of output; calls `onLine` for each line it completes. */
   push(chunk: Buffer | string): void {
     // Only the new text is searched, and a pending line never grows past MAX_LINE: linear in
     // what the plugin writes, however long its lines (re-splitting the whole pending line on
@@ -123,6 +135,7 @@ export class LineReader {
     }
   }
 
+  /** The output has ended: passes on a last line that had no line break. */
   end(): void {
     this.partial += this.decoder.end();
     if (this.partial) this.emit(this.partial);

@@ -20,7 +20,7 @@ export type {
 export { parseHandshake, PluginLaunchError } from "./handshake.js";
 export { removePluginSocketDir } from "./socket-dir.js";
 export type { Handshake } from "./handshake.js";
-export { parseLogLine } from "./hclog.js";
+export { LineReader, parseLogLine } from "./hclog.js";
 export type { PluginLogEntry, PluginLogger, PluginLogLevel } from "./hclog.js";
 export {
   generateSelfSignedCertificate,

@@ -360,7 +360,7 @@ function killGroup(pid: number): void {
 }
 
 function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host: GoPluginHost): Promise<ExecutorReattach> {
-  const { PluginLaunchError, parseHandshake, parseLogLine } = host;
+  const { LineReader, PluginLaunchError, parseHandshake, parseLogLine } = host;
   return new Promise((resolve, reject) => {
     const cannotStart = (err: Error) => new PluginLaunchError(`cannot start the nomadkit executor: ${err.message}`);
     // A spawn without a free file descriptor has no stdio: its error event (unheard, it would crash
@@ -370,19 +370,16 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host
       return;
     }
     let out = "";
-    let errText = "";
-    const timer = setTimeout(() => fail(new PluginLaunchError(`nomadkit executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`, errText.trim().slice(-4000))), timerDelayMs(options.startTimeoutMs ?? 60_000));
     const log = options.logger;
-    let partial = "";
-    const onErr = (b: Buffer) => {
-      if (errText.length < 16_384) errText += b.toString("utf8");
-      if (log) {
-        const lines = (partial + b.toString("utf8")).split("\n");
-        partial = lines.pop() ?? "";
-        for (const line of lines) if (line) log(parseLogLine(line));
-      }
-    };
+    // As go-plugin's host reads it: a character split between two reads is decoded whole.
+    const stderr = new LineReader((line) => {
+      if (log && line) log(parseLogLine(line));
+    });
+    const errText = () => stderr.recent().trim().slice(-4000);
+    const timer = setTimeout(() => fail(new PluginLaunchError(`nomadkit executor did not complete the go-plugin handshake within ${options.startTimeoutMs ?? 60_000} ms`, errText())), timerDelayMs(options.startTimeoutMs ?? 60_000));
+    const onErr = (b: Buffer) => stderr.push(b);
     child.stderr!.on("data", onErr);
+    if (log) child.stderr!.once("end", () => stderr.end());
     const onOut = (b: Buffer) => {
       out += b.toString("utf8");
       const nl = out.indexOf("\n");
@@ -399,7 +396,7 @@ function readHandshake(child: ChildProcess, options: LaunchExecutorOptions, host
     };
     child.stdout!.on("data", onOut);
     const onExit = (code: number | null, sig: NodeJS.Signals | null) =>
-      fail(new PluginLaunchError(`nomadkit executor exited before the handshake (${sig ?? `exit ${code}`})`, errText.trim().slice(-4000)));
+      fail(new PluginLaunchError(`nomadkit executor exited before the handshake (${sig ?? `exit ${code}`})`, errText()));
     child.once("exit", onExit);
     child.once("error", (err) => fail(cannotStart(err)));
     function done() {
