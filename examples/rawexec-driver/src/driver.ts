@@ -2,7 +2,7 @@
 // Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
 // re-attaches from the reattach info kept in TaskHandle.driver_state.
 import { isAbsolute, join } from "node:path";
-import { defineDriver, failedPrecondition, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
+import { defineDriver, failedPrecondition, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type Fingerprint, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
 import {
   decodeExecutorState,
   forwardExecStream,
@@ -25,6 +25,12 @@ export const PLUGIN_VERSION = "0.1.0";
 
 /** Agent config: `plugin "nomadkit-rawexec" { config { create_network = true } }`. */
 export const pluginConfigSchema = spec.object({
+  /**
+   * raw_exec's switch. Default true, unlike raw_exec's false: raw_exec is built into every agent,
+   * while this plugin runs only where an operator installed it. False reports the driver
+   * undetected ("disabled") and refuses StartTask, as raw_exec does.
+   */
+  enabled: spec.attr("bool", { default: true }),
   /** Create each allocation's network namespace in the driver (must_create_network) instead of Nomad. */
   create_network: spec.attr("bool", { default: false }),
   /**
@@ -151,7 +157,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       checkEnvPatterns(config?.denied_envvars ?? [], "denied_envvars");
     },
 
-    fingerprint() {
+    fingerprint(ctx): Fingerprint {
+      // As raw_exec's: undetected, without the driver attribute, so Nomad places no task here.
+      if (ctx.config?.enabled === false) return { health: "undetected", description: "disabled", attributes: {} };
       return {
         health: "healthy",
         description: "Healthy",
@@ -160,6 +168,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     },
 
     async startTask(task, ctx: Ctx) {
+      if (ctx.config?.enabled === false) throw failedPrecondition(`${PLUGIN_NAME} is disabled (plugin config enabled = false)`);
       const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj, work_dir, denied_envvars } = task.driverConfig;
       if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
       checkOomScoreAdj(oom_score_adj);

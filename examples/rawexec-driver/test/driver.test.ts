@@ -47,7 +47,7 @@ describe("plugin identity and schemas", () => {
     expect(info).toMatchObject({ type: 2 /* DRIVER */, name: PLUGIN_NAME, pluginVersion: PLUGIN_VERSION, pluginApiVersions: ["v0.1.0"] });
     const cfg = await p.basePlugin.configSchema({});
     expect(cfg.spec?.block.case).toBe("object");
-    expect(Object.keys((cfg.spec?.block.value as { attributes: object }).attributes)).toEqual(["create_network", "denied_host_uids", "denied_host_gids", "denied_envvars"]);
+    expect(Object.keys((cfg.spec?.block.value as { attributes: object }).attributes)).toEqual(["enabled", "create_network", "denied_host_uids", "denied_host_gids", "denied_envvars"]);
     const task = await p.driver.taskConfigSchema({});
     expect(Object.keys((task.spec?.block.value as { attributes: object }).attributes)).toEqual(["command", "args", "cgroup_v2_override", "cgroup_v1_override", "oom_score_adj", "work_dir", "denied_envvars"]);
     const { capabilities } = await p.driver.capabilities({});

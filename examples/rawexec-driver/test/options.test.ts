@@ -352,3 +352,31 @@ describe.skipIf(!isRoot)("a task user's environment", () => {
     );
   });
 });
+
+describe("enabled", () => {
+  it("is declared in ConfigSchema as an optional bool, so raw_exec's agent config `enabled = true` loads", async () => {
+    // Nomad decodes the agent's plugin block against ConfigSchema and refuses an undeclared attribute.
+    const { spec } = await p.basePlugin.configSchema({});
+    const attrs = (spec?.block.value as { attributes: Record<string, { block: { case: string; value: { primary?: { block: { value: { type: string; required: boolean } } } } } }> }).attributes;
+    expect(attrs.enabled?.block.case).toBe("default");
+    expect(attrs.enabled?.block.value.primary?.block.value).toMatchObject({ type: "bool", required: false });
+    const plugin = await startPlugin({ enabled: true });
+    expect(await runToExit(plugin, newTask(sh("echo ran"), { cgroup: false }))).toBe("ran\n");
+  });
+
+  it("false reports the driver undetected and \"disabled\" without its attribute, and StartTask refuses before an executor starts, as raw_exec's", async () => {
+    const plugin = await startPlugin({ enabled: false });
+    const ac = new AbortController();
+    for await (const fp of plugin.driver.fingerprint({}, { signal: ac.signal })) {
+      expect(fp.health).toBe(0); // UNDETECTED
+      expect(fp.healthDescription).toBe("disabled");
+      expect(fp.attributes).toEqual({});
+      break;
+    }
+    ac.abort();
+    const t = newTask({ command: "/bin/true" }, { cgroup: false });
+    const err = await refusal(plugin, t);
+    expect(err.message).toContain("nomadkit-rawexec is disabled");
+    expect(readdirSync(t.taskDir)).not.toContain("executor.out");
+  });
+});
