@@ -172,6 +172,9 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       const { command, args, cgroup_v2_override, cgroup_v1_override, oom_score_adj, work_dir, denied_envvars } = task.driverConfig;
       if (command.trim() === "") throw invalidArgument("config.command", "must not be empty");
       checkOomScoreAdj(oom_score_adj);
+      // As raw_exec's validate: a host has one cgroup mode, so only one override can apply.
+      if (cgroup_v2_override !== "" && Object.keys(cgroup_v1_override).length > 0)
+        throw invalidArgument("config.cgroup_v1_override", "only one of cgroup_v1_override and cgroup_v2_override may be set");
       // As raw_exec's: absolute. The executor would take a relative one from the task directory,
       // which raw_exec does not; that the directory exists is the executor's check (work_dir: ...).
       if (work_dir !== "" && !isAbsolute(work_dir)) throw invalidArgument("config.work_dir", `${JSON.stringify(work_dir)} is not an absolute path`);

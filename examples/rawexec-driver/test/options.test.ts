@@ -380,3 +380,13 @@ describe("enabled", () => {
     expect(readdirSync(t.taskDir)).not.toContain("executor.out");
   });
 });
+
+describe("cgroup_v1_override and cgroup_v2_override", () => {
+  it("refuses a task that sets both with InvalidArgument naming them, before an executor starts, as raw_exec's validate", async () => {
+    const t = newTask({ command: "/bin/true", cgroup_v1_override: { freezer: "custom/app" }, cgroup_v2_override: "custom.slice/app.scope" }, { cgroup: false });
+    const err = await refusal(p, t);
+    expect(err.code).toBe(3);
+    expect(err.message).toContain("only one of cgroup_v1_override and cgroup_v2_override may be set");
+    expect(readdirSync(t.taskDir)).not.toContain("executor.out");
+  });
+});
