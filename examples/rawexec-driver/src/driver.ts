@@ -2,7 +2,7 @@
 // Each task runs under its own executor process, so tasks outlive plugin restarts and RecoverTask
 // re-attaches from the reattach info kept in TaskHandle.driver_state.
 import { isAbsolute, join } from "node:path";
-import { defineDriver, failedPrecondition, invalidArgument, spec, taskNotFound, type CallContext, type Driver, type Fingerprint, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
+import { defineDriver, failedPrecondition, invalidArgument, spec, taskNotFound, unrecoverable, type CallContext, type Driver, type Fingerprint, type TaskStatsContext, type SpecValue } from "@nomadkit/server";
 import {
   decodeExecutorState,
   forwardExecStream,
@@ -181,11 +181,11 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
       checkEnvPatterns(denied_envvars, "config.denied_envvars");
       const taskEnv = taskEnvironment(task.env, [...(ctx.config?.denied_envvars ?? []), ...denied_envvars]);
       const taskDir = join(task.allocDir, task.name);
-      let user = "";
-      if (task.user) {
-        if (process.getuid?.() === 0) user = task.user;
-        else ctx.events.emit({ taskId: task.id, message: `Running as the plugin's user: task user ${JSON.stringify(task.user)} needs the plugin to run as root` });
-      }
+      // Only root can switch users. Nomad's raw_exec fails such a task (its executor cannot set the
+      // user); running it as the plugin's user would give it that user's access instead of the one asked for.
+      if (task.user && process.getuid?.() !== 0)
+        throw unrecoverable(`task user ${JSON.stringify(task.user)} needs the plugin to run as root (it runs as uid ${process.getuid?.()})`);
+      const user = task.user ?? "";
       // Before the executor starts: a denied user never gets a process.
       const denied = deniedRanges(ctx.config);
       if (denied.uids.length > 0 || denied.gids.length > 0) checkTaskIds(await taskIds(user), denied.uids, denied.gids);

@@ -1,16 +1,18 @@
 // raw_exec's task and plugin options (Nomad's drivers/rawexec), each through the real wire: the
 // plugin_dir executable launched as Nomad launches it, tasks run as real processes.
 import { spawnSync } from "node:child_process";
-import { readdirSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { encode } from "@msgpack/msgpack";
-import { RecoverableError, type PluginClient } from "@nomadkit/client";
+import { launchPlugin, RecoverableError, type PluginClient } from "@nomadkit/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   cleanup,
   execStream,
   isRoot,
   newTask,
+  PLUGIN,
   read,
   sh,
   start,
@@ -388,5 +390,29 @@ describe("cgroup_v1_override and cgroup_v2_override", () => {
     expect(err.code).toBe(3);
     expect(err.message).toContain("only one of cgroup_v1_override and cgroup_v2_override may be set");
     expect(readdirSync(t.taskDir)).not.toContain("executor.out");
+  });
+});
+
+describe.skipIf(!isRoot)("a task user when the plugin does not run as root", () => {
+  it("refuses the task before an executor starts, as raw_exec's executor fails to set the user, instead of running it as the plugin's user", async () => {
+    // The plugin as nobody, as an agent not run as root launches it.
+    const sockets = mkdtempSync(join(tmpdir(), "nk-rawexec-nobody-"));
+    chmodSync(sockets, 0o777);
+    const plugin = await launchPlugin("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", PLUGIN], { unixSocketDir: sockets });
+    try {
+      await plugin.basePlugin.setConfig({ msgpackConfig: encode({}), pluginApiVersion: "v0.1.0" });
+      await plugin.driver.init({});
+      const t = newTask({ command: "/bin/true" }, { user: "root", cgroup: false });
+      // Its directories the plugin's user's, as an agent run as that user makes them.
+      expect(spawnSync("chown", ["-R", "nobody:nogroup", dirname(t.allocDir)]).status).toBe(0);
+      const err = await refusal(plugin, t);
+      expect(err).toBeInstanceOf(RecoverableError);
+      expect((err as RecoverableError).recoverable).toBe(false); // retrying cannot help
+      expect(err.message).toContain(`task user "root" needs the plugin to run as root`);
+      expect(readdirSync(t.taskDir)).not.toContain("executor.out");
+    } finally {
+      await plugin.kill();
+      rmSync(sockets, { recursive: true, force: true });
+    }
   });
 });
