@@ -190,7 +190,7 @@ export class RawExecTask {
         const exit: TaskExit = {
           // Not an exit status of the task: Nomad's raw_exec reports an executor failure as -1 (since 1.10, #25453).
           exitCode: -1,
-          err: `executor: error waiting on the task process: ${(err as Error).message}${killed ? ` (the executor is gone; its task, pid ${state.pid}, was killed)` : ""}`,
+          err: `executor: error waiting on process: ${(err as Error).message}${killed ? ` (the executor is gone; its task, pid ${state.pid}, was killed)` : ""}`,
         };
         return { exit, at: new Date() };
       },

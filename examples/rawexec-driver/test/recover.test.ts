@@ -189,7 +189,7 @@ describe("recover after a plugin crash", () => {
     const waits = tasks.map((t) => first.driver.waitTask({ taskId: t.id }).then((r) => r, (e: unknown) => e));
     await new Promise((r) => setTimeout(r, 200)); // the waits reach the plugin
     await first.kill(); // go-plugin's Kill, as Nomad's agent does when it stops
-    // Before: exit 1, "executor: error waiting on the task process: ... closed", for running tasks.
+    // Before: exit 1, "executor: error waiting on process: ... closed", for running tasks.
     for (const w of await Promise.all(waits)) expect(w).toBeInstanceOf(PluginShutdownError);
     const second = await startPlugin();
     for (const [i, t] of tasks.entries()) {
@@ -207,6 +207,8 @@ describe("recover after a plugin crash", () => {
     process.kill(state.executor.pid, "SIGKILL");
     const r = await wait;
     expect(r.err).toContain(`its task, pid ${state.driver.pid}, was killed`);
+    // Nomad's raw_exec words it so (handleWait): operators search for that text.
+    expect(r.err).toMatch(/^executor: error waiting on process: /);
     // Nomad's raw_exec reports an executor failure as exit code -1 (#25453, Nomad 1.10), not a task's exit status.
     expect(r.result?.exitCode).toBe(-1);
     await until(() => !alive(state.driver.pid), "the orphaned task to die");
