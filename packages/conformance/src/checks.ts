@@ -936,6 +936,59 @@ export const CHECKS: readonly Check[] = [
     },
   },
   {
+    name: "destroy-no-force",
+    title: "DestroyTask(force = false) refuses a running task, which runs on; once the task has exited it forgets it (InspectTask then fails)",
+    needs: ["start-task"],
+    async run(s) {
+      const p = running(s);
+      const task = s.newTask("no-force");
+      await s.startTask(p, task);
+      let pid: number | undefined;
+      if (s.defaultTask) pid = await s.taskPid(task);
+      // Without force a running task is an error (driver.proto; Nomad's drivers answer "cannot destroy
+      // running task", and their tests destroy an exited task with force = false). Judged on a task
+      // the driver itself reports RUNNING: a custom taskConfig's command may have ended by now.
+      const before = await p.driver.inspectTask({ taskId: task.id }, s.co());
+      s.learnFromInspect(before);
+      let refusal = `not tried (the driver reports the task ${TaskState[before.task?.state ?? 0]}, not RUNNING)`;
+      if (before.task?.state === TaskState.RUNNING) {
+        let err: unknown;
+        try {
+          await p.driver.destroyTask({ taskId: task.id, force: false }, s.co());
+        } catch (e) {
+          err = e;
+        }
+        if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
+        expect(
+          err !== undefined,
+          `DestroyTask(force = false) on the running task${pid !== undefined ? ` (pid ${pid})` : ""} succeeded: without force a running task is an error ` +
+            `(Nomad's drivers answer "cannot destroy running task"); only force may kill it`,
+        );
+        if (codeOf(err) === Code.DeadlineExceeded)
+          throw new CheckFailure(`DestroyTask(force = false) on the running task did not answer: ${describe(err)} (it must refuse it)`);
+        refusal = `refused (${describe(err)})`;
+        // A refusal that kills or forgets the task anyway is no refusal.
+        const after = await p.driver.inspectTask({ taskId: task.id }, s.co()).catch((e: unknown) => e);
+        if (after instanceof PluginShutdownError) throw after;
+        if (after instanceof Error) throw new CheckFailure(`DestroyTask(force = false) was ${refusal}, then InspectTask of the task failed: ${describe(after)} (a refused destroy must keep the task)`);
+        const state = (after as typeof before).task?.state ?? 0;
+        expect(state === TaskState.RUNNING, `DestroyTask(force = false) was ${refusal}, and then the task is ${TaskState[state]}: a refused destroy must leave it running`);
+        expect(pid === undefined || !processGone(pid), `DestroyTask(force = false) was ${refusal}, yet the task's process ${pid} is gone: a refused destroy must leave it running`);
+      }
+      // As Nomad ends a task: StopTask, WaitTask's answer, then the destroy, here without force.
+      await p.driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 10n } }, s.co());
+      await settled(s, task);
+      try {
+        await p.driver.destroyTask({ taskId: task.id, force: false }, s.co());
+      } catch (err) {
+        if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
+        throw new CheckFailure(`DestroyTask(force = false) on the exited task failed: ${describe(err)} (an exited task needs no force)`);
+      }
+      task.destroyed = true;
+      return `running: ${refusal}; exited: forgotten (InspectTask: ${await inspectForgotten(s, task)})`;
+    },
+  },
+  {
     name: "stop-timeout",
     title: "StopTask with a 1 s timeout kills a task that ignores INT, TERM and HUP (Nomad's kill_timeout)",
     needs: ["start-task"],

@@ -299,6 +299,26 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "destroy-no-force fails a driver that destroys a running task without force, and one that refuses to destroy an exited task without force",
+    async () => {
+      const any = byName(await run(modesDriver, "destroy-any", ["destroy-no-force"]))["destroy-no-force"]!;
+      expect([any.status, any.message]).toEqual([
+        "fail",
+        expect.stringMatching(/^DestroyTask\(force = false\) on the running task \(pid \d+\) succeeded: without force a running task is an error \(Nomad's drivers answer "cannot destroy running task"\); only force may kill it$/),
+      ]);
+      const refuse = byName(await run(modesDriver, "destroy-exited-refuse", ["destroy-no-force"]))["destroy-no-force"]!;
+      expect([refuse.status, refuse.message]).toEqual(["fail", "DestroyTask(force = false) on the exited task failed: [failed_precondition] cannot destroy running task (an exited task needs no force)"]);
+      // Without either bug the fixture refuses the running task, keeps it, and forgets it once it has exited.
+      const good = byName(await run(modesDriver, "", ["destroy-no-force"]))["destroy-no-force"]!;
+      expect([good.status, good.message]).toEqual(["pass", expect.stringMatching(/^running: refused \(\[failed_precondition\] cannot destroy running task\); exited: forgotten \(InspectTask: \[not_found\] task not found/)]);
+      // The reference driver too.
+      const ref = byName(await runConformance({ plugin: rawexec, cgroupParent, checks: ["destroy-no-force"], ...generous }))["destroy-no-force"]!;
+      expect([ref.status, ref.message]).toEqual(["pass", expect.stringMatching(/^running: refused \(\[failed_precondition\] cannot destroy running task .*\); exited: forgotten/)]);
+    },
+    180_000,
+  );
+
+  it(
     "reports TaskStats samples sent faster than the collection interval",
     async () => {
       const report = await run(modesRaw, "stats-flood", ["task-stats"]);
