@@ -412,6 +412,63 @@ const CASES: Case[] = [
     spec: obj({ m: blockMap(["a", "b"], mountBody) }),
     config: { m: { x: { y: { target: "/v" } }, z: { w: { target: "/w" } } } },
   },
+  // Block map labels as HCL's JSON reading takes them: at each label level an object or an array
+  // of objects, whose properties are all labels (Nomad's HCL jobspec gives a block map so:
+  // `port "a" {}` `port "b" {}` -> [{a: [{}]}, {b: [{}]}]); none at all is a missing label; a
+  // label twice is a duplicate block.
+  {
+    spec: obj({ m: blockMap(["name"], mountBody) }),
+    config: { m: [{ v: { target: "/v" } }, { w: { target: "/w" } }] },
+  },
+  {
+    spec: obj({ m: blockMap(["name"], mountBody) }),
+    config: { m: [{ v: [{ target: "/v" }] }, { w: [{ target: "/w" }] }] },
+  },
+  {
+    spec: obj({ m: blockMap(["name"], mountBody) }),
+    config: { m: [{ v: { target: "/v" } }, {}] },
+  },
+  {
+    spec: obj({ m: blockMap(["name"], mountBody) }),
+    config: { m: [{ v: { target: "/v" } }, { v: { target: "/w" } }] },
+  },
+  { spec: obj({ m: blockMap(["name"], mountBody) }), config: { m: [] } },
+  { spec: obj({ m: blockMap(["name"], mountBody) }), config: { m: [{}] } },
+  { spec: obj({ m: blockMap(["name"], mountBody) }), config: { m: null } },
+  {
+    spec: obj({ m: blockMap(["name"], mountBody) }),
+    config: { m: { v: null, w: { target: "/w" } } },
+  },
+  {
+    spec: obj({ m: blockMap(["name"], mountBody) }),
+    config: { m: { v: [] } },
+  },
+  {
+    spec: obj({ m: blockMap(["a", "b"], mountBody) }),
+    config: { m: { x: [{ y: { target: "/v" } }, { z: { target: "/w" } }] } },
+  },
+  {
+    spec: obj({ m: blockMap(["a", "b"], mountBody) }),
+    config: { m: [{ x: { y: { target: "/a" } } }, { x: { z: { target: "/b" } } }] },
+  },
+  {
+    spec: obj({ m: blockMap(["a", "b"], mountBody) }),
+    config: { m: [{ x: { y: { target: "/a" } } }, { x: { y: { target: "/b" } } }] },
+  },
+  { spec: obj({ m: blockMap(["a", "b"], mountBody) }), config: { m: { x: [] } } },
+  { spec: obj({ m: blockMap(["a", "b"], mountBody) }), config: { m: { x: null } } },
+  {
+    spec: obj({ m: blockMap(["a"], obj({ n: blockMap(["b"], mountBody) })) }),
+    config: { m: { x: { n: [{ p: { target: "/p" } }, { q: { target: "/q" } }] } } },
+  },
+  {
+    spec: obj({ m: blockMap(["a"], obj({ n: blockMap(["b"], mountBody) })) }),
+    config: { m: [{ x: { n: { p: { target: "/p" } } } }, { x: { n: { q: { target: "/q" } } } }] },
+  },
+  {
+    spec: obj({ m: blockList(obj({ n: blockMap(["b"], mountBody) })) }),
+    config: { m: [{ n: [{ p: { target: "/p" } }, { p: { target: "/q" } }] }] },
+  },
   { spec: obj({ m: blockAttrs("number") }), config: {} },
   { spec: obj({ m: blockAttrs("number") }), config: { m: { x: "1", y: 2 } } },
   { spec: obj({ m: blockAttrs("string", { required: true }) }), config: {} },

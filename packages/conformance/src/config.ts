@@ -99,20 +99,16 @@ function shape(spec: Spec | undefined, body: Record<string, unknown>, implied: s
     }
     case "blockMap": {
       const { nested, labels } = spec.block.value;
-      // A label whose value holds no block (null, []) is not there.
-      const level = (v: unknown, depth: number): unknown => {
-        const blocks = blocksOf(v);
-        if (blocks.length === 0) return undefined;
-        if (depth === labels.length) return shapeBody(nested, blocks[0]);
-        const byLabel = blocks[0];
-        if (!isPlainObject(byLabel)) return v;
-        return Object.fromEntries(Object.entries(byLabel).flatMap(([k, x]) => {
-          const shaped = level(x, depth + 1);
-          return shaped === undefined ? [] : [[k, shaped]];
-        }));
-      };
-      const v = body[nameOf(spec.block.value.name, implied)];
-      return level(v, 0) ?? {};
+      // hcldec's map of maps, one level a label; a block whose labels came before is a duplicate
+      // (refused by configProblems), the first kept.
+      const out: Record<string, unknown> = {};
+      for (const b of labelledBlocks(body[nameOf(spec.block.value.name, implied)], labels, "")) {
+        let level = out;
+        for (const l of b.labels.slice(0, -1)) level = (level[l] ??= {}) as Record<string, unknown>;
+        const last = b.labels[b.labels.length - 1]!;
+        if (!(last in level)) level[last] = shapeBody(nested, b.body);
+      }
+      return out;
     }
     default:
       return null;
@@ -126,6 +122,38 @@ function shape(spec: Spec | undefined, body: Record<string, unknown>, implied: s
 function blocksOf(v: unknown): unknown[] {
   if (v === undefined || v === null) return [];
   return Array.isArray(v) ? v : [v];
+}
+
+/** One block of a block map: its labels, its body, and the path problems name it by. */
+interface LabelledBlock {
+  labels: string[];
+  body: unknown;
+  path: string;
+}
+
+/**
+ * The blocks a block map's JSON property holds, in order, as HCL's JSON reading unpacks them
+ * (hcl/v2 json/structure.go, unpackBlock): at each label level the properties of an object, or of
+ * each object of an array in turn (Nomad's HCL jobspec gives `port "a" {}` `port "b" {}` as
+ * `[{"a": [{}]}, {"b": [{}]}]`), each one a label; under the last label null is no block, an
+ * object one, an array one per element. A level with no property at all (null, `{}`, `[]`) is a
+ * missing label, said into `missing`.
+ */
+function labelledBlocks(v: unknown, labels: readonly string[], path: string, missing?: (path: string, label: string) => void): LabelledBlock[] {
+  const out: LabelledBlock[] = [];
+  const walk = (x: unknown, used: string[], p: string): void => {
+    if (used.length === labels.length) {
+      for (const body of blocksOf(x)) out.push({ labels: used, body, path: p });
+      return;
+    }
+    const objects = Array.isArray(x) ? x.filter(isPlainObject) : isPlainObject(x) ? [x] : [];
+    const entries = objects.flatMap((o) => Object.entries(o));
+    if (entries.length === 0) missing?.(p, labels[used.length]!);
+    for (const [k, y] of entries) walk(y, [...used, k], at(p, k));
+  };
+  // No property, no block: only a property that is there wants its labels.
+  if (v !== undefined) walk(v, [], path);
+  return out;
 }
 
 /** The names of the attributes and blocks `spec` reads from its block's body. */
@@ -420,8 +448,8 @@ function literal(spec: Spec | undefined): unknown {
  * What Nomad's HCL decoder would refuse in an operator's config before any plugin sees it: keys the
  * schema does not declare ("Unsupported argument"; a `"//"` comment is not one), required attributes or blocks that are missing
  * ("Missing required argument"; an attribute set to null is there), fewer or more blocks than a
- * block list or set allows, more than one block where one is declared, and a block map's level
- * without a label (`{}` or null), in nested blocks too.
+ * block list or set allows, more than one block where one is declared, a block map's level
+ * without a label (`{}`, `[]` or null) and a block map's labels given twice, in nested blocks too.
  * Values' types are left to the plugin, which decodes them. Each problem names its path
  * (`mount[1].target`). Empty when the config fits, or without a schema.
  *
@@ -489,20 +517,22 @@ function checkSpec(spec: Spec | undefined, body: Record<string, unknown>, implie
     }
     case "blockMap": {
       const { nested, labels } = spec.block.value;
-      const level = (v: unknown, depth: number, p: string): void => {
-        // A null where a label is wanted is not "no block": HCL's JSON reading wants the label.
-        if (v === null && depth < labels.length) problems.push(`"${p}" needs a ${labels[depth]} label`);
-        const blocks = blocksOf(v);
-        if (depth === labels.length) {
-          if (blocks.length > 1) problems.push(`"${p}" is given ${blocks.length} blocks, one is allowed`);
-          checkBody(nested, blocks[0], p, problems);
-        } else if (isPlainObject(blocks[0])) {
-          // HCL's JSON reading wants a label at each level: an empty object has none.
-          if (Object.keys(blocks[0]).length === 0) problems.push(`"${p}" needs a ${labels[depth]} label`);
-          for (const [k, x] of Object.entries(blocks[0])) level(x, depth + 1, at(p, k));
+      const name = nameOf(spec.block.value.name, implied);
+      const blocks = labelledBlocks(body[name], labels, at(path, name), (p, label) => problems.push(`"${p}" needs a ${label} label`));
+      // hcldec: "Duplicate <name> block", a block map's labels must be unique.
+      const count = new Map<string, number>();
+      for (const b of blocks) count.set(JSON.stringify(b.labels), (count.get(JSON.stringify(b.labels)) ?? 0) + 1);
+      const told = new Set<string>();
+      for (const b of blocks) {
+        const key = JSON.stringify(b.labels);
+        const n = count.get(key)!;
+        if (n > 1) {
+          if (!told.has(key)) problems.push(`"${b.path}" is given ${n} blocks, one is allowed (a block map's labels must be unique)`);
+          told.add(key);
+          continue;
         }
-      };
-      level(body[nameOf(spec.block.value.name, implied)], 0, at(path, nameOf(spec.block.value.name, implied)));
+        checkBody(nested, b.body, b.path, problems);
+      }
       return;
     }
     default:

@@ -53,6 +53,16 @@ describe("shapeConfig", () => {
     });
     // What HCL would not convert stays as given, for the plugin to refuse.
     expect(shapeConfig(nested, { port: "eighty" })).toMatchObject({ port: "eighty", mount: [], volume: {} });
+    // A block map as Nomad's HCL jobspec gives it (`volume "a" {}` `volume "b" {}`): an array of label objects, every label kept.
+    expect(shapeConfig(nested, { volume: [{ a: [{ target: "/a" }] }, { b: [{ target: "/b" }] }] })).toMatchObject({
+      volume: { a: { target: "/a", readonly: false }, b: { target: "/b", readonly: false } },
+    });
+    // Nomad refuses a label given twice (hcldec: "Duplicate volume block") and a label level without a label.
+    expect(configProblems(nested, { volume: [{ a: { target: "/a" } }, { a: { target: "/b" } }] })).toEqual([
+      '"volume.a" is given 2 blocks, one is allowed (a block map\'s labels must be unique)',
+    ]);
+    expect(configProblems(nested, { volume: [] })).toEqual(['"volume" needs a name label']);
+    expect(configProblems(nested, { volume: [{ a: { target: "/a" } }, {}] })).toEqual([]);
   });
   it("converts the elements of lists, sets and maps as cty does (nested too)", () => {
     const collections = create(SpecSchema, {
