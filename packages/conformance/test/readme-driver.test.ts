@@ -61,6 +61,7 @@ describe("the README's minimal driver", () => {
           "inspect-exited",
           "destroy-task",
           "destroy-force",
+          "destroy-no-force",
           "fingerprint-stream",
           "task-events",
           "shutdown",
