@@ -137,18 +137,21 @@ interface LabelledBlock {
  * each object of an array in turn (Nomad's HCL jobspec gives `port "a" {}` `port "b" {}` as
  * `[{"a": [{}]}, {"b": [{}]}]`), each one a label; under the last label null is no block, an
  * object one, an array one per element. A level with no property at all (null, `{}`, `[]`) is a
- * missing label, said into `missing`.
+ * missing label, and an array's element that is not an object holds none: both said into `problem`.
  */
-function labelledBlocks(v: unknown, labels: readonly string[], path: string, missing?: (path: string, label: string) => void): LabelledBlock[] {
+function labelledBlocks(v: unknown, labels: readonly string[], path: string, problem?: (message: string) => void): LabelledBlock[] {
   const out: LabelledBlock[] = [];
   const walk = (x: unknown, used: string[], p: string): void => {
     if (used.length === labels.length) {
       for (const body of blocksOf(x)) out.push({ labels: used, body, path: p });
       return;
     }
+    const label = labels[used.length]!;
+    // An array's element that is not an object holds no label: HCL refuses it ("Incorrect JSON value type").
+    if (Array.isArray(x)) x.forEach((e, i) => isPlainObject(e) || problem?.(`"${p}[${i}]" is not an object of ${label} labels`));
     const objects = Array.isArray(x) ? x.filter(isPlainObject) : isPlainObject(x) ? [x] : [];
     const entries = objects.flatMap((o) => Object.entries(o));
-    if (entries.length === 0) missing?.(p, labels[used.length]!);
+    if (entries.length === 0) problem?.(`"${p}" needs a ${label} label`);
     for (const [k, y] of entries) walk(y, [...used, k], at(p, k));
   };
   // No property, no block: only a property that is there wants its labels.
@@ -518,7 +521,7 @@ function checkSpec(spec: Spec | undefined, body: Record<string, unknown>, implie
     case "blockMap": {
       const { nested, labels } = spec.block.value;
       const name = nameOf(spec.block.value.name, implied);
-      const blocks = labelledBlocks(body[name], labels, at(path, name), (p, label) => problems.push(`"${p}" needs a ${label} label`));
+      const blocks = labelledBlocks(body[name], labels, at(path, name), (m) => problems.push(m));
       // hcldec: "Duplicate <name> block", a block map's labels must be unique.
       const count = new Map<string, number>();
       for (const b of blocks) count.set(JSON.stringify(b.labels), (count.get(JSON.stringify(b.labels)) ?? 0) + 1);

@@ -63,6 +63,8 @@ describe("shapeConfig", () => {
     ]);
     expect(configProblems(nested, { volume: [] })).toEqual(['"volume" needs a name label']);
     expect(configProblems(nested, { volume: [{ a: { target: "/a" } }, {}] })).toEqual([]);
+    // An element that is not an object holds no label: Nomad refuses it, the kit no longer drops it unsaid.
+    expect(configProblems(nested, { volume: ["a", { b: { target: "/b" } }] })).toEqual(['"volume[0]" is not an object of name labels']);
   });
   it("converts the elements of lists, sets and maps as cty does (nested too)", () => {
     const collections = create(SpecSchema, {
