@@ -227,27 +227,34 @@ function launch(
     return module.exports;
   };
 
-  /** Runs the plugin's bundle. */
-  const runPlugin = (): void => {
+  /**
+   * Runs the plugin's bundle: throws what its CommonJS code threw, or returns the ES module's
+   * import, which rejects with what it threw. The fast path answers the calls waiting for the
+   * plugin with that error; without it, {@link startPlugin} ends the process with it.
+   */
+  const runPlugin = (): Promise<unknown> | undefined => {
     if (importModule) {
       // Top-level await made the bundle an ES module (<name>.mjs): Node.js 20 has no code cache for those.
       if (mode === "report")
         process.stderr.write(`${name}: code cache none (ES module bundle)\n`);
       const { pathToFileURL } =
         require("node:url") as typeof import("node:url");
-      importModule(pathToFileURL(join(__dirname, files.esmBundle)).href).catch(
-        fail,
-      );
-      return;
+      return importModule(pathToFileURL(join(__dirname, files.esmBundle)).href);
     }
+    runCached(
+      bundleFile,
+      join(__dirname, files.codeCache),
+      name,
+      mode === "write",
+      true,
+    );
+    return undefined;
+  };
+
+  /** Runs the plugin's bundle, its failure ending the process. */
+  const startPlugin = (): void => {
     try {
-      runCached(
-        bundleFile,
-        join(__dirname, files.codeCache),
-        name,
-        mode === "write",
-        true,
-      );
+      runPlugin()?.catch(fail);
     } catch (err) {
       fail(err);
     }
@@ -332,9 +339,9 @@ function launch(
               fastPath._compile(preludeRead.bytes.toString("utf8"), preludeFile);
               fastPath.loaded = true;
               const prelude = fastPath.exports as {
-                startPrelude(r: unknown, load: () => void): Promise<unknown>;
+                startPrelude(r: unknown, load: () => unknown): Promise<unknown>;
               };
-              prelude.startPrelude(recording, () => runPlugin()).catch(fail);
+              prelude.startPrelude(recording, runPlugin).catch(fail);
               return;
             }
           }
@@ -344,13 +351,13 @@ function launch(
         report.warnings.push(
           `the launcher did not use the load launch's fast path: ${stale} (an install or upgrade that copied only some of the bundle's files?); load launches start the whole plugin. Install the whole bundle directory, every file of it from the same \`nomadkit bundle\``,
         );
-        return runPlugin();
+        return startPlugin();
       } catch (err) {
         fail(err);
       }
     }
   }
-  runPlugin();
+  startPlugin();
 }
 
 /** A launcher script: a `node` shebang, `comment`, then `launch` called with these arguments. */

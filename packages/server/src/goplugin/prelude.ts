@@ -104,6 +104,9 @@ const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
  * first call the recording cannot answer. go-plugin's Shutdown is answered and ends the process
  * as servePlugin's does. A recording of another build (an older launcher checks only the bundle's
  * hash) is not served: `loadPlugin` runs at once, and the plugin serves every call itself.
+ * `loadPlugin` throws (or returns a promise that rejects) when the plugin's code fails to load:
+ * the calls handed over are then answered Unavailable with the error, and the process exits 1, as
+ * it does when that code never calls servePlugin.
  *
  * @example
  * ```ts
@@ -111,9 +114,9 @@ const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
  * await startPrelude(recording, () => require("./my-driver.cjs"));
  * ```
  */
-export async function startPrelude(recording: LoadRecording, loadPlugin: () => void): Promise<PluginTransport | undefined> {
+export async function startPrelude(recording: LoadRecording, loadPlugin: () => unknown): Promise<PluginTransport | undefined> {
   if (recording.build !== TRANSPORT_BUILD) {
-    loadPlugin();
+    await loadPlugin();
     return undefined;
   }
   const transport = openTransport(recording.transport, createLineLogger);
@@ -125,10 +128,22 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
     loaded = true;
     leaveTransport(transport);
     transport.logger.debug("loading the plugin for a call the load recording does not answer");
+    // The calls handed over wait for the plugin's servePlugin: should it never come, they are
+    // answered with why, and the process exits (go-plugin then sees the plugin gone).
+    const failed = (err: unknown) =>
+      void transport.abandon(`the plugin failed to load: ${err instanceof Error ? err.message : String(err)}`, err);
+    transport.awaitAdoption(
+      () =>
+        void transport.abandon(
+          "the plugin's code ended without calling servePlugin (or waits on nothing that could make it call it): it serves no call",
+        ),
+    );
+    watchLoadErrors(transport, failed);
     try {
-      loadPlugin();
+      const loading = loadPlugin();
+      if (loading instanceof Promise) loading.catch(failed);
     } catch (err) {
-      transport.failStart(err);
+      failed(err);
     }
   };
   const handOver: StreamListener = (...args) => {
@@ -199,6 +214,26 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => v
   };
   transport.serve(prelude);
   return transport;
+}
+
+/**
+ * Until the plugin adopts `transport`, an error its code leaves uncaught or a promise it leaves
+ * rejected fails the load (`failed`), as it would end a plain Node.js process, unless the plugin
+ * handles those itself (a listener of its own).
+ */
+function watchLoadErrors(transport: PluginTransport, failed: (err: unknown) => void): void {
+  const onError = (err: unknown, event: "uncaughtException" | "unhandledRejection") => {
+    if (process.listenerCount(event) > 1) return;
+    failed(err);
+  };
+  const onException = (err: unknown) => onError(err, "uncaughtException");
+  const onRejection = (err: unknown) => onError(err, "unhandledRejection");
+  process.on("uncaughtException", onException);
+  process.on("unhandledRejection", onRejection);
+  transport.onAdopted(() => {
+    process.off("uncaughtException", onException);
+    process.off("unhandledRejection", onRejection);
+  });
 }
 
 /** Whether the request side has been received in full (its end may not have been emitted yet). */

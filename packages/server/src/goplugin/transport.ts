@@ -18,6 +18,7 @@ import {
   notAPluginMessage,
   type HandshakeConfig,
 } from "./env.js";
+import { grpcMessageValue } from "../runtime/grpc-message.js";
 import { listenTcp, listenUnix, type ListenResult } from "./listen.js";
 import { StdioCapture } from "./stdio.js";
 
@@ -121,6 +122,11 @@ export class PluginTransport {
   // peer may never send; the socket itself can always be destroyed.
   readonly #sockets = new Set<Socket>();
   readonly #hostGoneListeners: (() => void)[] = [];
+  // While the plugin's code loads to adopt this transport (see awaitAdoption): called if the
+  // process has nothing left to do but serve this transport, i.e. that code will never adopt it.
+  #neverAdopted: (() => void) | undefined;
+  readonly #onBeforeExit = () => this.#neverAdopted?.();
+  readonly #adoptedListeners: (() => void)[] = [];
   #resolveClosed!: () => void;
   /** Resolves when the server has closed. */
   readonly closed = new Promise<void>((r) => (this.#resolveClosed = r));
@@ -328,6 +334,7 @@ export class PluginTransport {
     const graceMs = disconnectGraceMs(this.options.exitOnHostDisconnect);
     let disconnectTimer: NodeJS.Timeout | undefined;
     server.on("connection", (socket: Socket) => {
+      if (this.#neverAdopted !== undefined) socket.unref();
       this.#sockets.add(socket);
       socket.once("close", () => this.#sockets.delete(socket));
     });
@@ -348,7 +355,59 @@ export class PluginTransport {
     });
   }
 
-  async #closeServer(): Promise<void> {
+  /**
+   * Until {@link adopted}, nothing of the transport (its server, the host's connections) keeps the
+   * process alive, and `never` is called if the process runs out of other work: the plugin's code,
+   * loaded to take the transport over, ended (or waits on nothing) without calling servePlugin.
+   * The host's calls would otherwise wait for it forever, the process serving none of them.
+   */
+  awaitAdoption(never: () => void): void {
+    this.#neverAdopted = never;
+    (this.#server as unknown as NetServer | undefined)?.unref();
+    for (const socket of this.#sockets) socket.unref();
+    process.on("beforeExit", this.#onBeforeExit);
+  }
+
+  /** Calls `listener` once the plugin's servePlugin has taken the transport over (see {@link awaitAdoption}). */
+  onAdopted(listener: () => void): void {
+    this.#adoptedListeners.push(listener);
+  }
+
+  /** The plugin's servePlugin took the transport over: it keeps the process alive again. */
+  adopted(): void {
+    if (this.#neverAdopted === undefined) return;
+    this.#neverAdopted = undefined;
+    process.off("beforeExit", this.#onBeforeExit);
+    (this.#server as unknown as NetServer | undefined)?.ref();
+    for (const socket of this.#sockets) socket.ref();
+    for (const listener of this.#adoptedListeners.splice(0)) listener();
+  }
+
+  /**
+   * The plugin's code, loaded to take this transport over, failed or will never call servePlugin:
+   * answers every call waiting for it Unavailable with `message` (logged at error, with `err`'s
+   * stack), closes the host's connections, removes the socket directory and exits 1. go-plugin
+   * sees a plugin that exited; the calls say why.
+   */
+  abandon(message: string, err?: unknown): Promise<void> {
+    this.#shutdownPromise ??= (async () => {
+      this.adopted();
+      this.#logger.error(message, err instanceof Error && err.stack ? { stack: err.stack } : {});
+      this.#shutdownController.abort(new Error(message));
+      this.stdio.close();
+      await this.#closeServer(message);
+      this.#removeSocketDir();
+      process.off("SIGINT", this.#onSigint);
+      process.off("SIGTERM", this.#onSigterm);
+      this.#resolveClosed();
+      this.stdio.uninstall();
+      process.exit(1);
+    })();
+    return this.#shutdownPromise;
+  }
+
+  /** Closes the server; streams never served are answered Unavailable with `message`. */
+  async #closeServer(message = "plugin shutting down"): Promise<void> {
     const server = this.#server;
     if (server === undefined) return;
     const done = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -358,7 +417,7 @@ export class PluginTransport {
     for (const [stream] of this.#held.splice(0)) {
       if (!stream.destroyed && !stream.closed && !stream.headersSent) {
         stream.respond(
-          { ":status": 200, "content-type": "application/grpc", "grpc-status": "14", "grpc-message": "plugin%20shutting%20down" },
+          { ":status": 200, "content-type": "application/grpc", "grpc-status": "14", "grpc-message": grpcMessageValue(message) },
           { endStream: true },
         );
       }
@@ -447,7 +506,10 @@ export function adoptTransport(): { transport: PluginTransport } | { foreign: un
   delete g[WAITING];
   if (t === undefined) return undefined;
   // Transports of fast paths older than the stamp have no `build` at all.
-  if (typeof t === "object" && t !== null && (t as { build?: unknown }).build === TRANSPORT_BUILD) return { transport: t as PluginTransport };
+  if (typeof t === "object" && t !== null && (t as { build?: unknown }).build === TRANSPORT_BUILD) {
+    (t as PluginTransport).adopted();
+    return { transport: t as PluginTransport };
+  }
   return { foreign: t };
 }
 

@@ -1,0 +1,150 @@
+// A bundled plugin whose load launch's fast path has handed over to the plugin's own code, and that
+// code never takes the transport over (its entry throws, or ends without calling servePlugin), or
+// the host stops it meanwhile: the host's calls must end with a status naming why, and the process
+// must exit (go-plugin notices an exited plugin; one that keeps its socket open hangs every call).
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  launchPlugin,
+  PluginShutdownError,
+  type PluginClient,
+} from "@nomadkit/client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { until } from "./processes.js";
+
+const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
+const root = fileURLToPath(new URL("../../../", import.meta.url));
+
+// Inside the repo, so the driver's imports resolve from the workspace's node_modules.
+let work: string;
+const launched: PluginClient[] = [];
+
+// Serves as usual (so `nomadkit bundle` records its load launch), unless LOAD_MODE says otherwise.
+const driver = `import { defineDriver, serveDriver } from "@nomadkit/server";
+const driver = defineDriver({ name: "loadfail", version: "0.0.1", async startTask() {}, waitTask: () => new Promise(() => {}), stopTask() {}, destroyTask() {} });
+const mode = process.env.LOAD_MODE;
+if (mode === "throw") throw new Error("driver configuration missing: LOADFAIL_HOME");
+if (mode === "reject") Promise.reject(new Error("cannot reach the daemon: LOADFAIL_SOCKET"));
+if (mode === "wait") setTimeout(() => void serveDriver(driver), 600_000);
+if (mode === undefined) void serveDriver(driver);
+`;
+
+beforeAll(() => {
+  work = mkdtempSync(join(root, "packages/cli/test/.bundle-load-"));
+  writeFileSync(join(work, "loadfail.mjs"), driver);
+  const r = spawnSync(
+    process.execPath,
+    [bin, "bundle", "loadfail.mjs", "--out", "out", "--name", "loadfail"],
+    {
+      cwd: work,
+      encoding: "utf8",
+      timeout: 120_000,
+    },
+  );
+  expect(r.stderr).toBe("");
+  expect(r.status).toBe(0);
+  expect(existsSync(join(work, "out/loadfail.load.json"))).toBe(true);
+}, 120_000);
+afterAll(async () => {
+  await Promise.all(launched.map((p) => p.kill().catch(() => undefined)));
+  rmSync(work, { recursive: true, force: true });
+});
+
+/** The bundled driver launched as Nomad does, in `mode`; a file of ours in its socket directory. */
+async function launch(mode: string) {
+  const log: string[] = [];
+  const plugin = await launchPlugin(
+    process.execPath,
+    [join(work, "out/loadfail")],
+    {
+      env: { LOAD_MODE: mode, NOMADKIT_CODE_CACHE: "report" },
+      logger: (e) => log.push(e.message),
+    },
+  );
+  launched.push(plugin);
+  // The host removes a socket directory its plugin left with only the socket in it: with another
+  // file there, only the plugin's own clean-up removes it.
+  const socketDir = dirname(plugin.address);
+  writeFileSync(join(socketDir, "marker"), "");
+  // Nomad's load launch, answered by the fast path without loading the driver.
+  expect((await plugin.basePlugin.pluginInfo({})).name).toBe("loadfail");
+  expect(log).toContain("loadfail: load recording used");
+  return { plugin, log, socketDir };
+}
+
+/**
+ * How a call ended: the plugin's gRPC code and message (under the PluginShutdownError the client
+ * makes of a transport failure when the plugin then exits, as Nomad's ErrPluginShutdown).
+ */
+async function failure(
+  call: Promise<unknown>,
+): Promise<{ code: Code; message: string }> {
+  try {
+    await call;
+  } catch (err) {
+    const e = ConnectError.from(
+      err instanceof PluginShutdownError ? err.cause : err,
+    );
+    return { code: e.code, message: e.rawMessage };
+  }
+  throw new Error("the call succeeded");
+}
+
+describe("a bundled plugin whose code does not take over from the load launch's fast path", () => {
+  it("answers the calls waiting for it Unavailable with the error its entry threw, and exits 1", async () => {
+    const { plugin, socketDir } = await launch("throw");
+    const caps = await failure(plugin.driver.capabilities({}));
+    expect(caps.code).toBe(Code.Unavailable);
+    expect(caps.message).toContain(
+      "the plugin failed to load: driver configuration missing: LOADFAIL_HOME",
+    );
+    expect(await plugin.exited).toEqual({ code: 1, signal: null });
+    expect(existsSync(socketDir)).toBe(false);
+  });
+
+  it("does the same for an error its entry leaves unhandled", async () => {
+    const { plugin, socketDir } = await launch("reject");
+    const caps = await failure(plugin.driver.capabilities({}));
+    expect(caps.code).toBe(Code.Unavailable);
+    expect(caps.message).toContain(
+      "the plugin failed to load: cannot reach the daemon: LOADFAIL_SOCKET",
+    );
+    expect(await plugin.exited).toEqual({ code: 1, signal: null });
+    expect(existsSync(socketDir)).toBe(false);
+  });
+
+  it("answers Unavailable and exits 1 when its entry ends without calling servePlugin, instead of hanging", async () => {
+    const { plugin, socketDir } = await launch("return");
+    const caps = await failure(plugin.driver.capabilities({}));
+    expect(caps.code).toBe(Code.Unavailable);
+    expect(caps.message).toContain(
+      "the plugin's code ended without calling servePlugin",
+    );
+    expect(await plugin.exited).toEqual({ code: 1, signal: null });
+    expect(existsSync(socketDir)).toBe(false);
+  });
+
+  it("shuts down on SIGTERM while loading: the waiting calls get Unavailable, the socket directory goes, exit 0; SIGINT is ignored", async () => {
+    const { plugin, log, socketDir } = await launch("wait");
+    const caps = failure(plugin.driver.capabilities({}));
+    await until(() =>
+      log.includes(
+        "loading the plugin for a call the load recording does not answer",
+      ),
+    );
+    process.kill(plugin.pid, "SIGINT");
+    await until(() =>
+      log.includes("ignoring SIGINT; shutdown comes from the host"),
+    );
+    process.kill(plugin.pid, "SIGTERM");
+    expect(await caps).toEqual({
+      code: Code.Unavailable,
+      message: "plugin shutting down",
+    });
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+    expect(existsSync(socketDir)).toBe(false);
+  });
+});
