@@ -32,33 +32,46 @@ if (mode === "wait") setTimeout(() => void serveDriver(driver), 600_000);
 if (mode === undefined) void serveDriver(driver);
 `;
 
-beforeAll(() => {
-  work = mkdtempSync(join(root, "packages/cli/test/.bundle-load-"));
-  writeFileSync(join(work, "loadfail.mjs"), driver);
+/** `nomadkit bundle` of `source` into `out/<name>`, with its load recording. */
+function bundle(name: string, source: string) {
+  writeFileSync(join(work, `${name}.mjs`), source);
   const r = spawnSync(
     process.execPath,
-    [bin, "bundle", "loadfail.mjs", "--out", "out", "--name", "loadfail"],
+    [bin, "bundle", `${name}.mjs`, "--out", "out", "--name", name],
     {
       cwd: work,
       encoding: "utf8",
       timeout: 120_000,
     },
   );
-  expect(r.stderr).toBe("");
-  expect(r.status).toBe(0);
-  expect(existsSync(join(work, "out/loadfail.load.json"))).toBe(true);
-}, 120_000);
+  // (An entry with top-level await gets a warning about the code cache it cannot have.)
+  expect(r.status, r.stderr).toBe(0);
+  expect(existsSync(join(work, `out/${name}.load.json`))).toBe(true);
+}
+
+beforeAll(() => {
+  work = mkdtempSync(join(root, "packages/cli/test/.bundle-load-"));
+  bundle("loadfail", driver);
+  // Top-level await: bundled as an ES module, which the launcher imports.
+  bundle(
+    "loadfail-tla",
+    driver.replace(
+      "if (mode === undefined) void serveDriver(driver);",
+      "if (mode === undefined) await serveDriver(driver);",
+    ),
+  );
+}, 240_000);
 afterAll(async () => {
   await Promise.all(launched.map((p) => p.kill().catch(() => undefined)));
   rmSync(work, { recursive: true, force: true });
 });
 
 /** The bundled driver launched as Nomad does, in `mode`; a file of ours in its socket directory. */
-async function launch(mode: string) {
+async function launch(mode: string, name = "loadfail") {
   const log: string[] = [];
   const plugin = await launchPlugin(
     process.execPath,
-    [join(work, "out/loadfail")],
+    [join(work, `out/${name}`)],
     {
       env: { LOAD_MODE: mode, NOMADKIT_CODE_CACHE: "report" },
       logger: (e) => log.push(e.message),
@@ -71,7 +84,7 @@ async function launch(mode: string) {
   writeFileSync(join(socketDir, "marker"), "");
   // Nomad's load launch, answered by the fast path without loading the driver.
   expect((await plugin.basePlugin.pluginInfo({})).name).toBe("loadfail");
-  expect(log).toContain("loadfail: load recording used");
+  expect(log).toContain(`${name}: load recording used`);
   return { plugin, log, socketDir };
 }
 
@@ -101,6 +114,18 @@ describe("a bundled plugin whose code does not take over from the load launch's 
     expect(caps.message).toContain(
       "the plugin failed to load: driver configuration missing: LOADFAIL_HOME",
     );
+    expect(await plugin.exited).toEqual({ code: 1, signal: null });
+    expect(existsSync(socketDir)).toBe(false);
+  });
+
+  it("does the same for an ES module entry (top-level await) that throws", async () => {
+    const { plugin, log, socketDir } = await launch("throw", "loadfail-tla");
+    const caps = await failure(plugin.driver.capabilities({}));
+    expect(caps.code).toBe(Code.Unavailable);
+    expect(caps.message).toContain(
+      "the plugin failed to load: driver configuration missing: LOADFAIL_HOME",
+    );
+    expect(log).toContain("loadfail-tla: code cache none (ES module bundle)");
     expect(await plugin.exited).toEqual({ code: 1, signal: null });
     expect(existsSync(socketDir)).toBe(false);
   });
