@@ -10,7 +10,8 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join, sep } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { launchPlugin, type PluginClient } from "@nomadkit/client";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { launchPlugin, PluginShutdownError, type PluginClient } from "@nomadkit/client";
 import { PluginInfoResponseSchema, PluginType } from "@nomadkit/protocol/base";
 import { afterAll, describe, expect, it } from "vitest";
 import { recordableTransportOptions, type LoadRecording } from "../src/goplugin/prelude.js";
@@ -281,6 +282,22 @@ describe("the load launch's fast path (startPrelude)", () => {
     expect(loaded(logs)).toBe(true);
     // stderr may still be on its way after the exit.
     await expect.poll(() => logs.entries.map((e) => e.message), { timeout: 10_000 }).toContain("onShutdown called");
+  });
+
+  it("answers Unavailable and exits 1 when the plugin's code, busy, has not called servePlugin within go-plugin's start timeout", async () => {
+    // Nomad's SetConfig, the usual first call the fast path hands over, has no deadline: without
+    // this, a plugin whose code never serves (retrying forever, say) holds it for good.
+    const { plugin, logs } = await launch(recording(), "", { TEST_NEVER_SERVE: "1", TEST_ADOPT_TIMEOUT_MS: "300" });
+    const caps = await plugin.driver.capabilities({}).then(
+      () => undefined,
+      (err: unknown) => ConnectError.from(err instanceof PluginShutdownError ? err.cause : err),
+    );
+    expect(caps?.code).toBe(Code.Unavailable);
+    expect(caps?.rawMessage).toBe(
+      "the plugin's code did not call servePlugin within 300 ms of loading (go-plugin's start timeout): it serves no call",
+    );
+    expect(await plugin.exited).toEqual({ code: 1, signal: null });
+    expect(loaded(logs)).toBe(true);
   });
 
   it("listens as the recorded transport options say, and the driver says when its own differ", async () => {

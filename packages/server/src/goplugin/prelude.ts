@@ -99,6 +99,19 @@ export function reportTransportOptions(options: TransportOptions): void {
 const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
 
 /**
+ * How long the plugin's code may take, once loaded, to call servePlugin: go-plugin's default
+ * StartTimeout (1 minute; Nomad's plugin loader keeps it), within which a plugin started without
+ * the fast path must write its handshake or be killed.
+ */
+const ADOPT_TIMEOUT_MS = 60_000;
+
+/** Options of {@link startPrelude}. */
+export interface PreludeOptions {
+  /** How long the plugin's code may take to call servePlugin once loaded, in ms; default 60000. */
+  adoptTimeoutMs?: number;
+}
+
+/**
  * Serves the go-plugin transport with `recording`'s options and answers its recorded calls;
  * `loadPlugin` runs the plugin's own code (whose `servePlugin` adopts this transport) on the
  * first call the recording cannot answer. go-plugin's Shutdown is answered and ends the process
@@ -106,7 +119,8 @@ const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
  * hash) is not served: `loadPlugin` runs at once, and the plugin serves every call itself.
  * `loadPlugin` throws (or returns a promise that rejects) when the plugin's code fails to load:
  * the calls handed over are then answered Unavailable with the error, and the process exits 1, as
- * it does when that code never calls servePlugin.
+ * it does when that code never calls servePlugin, or not within `options.adoptTimeoutMs` (go-plugin's
+ * start timeout by default: Nomad's SetConfig, the usual first such call, has no deadline).
  *
  * @example
  * ```ts
@@ -114,7 +128,11 @@ const GRPC_CONTENT_TYPE = /^application\/grpc(\+proto)?$/;
  * await startPrelude(recording, () => require("./my-driver.cjs"));
  * ```
  */
-export async function startPrelude(recording: LoadRecording, loadPlugin: () => unknown): Promise<PluginTransport | undefined> {
+export async function startPrelude(
+  recording: LoadRecording,
+  loadPlugin: () => unknown,
+  options: PreludeOptions = {},
+): Promise<PluginTransport | undefined> {
   if (recording.build !== TRANSPORT_BUILD) {
     await loadPlugin();
     return undefined;
@@ -139,6 +157,16 @@ export async function startPrelude(recording: LoadRecording, loadPlugin: () => u
         ),
     );
     watchLoadErrors(transport, failed);
+    const adoptTimeoutMs = options.adoptTimeoutMs ?? ADOPT_TIMEOUT_MS;
+    // Unref'd: waiting on it alone is waiting on nothing (see awaitAdoption).
+    const timer = setTimeout(
+      () =>
+        void transport.abandon(
+          `the plugin's code did not call servePlugin within ${adoptTimeoutMs} ms of loading (go-plugin's start timeout): it serves no call`,
+        ),
+      adoptTimeoutMs,
+    ).unref();
+    transport.onAdopted(() => clearTimeout(timer));
     try {
       const loading = loadPlugin();
       if (loading instanceof Promise) loading.catch(failed);
