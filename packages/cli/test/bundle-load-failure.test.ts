@@ -27,6 +27,7 @@ const driver = `import { defineDriver, serveDriver } from "@nomadkit/server";
 const driver = defineDriver({ name: "loadfail", version: "0.0.1", async startTask() {}, waitTask: () => new Promise(() => {}), stopTask() {}, destroyTask() {} });
 const mode = process.env.LOAD_MODE;
 if (mode === "throw") throw new Error("driver configuration missing: LOADFAIL_HOME");
+if (mode === "throw-long") throw new Error("LOADFAIL_".repeat(20_000));
 if (mode === "reject") Promise.reject(new Error("cannot reach the daemon: LOADFAIL_SOCKET"));
 if (mode === "wait") setTimeout(() => void serveDriver(driver), 600_000);
 if (mode === undefined) void serveDriver(driver);
@@ -116,6 +117,16 @@ describe("a bundled plugin whose code does not take over from the load launch's 
     );
     expect(await plugin.exited).toEqual({ code: 1, signal: null });
     expect(existsSync(socketDir)).toBe(false);
+  });
+
+  it("sends a long error's first 4096 characters, which trailers can carry", async () => {
+    const { plugin } = await launch("throw-long");
+    const caps = await failure(plugin.driver.capabilities({}));
+    expect(caps.code).toBe(Code.Unavailable);
+    expect(caps.message).toBe(
+      `${"the plugin failed to load: LOADFAIL_".concat("LOADFAIL_".repeat(20_000)).slice(0, 4096)}…`,
+    );
+    expect(await plugin.exited).toEqual({ code: 1, signal: null });
   });
 
   it("does the same for an ES module entry (top-level await) that throws", async () => {

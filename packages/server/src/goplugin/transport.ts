@@ -65,6 +65,8 @@ export type StreamListener = (
 const DEFAULT_MAX_SESSION_MEMORY_MIB = 1024 * 1024;
 const DEFAULT_PROTOCOL_VERSIONS: readonly number[] = [2];
 const DEFAULT_DISCONNECT_GRACE_MS = 1000;
+/** Most UTF-16 units of {@link PluginTransport.abandon}'s message sent as grpc-message (at most 36 KiB encoded). */
+const MAX_ABANDON_MESSAGE = 4096;
 // After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
 const SESSION_CLOSE_GRACE_MS = 250;
 
@@ -395,7 +397,8 @@ export class PluginTransport {
       this.#logger.error(message, err instanceof Error && err.stack ? { stack: err.stack } : {});
       this.#shutdownController.abort(new Error(message));
       this.stdio.close();
-      await this.#closeServer(message);
+      // Within what trailers carry (an error's message may be anything); the log has all of it.
+      await this.#closeServer(message.length > MAX_ABANDON_MESSAGE ? `${message.slice(0, MAX_ABANDON_MESSAGE)}…` : message);
       this.#removeSocketDir();
       process.off("SIGINT", this.#onSigint);
       process.off("SIGTERM", this.#onSigterm);
