@@ -1,7 +1,7 @@
 // `nomadkit bundle` on a real driver (the README's minimal driver): the directory it writes runs as
 // a Nomad plugin on its own, copied away from every node_modules, with its V8 code cache used only
 // for exactly the bundle it was made from; packages left outside load from node_modules next to it.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import * as http2 from "node:http2";
 import { connect } from "node:net";
@@ -1064,6 +1064,64 @@ describe("nomadkit bundle", () => {
     for (const f of ["throws", "throws.cjs"])
       expect(existsSync(join(work, "throws", f)), f).toBe(true);
   });
+
+  it("keeps an earlier bundle in the directory whole and running until a new one is complete", async () => {
+    let r = bundle("hello.mjs", "--out", "rebundle", "--name", "hello");
+    expect(r.code, r.stderr).toBe(0);
+    const dir = join(work, "rebundle");
+    writeFileSync(join(dir, "notes.txt"), "mine\n");
+    const snapshot = () =>
+      Object.fromEntries(
+        readdirSync(dir)
+          .sort()
+          .map((f) => [f, createHash("sha256").update(readFileSync(join(dir, f))).digest("hex")]),
+      );
+    const before = snapshot();
+    const stillRuns = async () => {
+      expect(snapshot()).toEqual(before);
+      const plugin = await launchPlugin(process.execPath, [join(dir, "hello")], { startTimeoutMs: 60_000 });
+      try {
+        expect((await plugin.basePlugin.pluginInfo({})).name).toBe("hello");
+      } finally {
+        expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+      }
+    };
+    // An entry esbuild refuses.
+    r = bundle("syntax.mjs", "--out", "rebundle", "--name", "hello");
+    expect(r.code).toBe(1);
+    await stillRuns();
+    // A plugin that fails its code-cache run, after the bundle, launcher and package.json are made.
+    r = bundle("throws.mjs", "--out", "rebundle", "--name", "hello", "--start-timeout", "30000");
+    expect(r.code).toBe(1);
+    await stillRuns();
+    // A load recording refused after the code cache is made (answers that vary from run to run).
+    writeFileSync(join(work, "hello-pid2.mjs"), readmeDriver.replace('version: "0.1.0",', "version: `0.1.${process.pid}`,"));
+    r = bundle("hello-pid2.mjs", "--out", "rebundle", "--name", "hello");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("differently in two runs");
+    await stillRuns();
+    // Interrupted while the new plugin starts: the entry says it is running, then never serves.
+    const marker = join(work, "hang-started");
+    writeFileSync(
+      join(work, "hang.mjs"),
+      `import { writeFileSync } from "node:fs";\nwriteFileSync(${JSON.stringify(marker)}, "");\nsetInterval(() => {}, 1 << 30);\n`,
+    );
+    const child = spawn(process.execPath, [bin, "bundle", "hang.mjs", "--out", "rebundle", "--name", "hello", "--start-timeout", "600000"], {
+      cwd: work,
+      stdio: "ignore",
+    });
+    const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+    // Bundling comes first (esbuild), then the plugin's start: no bound but the test's.
+    while (!existsSync(marker)) await new Promise((r) => setTimeout(r, 50));
+    child.kill("SIGTERM");
+    expect(await exited).toBe(128 + 15);
+    await stillRuns();
+    // A bundle that completes replaces it, and leaves the directory's other files alone.
+    r = bundle("hello.mjs", "--out", "rebundle", "--name", "hello", "--no-load-recording");
+    expect(r.code, r.stderr).toBe(0);
+    expect(readdirSync(dir).sort()).toEqual(["hello", "hello.cjs", "hello.cjs.v8cache", "notes.txt", "package.json"]);
+    expect(readFileSync(join(dir, "notes.txt"), "utf8")).toBe("mine\n");
+  }, 240_000);
 
   it("runs a CommonJS entry as the main module: `if (require.main === module) serveDriver(...)` serves", async () => {
     // The launcher's module was require.main: the code-cache run failed (exit 0 before the

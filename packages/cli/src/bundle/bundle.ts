@@ -27,7 +27,7 @@ import {
   preludeEntry,
 } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
-import { partialOutput } from "./partial-output.js";
+import { stageOutput, type StagedOutput } from "./staged-output.js";
 import {
   BUILD_STAMP_PREFIX,
   LAUNCHER_MARK,
@@ -56,8 +56,10 @@ export interface BundleOptions {
   /** The plugin's entry file (`.ts`, `.mts`, `.js`, `.mjs`, `.cjs`): the file that calls `serveDriver` or `servePlugin`. */
   entry: string;
   /**
-   * Directory to write the plugin into; created when missing. Other files in it are left alone. A
-   * bundle that fails removes what it added: the directory itself (and parents) when it made it.
+   * Directory to write the plugin into; created when missing. Other files in it are left alone. The
+   * bundle is made in a staging directory inside it and moved into place once complete: an earlier
+   * bundle there is left as it was by a bundle that fails or is interrupted, which removes what it
+   * made (the staging directory; the directory itself, and parents, when it made it).
    */
   outDir: string;
   /**
@@ -292,20 +294,51 @@ export async function bundlePlugin(
       `--out ${options.outDir}: cannot create the directory (${(err as Error).message})`,
     );
   }
-  // A failed bundle leaves nothing behind: a half-written directory would pass for a plugin.
-  const removePartial = partialOutput(outDir, made);
-  const forget = onInterrupt(removePartial);
+  // A failed bundle leaves nothing behind, and an earlier one as it was: a half-written or mixed
+  // directory would pass for a plugin.
+  let staged: StagedOutput | undefined;
+  const discard = () => {
+    if (staged !== undefined) staged.discard();
+    else if (made !== undefined) rmSync(made, { recursive: true, force: true });
+  };
+  const forget = onInterrupt(discard);
   try {
-    return await bundleInto(options, entry, name, outDir);
+    const files = bundleFiles(name);
+    const out = (f: string) => join(outDir, f);
+    // Every name an earlier bundle of this plugin may have left here (`<name>-load.cjs.v8cache`:
+    // the fast path's code cache, which nomadkit bundle wrote until the launcher compiled the fast
+    // path without one): the new bundle replaces or removes them.
+    const owned = [...Object.values(files), `${files.prelude}.v8cache`, "package.json"];
+    checkNeighbours(options, outDir, name, owned.filter((f) => f !== "package.json"));
+    checkOutputs(options, entry, owned.map(out), [
+      [out(files.launcher), LAUNCHER_MARK],
+      [out("package.json"), PACKAGE_MARK],
+    ]);
+    try {
+      staged = stageOutput(outDir, made, name);
+    } catch (err) {
+      throw new CliError(`--out ${options.outDir}: cannot write in the directory (${(err as Error).message})`);
+    }
+    const result = await bundleInto(options, entry, name, staged.dir);
+    // Synchronous from here to the return: an interrupt is handled before or after the swap.
+    const moved = (f: string) => out(relative(staged!.dir, f));
+    try {
+      staged.commit(result.files.map((f) => relative(staged!.dir, f)), owned, files.launcher);
+    } catch (err) {
+      throw new CliError(
+        `--out ${options.outDir}: cannot move the new bundle into place (${(err as Error).message}); the files there are as they were`,
+      );
+    }
+    return { ...result, launcher: moved(result.launcher), files: result.files.map(moved) };
   } catch (err) {
-    removePartial();
+    discard();
     throw err;
   } finally {
     forget();
   }
 }
 
-/** {@link bundlePlugin} into the directory `outDir`, which exists. */
+/** {@link bundlePlugin} into the staging directory `outDir`, which exists and is empty. */
 async function bundleInto(
   options: BundleOptions,
   entry: string,
@@ -314,12 +347,6 @@ async function bundleInto(
 ): Promise<BundleResult> {
   const files = bundleFiles(name);
   const out = (f: string) => join(outDir, f);
-  // Its fast path's former code cache is removed below: that name is taken too.
-  checkNeighbours(options, outDir, name, [...Object.values(files), `${files.prelude}.v8cache`]);
-  checkOutputs(options, entry, [...Object.values(files), "package.json"].map(out), [
-    [out(files.launcher), LAUNCHER_MARK],
-    [out("package.json"), PACKAGE_MARK],
-  ]);
   const esbuild = await loadEsbuild();
   const external = [
     ...new Set([...ALWAYS_EXTERNAL, ...(options.external ?? [])]),
@@ -335,10 +362,6 @@ async function bundleInto(
     BUILD_DEFINE,
   );
   notExecutable(main.file);
-  // Whichever format was not written now may be left from an earlier run.
-  rmSync(out(main.format === "cjs" ? files.esmBundle : files.bundle), {
-    force: true,
-  });
   written.push(main.file);
   const warnings = [...main.warnings];
   // Shown with a failed code-cache run too: it may be what they warned of.
@@ -382,11 +405,7 @@ async function bundleInto(
       notExecutable(executorLauncher);
       written.push(executorLauncher);
     }
-  } else {
-    rmSync(out(files.executor), { force: true });
   }
-  if (executorLauncher === undefined)
-    rmSync(out(files.executorLauncher), { force: true });
 
   // The load launch's fast path: the go-plugin transport of the same @nomadkit/server build.
   const preludeSource =
@@ -394,10 +413,6 @@ async function bundleInto(
       ? undefined
       : preludeEntry(main.metafile, main.cwd);
   let prelude: string | undefined;
-  // `<name>-load.cjs.v8cache`: the fast path's code cache, which nomadkit bundle wrote until the
-  // launcher compiled the fast path without one (faster); an earlier run's is left over.
-  for (const f of [files.loadRecording, files.loadTransport, `${files.prelude}.v8cache`])
-    rmSync(out(f), { force: true });
   if (preludeSource) {
     const pre = await buildBundle(
       esbuild,
@@ -411,8 +426,6 @@ async function bundleInto(
     warnings.push(...pre.warnings);
     esbuildWarnings.push(...pre.warnings);
     prelude = pre.file;
-  } else {
-    rmSync(out(files.prelude), { force: true });
   }
   const build = stampBuild(prelude === undefined ? [main.file] : [main.file, prelude]);
 
@@ -463,8 +476,6 @@ async function bundleInto(
   );
   written.push(out("package.json"));
 
-  rmSync(out(files.codeCache), { force: true });
-  rmSync(out(files.executorCodeCache), { force: true });
   let pluginInfo: BundleResult["pluginInfo"];
   const withWarnings = (err: unknown): unknown =>
     err instanceof CliError && esbuildWarnings.length > 0
@@ -477,8 +488,6 @@ async function bundleInto(
     try {
       run = await trainCodeCache(out(files.launcher), options.startTimeoutMs);
     } catch (err) {
-      rmSync(out(files.codeCache), { force: true });
-      if (prelude !== undefined) rmSync(prelude, { force: true });
       throw withWarnings(err);
     } finally {
       transport = takeTransportRecord(out(files.loadTransport));
@@ -500,7 +509,6 @@ async function bundleInto(
           options.startTimeoutMs,
         );
       } catch (err) {
-        rmSync(out(files.executorCodeCache), { force: true });
         throw withWarnings(err);
       }
       if (!existsSync(out(files.executorCodeCache))) {
@@ -554,14 +562,11 @@ async function bundleInto(
             );
           }
         } catch (err) {
-          for (const f of [files.prelude, files.loadRecording])
-            rmSync(out(f), { force: true });
           throw withWarnings(err);
         }
         written.push(prelude, out(files.loadRecording));
-      } else {
-        rmSync(prelude, { force: true });
       }
+      // Otherwise the fast path stays in the staging directory, which goes.
     }
     if (pluginInfo.name !== name) {
       warnings.push(
