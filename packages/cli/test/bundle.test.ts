@@ -21,7 +21,7 @@ import {
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { launchPlugin, type PluginClient } from "@nomadkit/client";
+import { launchPlugin, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
 import { formatReport, runConformance } from "@nomadkit/conformance";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
@@ -950,6 +950,44 @@ describe("nomadkit bundle", () => {
     expect(existsSync(join(work, "varying/hello.load.json"))).toBe(false);
     expect(existsSync(join(work, "varying/hello-load.cjs"))).toBe(false);
   });
+
+  it("warns in the plugin's log when it answers otherwise than its load recording, which follows the environment it was bundled in", async () => {
+    writeFileSync(
+      join(work, "hello-envver.mjs"),
+      readmeDriver.replace('version: "0.1.0",', 'version: process.env.HELLO_VERSION ?? "0.1.0",'),
+    );
+    const r = bundle("hello-envver.mjs", "--out", "envver", "--name", "hello");
+    expect(r.code, r.stderr).toBe(0);
+    const launch = async (env: Record<string, string>) => {
+      const log: PluginLogEntry[] = [];
+      const plugin = await launchPlugin(process.execPath, [join(work, "envver/hello")], {
+        env: { NOMADKIT_LOG_LEVEL: "debug", ...env },
+        logger: (e) => log.push(e),
+        startTimeoutMs: 60_000,
+      });
+      try {
+        // Answered by the fast path, from the recording.
+        const version = (await plugin.basePlugin.pluginInfo({})).pluginVersion;
+        // Any other call loads the plugin, which then asks itself the recorded requests.
+        await plugin.driver.capabilities({});
+        const done = (e: PluginLogEntry) =>
+          e.message.startsWith("the load recording's answer differs") || e.message === "the plugin answers as its load recording";
+        while (!log.some(done)) await new Promise((r) => setTimeout(r, 50));
+        return { version, log: log.filter(done) };
+      } finally {
+        expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+      }
+    };
+    const same = await launch({});
+    expect(same.version).toBe("0.1.0");
+    expect(same.log.map((e) => e.level)).toEqual(["debug"]);
+    // Where the answer differs, the load launch still gets the recorded one, and the plugin says so.
+    const other = await launch({ HELLO_VERSION: "9.9.9" });
+    expect(other.version).toBe("0.1.0");
+    expect(other.log).toMatchObject([
+      { level: "warn", fields: { method: "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo", status: "0" } },
+    ]);
+  }, 120_000);
 
   it("refuses a name whose files are another plugin's in the same directory (x's fast path is x-load's bundle)", () => {
     let r = bundle("hello.mjs", "--out", "neighbours", "--name", "hello-load", "--no-code-cache");

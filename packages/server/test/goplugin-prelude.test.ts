@@ -142,8 +142,11 @@ describe("the load launch's fast path (startPrelude)", () => {
     await expect.poll(() => stdout.join(""), { timeout: 10_000 }).toContain("hello from console.log");
     // Recorded calls are the driver's now.
     expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
-    // Its options (all defaults here) are those the recording was served with ({}): no warning.
-    expect(logs.entries.filter((e) => e.level === "warn")).toEqual([]);
+    // Its PluginInfo is not the recording's (made up here), and it says so once it has asked itself.
+    const differs = await logs.waitFor((e) => e.message.startsWith("the load recording's answer differs from this plugin's"));
+    expect(differs).toMatchObject({ level: "warn", fields: { method: "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo" } });
+    // Its options (all defaults here) are those the recording was served with ({}): no other warning.
+    expect(logs.entries.filter((e) => e.level === "warn")).toEqual([differs]);
     expect(await plugin.kill()).toEqual({ code: 0, signal: null });
     // The record shows pino once the driver's own code has loaded (so the first test's "not loaded" means something).
     expect(loadedPino(modules)).toBe(true);

@@ -144,6 +144,10 @@ export async function startPrelude(
   const load = () => {
     if (loaded) return;
     loaded = true;
+    // Recorded where nomadkit bundle ran: the plugin checks them against its own answers here.
+    transport.recordedAnswers = [...calls.values()]
+      .filter((c) => c.path !== SHUTDOWN)
+      .map((c) => ({ path: c.path, request: c.requestBytes, body: c.bodyBytes }));
     leaveTransport(transport);
     transport.logger.debug("loading the plugin for a call the load recording does not answer");
     // The calls handed over wait for the plugin's servePlugin: should it never come, they are

@@ -270,6 +270,10 @@ export async function serveOnTransport(
     );
     transport.serve(streamListener(transport.server, handler));
     logLauncherReport(logger);
+    if (adopted?.recordedAnswers !== undefined) {
+      const { checkRecordedAnswers } = await import("./recorded-answers.js");
+      void checkRecordedAnswers(transport, adopted.recordedAnswers, logger);
+    }
   } catch (err) {
     transport.failStart(err);
   }

@@ -95,6 +95,16 @@ export function fail(message: string, exitProcess: boolean, logger?: Pick<Logger
   process.exit(1);
 }
 
+/** A request the load launch's fast path answered from its recording, with the recorded response body. */
+export interface RecordedAnswer {
+  /** `:path` of the call. */
+  path: string;
+  /** The request as sent (gRPC envelope included). */
+  request: Buffer;
+  /** The recorded response body (gRPC envelopes). */
+  body: Buffer;
+}
+
 /**
  * One plugin process's go-plugin transport. Made by {@link openTransport}; {@link listen} writes the
  * handshake; until {@link serve} is given a listener, new streams are held (not read, not answered).
@@ -109,6 +119,8 @@ export class PluginTransport {
   readonly options: TransportOptions;
   /** {@link TRANSPORT_BUILD} of the code that made it (checked by {@link adoptTransport}). */
   readonly build = TRANSPORT_BUILD;
+  /** What the load launch's fast path that opened it answers from its recording (the adopting plugin checks them). */
+  recordedAnswers: readonly RecordedAnswer[] | undefined;
   readonly #shutdownController = new AbortController();
   #shutdownPromise: Promise<void> | undefined;
   #onShutdown: (() => Promise<void>) | undefined;
