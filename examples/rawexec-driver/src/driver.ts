@@ -16,7 +16,17 @@ import {
 import { LinuxNetnsManager, type NetworkManager } from "@nomadkit/server/network";
 import { checkEnvPatterns, withoutDeniedEnv } from "./denied-envvars.js";
 import { checkTaskIds, parseIdRanges, type IdRange, type TaskIds } from "./denied-ids.js";
-import { RawExecTask, bootId, killOrphanedTask, killUnreachableExecutor, parseRawExecState, processStart, type RawExecState } from "./task.js";
+import {
+  RawExecTask,
+  bootId,
+  killOrphanedTask,
+  killTaskCgroups,
+  killUnreachableExecutor,
+  parseRawExecState,
+  processStart,
+  type RawExecCgroups,
+  type RawExecState,
+} from "./task.js";
 
 /** The plugin's name: the job's `driver = "nomadkit-rawexec"`. */
 export const PLUGIN_NAME = "nomadkit-rawexec";
@@ -112,6 +122,21 @@ function checkOomScoreAdj(value: number): void {
 /** The plugin config's denied id ranges (InvalidArgument naming the option when malformed). */
 function deniedRanges(config: PluginConfig | undefined): { uids: IdRange[]; gids: IdRange[] } {
   return { uids: parseIdRanges(config?.denied_host_uids ?? "", "denied_host_uids"), gids: parseIdRanges(config?.denied_host_gids ?? "", "denied_host_gids") };
+}
+
+/**
+ * Where the executor finds the task's cgroups (its LaunchRequest's fields, and the task name from
+ * the environment it was given), for killTaskCgroups once it is gone; undefined when it has none.
+ */
+function taskCgroups(v2: string, v1: Record<string, string>, cpuset: string | undefined, env: readonly string[]): RawExecCgroups | undefined {
+  if (v2 === "" && Object.keys(v1).length === 0 && !cpuset) return undefined;
+  const taskName = env.find((e) => e.startsWith("NOMAD_TASK_NAME="))?.slice("NOMAD_TASK_NAME=".length);
+  return {
+    ...(v2 !== "" && { cgroupV2Override: v2 }),
+    ...(Object.keys(v1).length > 0 && { cgroupV1Override: { ...v1 } }),
+    ...(cpuset && { cpusetCgroup: cpuset }),
+    ...(taskName !== undefined && { taskName }),
+  };
 }
 
 /** The ids a task runs with: its user's (uid and groups), or without one this process's, which it inherits. */
@@ -225,6 +250,8 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         throw err;
       }
       const state: RawExecState = { startedAt: new Date().toISOString(), pid, pidStart: processStart(pid), bootId: bootId() };
+      const cgroups = taskCgroups(cgroup_v2_override, cgroup_v1_override, task.resources?.linuxResources?.cpusetCgroup, taskEnv);
+      if (cgroups) state.cgroups = cgroups;
       tasks.set(task.id, new RawExecTask(task.id, exe, state, task.allocId));
       ctx.events.emit({ taskId: task.id, message: `Started ${command} (pid ${pid}) under executor ${exe.pid}`, annotations: { pid: String(pid), executor_pid: String(exe.pid) } });
       // driver_state: the executor's reattach info plus our own fields, as JSON bytes.
@@ -250,6 +277,7 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         // Nomad starts the task again when recovery fails: the old one must not run on beside it.
         const killed = driver !== undefined && killOrphanedTask(driver, task.allocId);
         killUnreachableExecutor(executor.pid, join(task.allocDir, task.name, "executor.out"));
+        if (driver !== undefined) await killTaskCgroups(driver, task.allocId);
         throw failedPrecondition(
           `recover task ${task.id}: cannot reattach to its executor (pid ${executor.pid}): ${(err as Error).message}${killed ? `; its task (pid ${driver.pid}) was killed` : ""}`,
         );
@@ -279,7 +307,10 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
         // Kill the task (if still running) and anything it left in its process group, then the executor.
         await t.exe.shutdownTask("SIGKILL", 0).catch(() => undefined);
         await t.exe.kill();
-      } else killOrphanedTask(t.state, t.allocId);
+      } else {
+        killOrphanedTask(t.state, t.allocId);
+        await killTaskCgroups(t.state, t.allocId);
+      }
       t.detach();
       tasks.delete(taskId);
     },

@@ -2,7 +2,7 @@
 // belongs to the executor, not to this plugin, so everything here can be rebuilt after a restart
 // from the reattach info kept in the task handle.
 import { readFileSync } from "node:fs";
-import { ExecutorStatsFeed, isProcessAlive, type ExecutorHandle } from "@nomadkit/server/executor";
+import { ExecutorStatsFeed, TaskCgroups, isProcessAlive, type ExecutorHandle } from "@nomadkit/server/executor";
 import { parseProcStat } from "@nomadkit/server/stats";
 import type { TaskExit } from "@nomadkit/server";
 
@@ -24,6 +24,23 @@ export interface RawExecState {
    * states from before it was recorded.
    */
   bootId?: string;
+  /**
+   * The task's cgroups as its executor was asked to find them: what ends the task's processes
+   * outside its process group (exec'd commands, children in sessions of their own) when the
+   * executor, which would have, is gone. Absent when the task has none, and in states from
+   * before they were recorded.
+   */
+  cgroups?: RawExecCgroups;
+}
+
+/** Where a task's cgroups are, as its LaunchRequest and environment named them. */
+export interface RawExecCgroups {
+  cgroupV2Override?: string;
+  cgroupV1Override?: Record<string, string>;
+  /** `resources.linux_resources.cpuset_cgroup`: the cgroup Nomad's client made. */
+  cpusetCgroup?: string;
+  /** The task's `NOMAD_TASK_NAME` (on cgroup v1 its freezer, cpu and memory cgroups are named by it). */
+  taskName?: string;
 }
 
 /**
@@ -53,7 +70,26 @@ export function parseRawExecState(value: unknown, invalid: (field: string, probl
     if (typeof v.bootId !== "string" || v.bootId === "") invalid("bootId", `must be a boot id (a non-empty string), not ${JSON.stringify(v.bootId)}`);
     state.bootId = v.bootId as string;
   }
+  if (v.cgroups !== undefined) state.cgroups = parseCgroups(v.cgroups, invalid);
   return state;
+}
+
+function parseCgroups(value: unknown, invalid: (field: string, problem: string) => never): RawExecCgroups {
+  const isMap = (x: unknown): x is Record<string, unknown> => typeof x === "object" && x !== null && !Array.isArray(x);
+  if (!isMap(value)) return invalid("cgroups", `must be an object, not ${JSON.stringify(value)}`);
+  const out: RawExecCgroups = {};
+  for (const k of ["cgroupV2Override", "cpusetCgroup", "taskName"] as const) {
+    const x = value[k];
+    if (x === undefined) continue;
+    if (typeof x !== "string") invalid(`cgroups.${k}`, `must be a string, not ${JSON.stringify(x)}`);
+    out[k] = x as string;
+  }
+  const v1 = value.cgroupV1Override;
+  if (v1 !== undefined) {
+    if (!isMap(v1) || !Object.values(v1).every((x) => typeof x === "string")) invalid("cgroups.cgroupV1Override", `must map controllers to directories, not ${JSON.stringify(v1)}`);
+    out.cgroupV1Override = v1 as Record<string, string>;
+  }
+  return out;
 }
 
 let thisBoot: { id: string | undefined } | undefined;
@@ -111,6 +147,31 @@ export function killOrphanedTask(state: Pick<RawExecState, "pid" | "pidStart" | 
     }
   }
   return true;
+}
+
+/**
+ * SIGKILLs everything in the task's cgroups when its executor is gone, as the executor's Shutdown
+ * would have: exec'd commands and children that left the task's process group, which
+ * {@link killOrphanedTask} cannot reach, would otherwise run on unsupervised. Only in the boot the
+ * task was started in; nothing for a state without cgroups or cgroups that are gone (Nomad
+ * removed them). Resolves whether any process was killed.
+ *
+ * @example
+ * ```ts
+ * if (!isProcessAlive(exe.pid)) await killTaskCgroups(state, task.allocId);
+ * ```
+ */
+export async function killTaskCgroups(state: Pick<RawExecState, "cgroups" | "bootId">, allocId: string): Promise<boolean> {
+  const c = state.cgroups;
+  if (c === undefined || (state.bootId !== undefined && state.bootId !== bootId())) return false;
+  try {
+    const cgroups = TaskCgroups.resolve({ ...c, allocId });
+    if (cgroups === undefined || cgroups.pids().length === 0) return false;
+    await cgroups.killAll();
+    return true;
+  } catch {
+    return false; // removed, or no longer a cgroup of the task's (Wait's exit must still be reported)
+  }
 }
 
 /** Whether the process's environment (as it was exec'd) holds the `KEY=value` entry; false when it cannot be read. */
@@ -181,12 +242,15 @@ export class RawExecTask {
         const t = r.process?.time;
         return { exit, at: t ? new Date(Number(t.seconds) * 1000 + t.nanos / 1e6) : new Date() };
       },
-      (err: unknown) => {
+      async (err: unknown) => {
         // We let go of the executor (plugin shutdown, destroy): the task runs on, or its end was
         // already reported. There is no exit to report; the next plugin waits again.
         if (this.detached) return new Promise<never>(() => {});
-        // An executor that died leaves its task running: end it, so the exit reported is true.
-        const killed = !isProcessAlive(exe.pid) && killOrphanedTask(state, allocId);
+        // An executor that died leaves its task running: end it, so the exit reported is true, and
+        // what else the executor would have ended with it (what runs in the task's cgroups).
+        const gone = !isProcessAlive(exe.pid);
+        const killed = gone && killOrphanedTask(state, allocId);
+        if (gone) await killTaskCgroups(state, allocId);
         const exit: TaskExit = {
           // Not an exit status of the task: Nomad's raw_exec reports an executor failure as -1 (since 1.10, #25453).
           exitCode: -1,

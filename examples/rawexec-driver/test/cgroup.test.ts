@@ -2,8 +2,9 @@
 // @nomadkit/client's createTaskCgroup: the driver's executor runs the task inside it, exec'd
 // commands too, and it is gone, with nothing left in it, after DestroyTask and its removal.
 import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { alive, CGROUP_PARENT, cgroupsUnavailable, cleanup, execStream, isRoot, newTask, sh, start, startPlugin, until } from "./helpers.js";
+import { alive, CGROUP_PARENT, cgroupsUnavailable, cleanup, execStream, isRoot, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
 
 afterEach(cleanup);
 
@@ -39,5 +40,60 @@ describe("the task's cgroup, made as Nomad's client makes it", () => {
     await until(() => !alive(pid), `task pid ${pid} to be killed`);
     await t.cgroup!.destroy();
     for (const d of t.cgroup!.paths) expect(existsSync(d), d).toBe(false);
+  }, 120_000);
+
+  it("when the task's executor is killed, WaitTask and DestroyTask still end everything in the cgroup: exec'd commands and children that left the task's group", async (ctx) => {
+    const why = isRoot ? cgroupsUnavailable() : "not root";
+    if (why) return ctx.skip(why);
+    const p = await startPlugin();
+    // A child in a session of its own (out of the task's process group), then the task itself.
+    const t = newTask(sh("setsid sleep 600 & echo $! > escapee; exec sleep 600"), { cgroup: true });
+    const handle = await start(p, t);
+    const { executor, driver } = JSON.parse(new TextDecoder().decode(handle.driverState)) as { executor: { pid: number }; driver: { pid: number } };
+    const escapee = Number(await until(() => read(join(t.taskDir, "escapee")).trim(), "the escapee's pid"));
+    // An exec session (no tty) still running: its command is the executor's child, in a group of its own.
+    const session = execStream(p, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "echo $$ > exec.pid; exec sleep 600"] } }]).catch((err: Error) => err);
+    const execPid = Number(await until(() => read(join(t.taskDir, "exec.pid")).trim(), "the exec'd command's pid"));
+    await until(() => [driver.pid, escapee, execPid].every((pid) => t.cgroup!.pids().includes(pid)), "all three in the task's cgroup");
+
+    // The executor dies (the OOM killer, an operator's kill -9): nothing is left to stop what runs in the cgroup.
+    process.kill(executor.pid, "SIGKILL");
+    const wait = await p.driver.waitTask({ taskId: t.id });
+    expect(wait.result?.exitCode).toBe(-1);
+    // The exit is reported once nothing of the task runs on, as when the executor stops it.
+    expect(t.cgroup!.pids()).toEqual([]);
+    expect(alive(escapee) || alive(execPid)).toBe(false);
+    await session;
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  }, 120_000);
+
+  it("so do DestroyTask after the executor died with the task already exited, and a RecoverTask that finds it gone", async (ctx) => {
+    const why = isRoot ? cgroupsUnavailable() : "not root";
+    if (why) return ctx.skip(why);
+    const cases = ["destroy", "recover"] as const;
+    for (const how of cases) {
+      const p = await startPlugin();
+      // Exits at once, leaving a child in a session of its own in the cgroup (the executor's Shutdown ends it).
+      const t = newTask(sh("setsid sleep 600 & echo $! > escapee"), { cgroup: true });
+      const handle = await start(p, t);
+      const { executor } = JSON.parse(new TextDecoder().decode(handle.driverState)) as { executor: { pid: number } };
+      expect((await p.driver.waitTask({ taskId: t.id })).result?.exitCode).toBe(0);
+      const escapee = Number(await until(() => read(join(t.taskDir, "escapee")).trim(), "the escapee's pid"));
+      expect(t.cgroup!.pids()).toContain(escapee);
+      if (how === "destroy") {
+        process.kill(executor.pid, "SIGKILL");
+        await until(() => !alive(executor.pid), "the executor to die");
+        await p.driver.destroyTask({ taskId: t.id, force: false });
+      } else {
+        // The agent restarts, and the executor died meanwhile: recovery fails, Nomad starts the task again.
+        process.kill(p.pid, "SIGKILL");
+        process.kill(executor.pid, "SIGKILL");
+        await until(() => !alive(executor.pid), "the executor to die");
+        const q = await startPlugin();
+        await expect(q.driver.recoverTask({ taskId: t.id, handle })).rejects.toThrow(/cannot reattach/);
+      }
+      expect(t.cgroup!.pids(), how).toEqual([]);
+      expect(alive(escapee), how).toBe(false);
+    }
   }, 120_000);
 });

@@ -270,6 +270,8 @@ describe("recover after a plugin crash", () => {
       [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, pidStart: "soon" }, "driver_state: driver.pidStart must be a process start time"],
       [{ startedAt: 5, pid: 1 }, "driver_state: driver.startedAt must be a time"],
       [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, bootId: 7 }, "driver_state: driver.bootId must be a boot id"],
+      [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, cgroups: { cpusetCgroup: 7 } }, "driver_state: driver.cgroups.cpusetCgroup must be a string"],
+      [{ startedAt: "2026-01-01T00:00:00.000Z", pid: 1, cgroups: { cgroupV1Override: { freezer: 1 } } }, "driver_state: driver.cgroups.cgroupV1Override must map controllers"],
     ] as const) {
       const { t, handle, state } = await orphanedTask();
       const raw = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: unknown };
