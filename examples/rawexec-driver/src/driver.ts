@@ -139,6 +139,16 @@ function taskCgroups(v2: string, v1: Record<string, string>, cpuset: string | un
   };
 }
 
+/**
+ * An executor call's error, or, when the executor is gone (killed, crashed), FailedPrecondition
+ * saying so: the client's own error would tell Nomad's user "plugin is shut down", which reads as
+ * this driver plugin stopping.
+ */
+function executorGone(t: RawExecTask, err: unknown): unknown {
+  if (!t.exe.exited.aborted && isProcessAlive(t.exe.pid)) return err;
+  return failedPrecondition(`task ${t.id}: its executor (pid ${t.exe.pid}) is gone`);
+}
+
 /** The ids a task runs with: its user's (uid and groups), or without one this process's, which it inherits. */
 async function taskIds(user: string): Promise<TaskIds> {
   if (user !== "") {
@@ -335,14 +345,16 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     async execTask(taskId, command, { timeoutMs, signal }) {
       const t = get(taskId);
       const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : undefined;
-      const res = await t.exe.client.exec(
-        {
-          cmd: command[0]!,
-          args: command.slice(1),
-          deadline: deadline === undefined ? undefined : { seconds: BigInt(Math.floor(deadline / 1000)), nanos: (deadline % 1000) * 1e6 },
-        },
-        { signal },
-      );
+      const res = await t.exe.client
+        .exec(
+          {
+            cmd: command[0]!,
+            args: command.slice(1),
+            deadline: deadline === undefined ? undefined : { seconds: BigInt(Math.floor(deadline / 1000)), nanos: (deadline % 1000) * 1e6 },
+          },
+          { signal },
+        )
+        .catch((err: unknown) => Promise.reject(executorGone(t, err)));
       // The executor interleaves stdout and stderr, as Nomad's raw_exec does.
       return { stdout: res.output, stderr: new Uint8Array(), exitCode: res.exitCode };
     },
@@ -350,7 +362,8 @@ export function createRawExecDriver(options: RawExecDriverOptions = {}): Driver<
     execTaskStreamingRaw(stream) {
       // The executor starts the command in the task's context; without a tty its output is handed
       // to this process to read (one hop to Nomad), otherwise relayed message for message.
-      return forwardExecStream(stream, get(stream.taskId).exe);
+      const t = get(stream.taskId);
+      return forwardExecStream(stream, t.exe).catch((err: unknown) => Promise.reject(executorGone(t, err)));
     },
 
     async taskStats(taskId, ctx: TaskStatsContext<PluginConfig, TaskConfig>) {

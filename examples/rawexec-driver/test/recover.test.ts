@@ -228,6 +228,38 @@ describe("recover after a plugin crash", () => {
     await until(() => !alive(s2.driver.pid), "the orphaned task to die");
   });
 
+  it("exec into a task whose executor died, or running when it dies, is FailedPrecondition naming the executor, not 'plugin is shut down'", async () => {
+    const p = await startPlugin();
+    const t = newTask(sh("exec sleep 600"));
+    const state = driverState(await start(p, t));
+    // A session running when the executor dies (the OOM killer, kill -9).
+    const running = execStream(p, [{ setup: { taskId: t.id, command: ["/bin/sh", "-c", "echo $$ > exec.pid; read x"] } }]).then(
+      () => undefined,
+      (e: Error & { code?: number }) => e,
+    );
+    await until(() => read(join(t.taskDir, "exec.pid")).trim(), "the exec session to start");
+    process.kill(state.executor.pid, "SIGKILL");
+    await p.driver.waitTask({ taskId: t.id });
+    const gone = `its executor (pid ${state.executor.pid}) is gone`;
+    const midSession = await running;
+    expect(midSession?.code).toBe(9); // FailedPrecondition
+    expect(midSession?.message).toContain(gone);
+    // And the two forms of exec afterwards.
+    const buffered = await p.driver.execTask({ taskId: t.id, command: ["/bin/true"], timeout: { seconds: 30n } }).then(
+      () => undefined,
+      (e: Error & { code?: number }) => e,
+    );
+    expect(buffered?.code).toBe(9);
+    expect(buffered?.message).toContain(gone);
+    const streamed = await execStream(p, [{ setup: { taskId: t.id, command: ["/bin/true"] } }]).then(
+      () => undefined,
+      (e: Error & { code?: number }) => e,
+    );
+    expect(streamed?.code).toBe(9);
+    expect(streamed?.message).toContain(gone);
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+  });
+
   it("recovers handles of every earlier build: pidStart a string of digits (a1f5acd's era), a number, or absent", async () => {
     for (const pidStart of ["string", "number", "absent"] as const) {
       const { t, handle, state } = await orphanedTask();
