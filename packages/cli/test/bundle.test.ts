@@ -989,26 +989,6 @@ describe("nomadkit bundle", () => {
     ]);
   }, 120_000);
 
-  it("starts the bundled plugin's launcher twice: to record, then for the fast path and a second run of the plugin", () => {
-    // Every Node.js process started under the bundle step writes its script's path here.
-    const starts = join(work, "starts.txt");
-    const counter = join(work, "count-starts.cjs");
-    writeFileSync(counter, `require("node:fs").appendFileSync(${JSON.stringify(starts)}, process.argv[1] + "\\n");\n`);
-    const r = spawnSync(process.execPath, [bin, "bundle", "hello.mjs", "--out", "starts", "--name", "hello"], {
-      cwd: work,
-      encoding: "utf8",
-      timeout: 120_000,
-      env: { ...process.env, NODE_OPTIONS: `--require ${counter}` },
-    });
-    expect(r.status, r.stderr).toBe(0);
-    const launcher = join(work, "starts/hello");
-    // The runs start the launcher in the staging directory: by its file name.
-    const launches = readFileSync(starts, "utf8").split("\n").filter((l) => l.endsWith("/hello"));
-    expect(launches).toHaveLength(2);
-    expect(existsSync(join(work, "starts/hello.load.json"))).toBe(true);
-    expect(report(launcher).stderr).toContain("hello: load recording used");
-  });
-
   it("refuses a name whose files are another plugin's in the same directory (x's fast path is x-load's bundle)", () => {
     let r = bundle("hello.mjs", "--out", "neighbours", "--name", "hello-load", "--no-code-cache");
     expect(r.code, r.stderr).toBe(0);

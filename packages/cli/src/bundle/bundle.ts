@@ -16,8 +16,6 @@ import { makeDirectory } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import { onInterrupt } from "../interrupt.js";
 import {
-  LOAD_TRIGGER,
-  LOADING_PLUGIN,
   trainCodeCache,
   trainExecutorCodeCache,
   type RecordedCall,
@@ -27,7 +25,6 @@ import {
   externalImports,
   mergeExternals,
   preludeEntry,
-  checksRecordedAnswers,
 } from "./dependencies.js";
 import { buildBundle, loadEsbuild } from "./esbuild.js";
 import { stageOutput, type StagedOutput } from "./staged-output.js";
@@ -45,6 +42,8 @@ import {
  */
 const BUILD_PLACEHOLDER = "nomadkit-bundle: transport build not stamped yet".padEnd(64, "-");
 const BUILD_DEFINE = { NOMADKIT_TRANSPORT_BUILD: JSON.stringify(BUILD_PLACEHOLDER) };
+/** What the fast path logs when it loads the plugin for a call (@nomadkit/server's goplugin/prelude.ts). */
+const LOADING_PLUGIN = "loading the plugin for a call the load recording does not answer";
 
 /** Packages never bundled: a native addon (tty exec) and AutoMTLS's certificates, loaded on first use. */
 export const ALWAYS_EXTERNAL: readonly string[] = [
@@ -530,22 +529,16 @@ async function bundleInto(
         try {
           // Answers that differ from one run of the plugin to the next (a pid, the time) cannot be
           // recorded: the fast path would give every load launch the first run's. A second run of
-          // the plugin says whether they do: the plugin loaded from the fast path after the load
-          // launch's calls, which compares its own answers with the recording itself (one launch
-          // fewer), or, with an @nomadkit/server that does not, a run of its own (no recording yet).
-          const selfCheck = checksRecordedAnswers(preludeSource!);
-          const varies = (which: string) =>
-            new CliError(
-              `bundle: the plugin answered Nomad's load launch differently in two runs (${which}: does it depend on the process, the time or chance?); the launcher's fast path replays one recorded answer to every load launch: make the answers fixed for a build, or --no-load-recording leaves the fast path out`,
+          // the plugin itself (no recording yet) says whether they do.
+          const second = await trainCodeCache(
+            out(files.launcher),
+            options.startTimeoutMs,
+            "check-answers",
+          );
+          if (JSON.stringify(second.calls) !== JSON.stringify(run.calls)) {
+            throw new CliError(
+              `bundle: the plugin answered Nomad's load launch differently in two runs (${differingCall(run.calls, second.calls)}: does it depend on the process, the time or chance?); the launcher's fast path replays one recorded answer to every load launch: make the answers fixed for a build, or --no-load-recording leaves the fast path out`,
             );
-          if (!selfCheck) {
-            const second = await trainCodeCache(
-              out(files.launcher),
-              options.startTimeoutMs,
-              "check-answers",
-            );
-            if (JSON.stringify(second.calls) !== JSON.stringify(run.calls))
-              throw varies(differingCall(run.calls, second.calls));
           }
           writeFileSync(out(files.loadRecording), recorded.json);
           // The fast path's test: a load launch as Nomad makes it, served by the fast path with the
@@ -553,11 +546,11 @@ async function bundleInto(
           const again = await trainCodeCache(
             out(files.launcher),
             options.startTimeoutMs,
-            selfCheck ? "check-load-and-answers" : "check-load",
+            "check-load",
           );
           if (
             !again.log.includes(`${name}: load recording used`) ||
-            (selfCheck ? again.loadedFor !== LOAD_TRIGGER : again.log.includes(LOADING_PLUGIN))
+            again.log.includes(LOADING_PLUGIN)
           ) {
             throw new CliError(
               `bundle: the load launch's fast path did not serve the load launch by itself (the launcher's report and log: ${JSON.stringify(again.log.filter((l) => l.startsWith(`${name}: `) || l === LOADING_PLUGIN))})`,
@@ -567,14 +560,6 @@ async function bundleInto(
             throw new CliError(
               `bundle: the load launch's fast path answered differently from the plugin (${differingCall(run.calls, again.calls)}); --no-load-recording leaves it out`,
             );
-          }
-          if (selfCheck && again.answers !== "same") {
-            if (again.answers === undefined)
-              throw new CliError(
-                `bundle: the bundled plugin, loaded from the load launch's fast path, did not say whether it answers as recorded (its log: ${JSON.stringify(again.log.slice(-5))}); --no-load-recording leaves the fast path out`,
-              );
-            const path = again.answers.differs;
-            throw varies(`${path.slice(path.lastIndexOf("/") + 1)} differs`);
           }
         } catch (err) {
           throw withWarnings(err);

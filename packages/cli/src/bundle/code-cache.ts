@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { PluginInfoResponseSchema } from "@nomadkit/protocol/base";
 import { HealthCheckRequestSchema } from "@nomadkit/protocol/health";
-import type { PluginClient, PluginLogEntry } from "@nomadkit/client";
+import type { PluginClient } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
 import { CODE_CACHE_ENV } from "./launcher.js";
@@ -50,19 +50,6 @@ function loadLaunchCalls(): { path: string; request: Uint8Array }[] {
   ];
 }
 
-/**
- * A call no plugin serves, made after the load launch's calls in the `check-load` run: the fast path
- * hands it to the plugin, which loads (the fast path's log line names this call) and answers
- * Unimplemented, then asks itself the recorded requests (`@nomadkit/server`'s recorded-answers.ts).
- */
-export const LOAD_TRIGGER = "/nomadkit.bundle.v1.Check/LoadPlugin";
-/** The fast path's log line when it loads the plugin, with the call as `method`. */
-export const LOADING_PLUGIN = "loading the plugin for a call the load recording does not answer";
-/** The plugin's log lines with the outcome of its check of the recorded answers. */
-const ANSWERS_SAME = "the plugin answers as its load recording";
-const ANSWERS_DIFFER = "the load recording's answer differs from this plugin's";
-const ANSWERS_UNCHECKED = "could not check the load recording's answers";
-
 /** The Shutdown call, recorded last: the plugin exits after it. */
 const SHUTDOWN_CALL = {
   path: "/plugin.GRPCController/Shutdown",
@@ -74,7 +61,6 @@ function rawCall(
   session: http2.ClientHttp2Session,
   path: string,
   request: Uint8Array,
-  okStatus = "0",
 ): Promise<RecordedCall> {
   return new Promise((resolve, reject) => {
     const stream = session.request({
@@ -100,7 +86,7 @@ function rawCall(
     stream.on("end", () => {
       // A trailers-only response carries its status in the headers.
       const status = trailers["grpc-status"] ?? headers["grpc-status"];
-      if (status !== okStatus)
+      if (status !== "0")
         return reject(
           new Error(
             `${path}: grpc-status ${status ?? "missing"} ${trailers["grpc-message"] ?? headers["grpc-message"] ?? ""}`,
@@ -127,13 +113,6 @@ export interface TrainingRun {
   calls: RecordedCall[];
   /** The messages of the plugin's stderr lines (with `check-load`: the launcher's report). */
   log: string[];
-  /**
-   * `check-load`: the call the fast path loaded the plugin for (`undefined`: it did not say, a fast
-   * path of an older `@nomadkit/server`), and how the plugin's own answers compared with the
-   * recording: `same`, the path of the first that differs, or `undefined` when it did not check.
-   */
-  loadedFor?: string;
-  answers?: "same" | { differs: string };
 }
 
 /**
@@ -143,28 +122,22 @@ export interface TrainingRun {
  * as the process exits, and reports the transport options; `check-answers` (before the recording is
  * written) and `check-load` (after): the launcher runs as it will for Nomad and reports what it
  * used, the plugin itself or the load launch's fast path, to be checked against the first run's
- * answers. `check-load-and-answers`: `check-load`, then a call that loads the plugin from the fast
- * path, which checks its own answers against the recording (the second run of `check-answers`,
- * without a process of its own; a plugin whose `@nomadkit/server` has recorded-answers.js).
+ * answers.
  */
 export async function trainCodeCache(
   launcher: string,
   startTimeoutMs = 60_000,
-  mode: "write" | "check-answers" | "check-load" | "check-load-and-answers" = "write",
+  mode: "write" | "check-answers" | "check-load" = "write",
 ): Promise<TrainingRun> {
   const { launchPlugin } = await import("@nomadkit/client");
   const log: string[] = [];
-  const entries: PluginLogEntry[] = [];
   let plugin;
   try {
     // launchPlugin's error carries the plugin's last stderr lines.
     plugin = await launchPlugin(process.execPath, [launcher], {
       // At debug level in the check: whether the fast path loaded the plugin is a debug line.
       env: mode === "write" ? { [CODE_CACHE_ENV]: "write" } : { [CODE_CACHE_ENV]: "report", NOMADKIT_LOG_LEVEL: "debug" },
-      logger: (entry) => {
-        log.push(entry.message);
-        entries.push(entry);
-      },
+      logger: (entry) => log.push(entry.message),
       startTimeoutMs,
       signal: interrupted,
     });
@@ -182,57 +155,14 @@ export async function trainCodeCache(
   const launched = plugin;
   const noCleanup = onInterrupt(() => launched.kill());
   try {
-    if (mode !== "check-load-and-answers") return { ...(await loadLaunchRun(plugin)), log };
-    let check: Pick<TrainingRun, "loadedFor" | "answers"> = {};
-    const run = await loadLaunchRun(plugin, async (session) => {
-      await rawCall(session, LOAD_TRIGGER, new Uint8Array(5), "12");
-      check = await pluginCheck(entries, plugin.exited);
-    });
-    return { ...run, log, ...check };
+    return { ...(await loadLaunchRun(plugin)), log };
   } finally {
     noCleanup();
   }
 }
 
-/**
- * After the load-trigger call: which call the fast path loaded the plugin for, then the plugin's
- * verdict on the recorded answers, read from its log as the lines arrive (until it exits).
- */
-async function pluginCheck(
-  entries: readonly PluginLogEntry[],
-  exited: Promise<unknown>,
-): Promise<Pick<TrainingRun, "loadedFor" | "answers">> {
-  let gone = false;
-  void exited.then(() => (gone = true));
-  const next = async (match: (e: PluginLogEntry) => boolean): Promise<PluginLogEntry | undefined> => {
-    for (;;) {
-      const found = entries.find(match);
-      if (found !== undefined || gone) return found;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  };
-  const loading = await next((e) => e.message === LOADING_PLUGIN);
-  const method = loading?.fields.method;
-  // A fast path of an older @nomadkit/server names no call, and its plugin checks nothing.
-  if (typeof method !== "string") return {};
-  const verdict = await next((e) => [ANSWERS_SAME, ANSWERS_UNCHECKED].includes(e.message) || e.message.startsWith(ANSWERS_DIFFER));
-  const answers =
-    verdict?.message === ANSWERS_SAME
-      ? "same"
-      : verdict?.message.startsWith(ANSWERS_DIFFER)
-        ? { differs: String(verdict.fields.method) }
-        : undefined;
-  return { loadedFor: method, ...(answers === undefined ? {} : { answers }) };
-}
-
-/**
- * The load launch's calls and Shutdown, recorded from the plugin `trainCodeCache` launched;
- * `between` runs after the load launch's calls, before Shutdown.
- */
-async function loadLaunchRun(
-  plugin: PluginClient,
-  between?: (session: http2.ClientHttp2Session) => Promise<void>,
-): Promise<Omit<TrainingRun, "log">> {
+/** The load launch's calls and Shutdown, recorded from the plugin `trainCodeCache` launched. */
+async function loadLaunchRun(plugin: PluginClient): Promise<Omit<TrainingRun, "log">> {
   let info;
   const calls: RecordedCall[] = [];
   const { network, address } = plugin;
@@ -248,7 +178,6 @@ async function loadLaunchRun(
       PluginInfoResponseSchema,
       Buffer.from(calls[1]!.body, "base64").subarray(5),
     );
-    await between?.(session);
     calls.push(
       await rawCall(session, SHUTDOWN_CALL.path, SHUTDOWN_CALL.request),
     );

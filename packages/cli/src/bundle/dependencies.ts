@@ -2,7 +2,7 @@
 // versions it was made against) and @nomadkit/server's task executor when it launches executors.
 import { existsSync, readFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
-import { dirname, extname, join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import type { Metafile } from "esbuild";
 import { CliError } from "../errors.js";
 
@@ -175,14 +175,6 @@ export function preludeEntry(
     if (existsSync(prelude)) return prelude;
   }
   return undefined;
-}
-
-/**
- * Whether the `@nomadkit/server` of the fast path `prelude` (from {@link preludeEntry}) makes a
- * plugin that loads from it check its own answers against the recording (its recorded-answers.js).
- */
-export function checksRecordedAnswers(prelude: string): boolean {
-  return existsSync(join(dirname(prelude), `recorded-answers${extname(prelude)}`));
 }
 
 function serverExecutorBin(pkgDir: string): string {

@@ -141,8 +141,7 @@ export async function startPrelude(
   await transport.listen();
   const calls = new Map(recording.calls.map((c) => [c.path, { ...c, requestBytes: Buffer.from(c.request, "base64"), bodyBytes: Buffer.from(c.body, "base64") }]));
   let loaded = false;
-  /** `method`: the call it loads for, in the log (nomadkit bundle checks it was not a recorded one). */
-  const load = (method: string) => {
+  const load = () => {
     if (loaded) return;
     loaded = true;
     // Recorded where nomadkit bundle ran: the plugin checks them against its own answers here.
@@ -150,7 +149,7 @@ export async function startPrelude(
       .filter((c) => c.path !== SHUTDOWN)
       .map((c) => ({ path: c.path, request: c.requestBytes, body: c.bodyBytes }));
     leaveTransport(transport);
-    transport.logger.debug("loading the plugin for a call the load recording does not answer", { method });
+    transport.logger.debug("loading the plugin for a call the load recording does not answer");
     // The calls handed over wait for the plugin's servePlugin: should it never come, they are
     // answered with why, and the process exits (go-plugin then sees the plugin gone).
     const failed = (err: unknown) =>
@@ -181,7 +180,7 @@ export async function startPrelude(
   };
   const handOver: StreamListener = (...args) => {
     transport.pass(prelude, ...args);
-    load(args[1][":path"] ?? "");
+    load();
   };
   const prelude: StreamListener = (stream, headers, flags, rawHeaders) => {
     // Read here before anyone answers it: a reset must not crash the process (see the transport's hold).
