@@ -340,7 +340,7 @@ describe("nomadkit", () => {
     writeFileSync(agent, JSON.stringify({ create_netwrok: true }));
     const fp = await nomadkit("fingerprint", rawexec, "--config", agent);
     expect(fp.code).toBe(1);
-    expect(fp.stderr).toContain(`nomadkit: --config ${agent}: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids)`);
+    expect(fp.stderr).toContain(`nomadkit: --config ${agent}: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids, enabled)`);
   }, 60_000);
 
   it("run --state lets exec and stats reach the task; Ctrl-C stops it", async () => {
@@ -1192,7 +1192,7 @@ describe("--config, --task-config and --plugin-config take JSON inline or a file
     // Checked against the plugin's schemas like a file's config.
     const typo = await nomadkit("fingerprint", rawexec, "--config", '{"create_netwrok":true}');
     expect(typo.code).toBe(1);
-    expect(typo.stderr).toContain('nomadkit: --config: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids)');
+    expect(typo.stderr).toContain('nomadkit: --config: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids, enabled)');
     const taskTypo = await nomadkit("run", rawexec, "--task-config", '{"command":"/bin/true","agrs":[]}');
     expect(taskTypo.stderr).toContain('nomadkit: --task-config: "agrs" is not declared');
     expect(taskTypo.stderr).not.toContain("started task");

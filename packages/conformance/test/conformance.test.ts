@@ -161,7 +161,7 @@ describe("conformance catches a broken plugin", () => {
       const plugin = await runConformance({ plugin: rawexec, pluginConfig: { create_netwrok: true }, checks: ["set-config"], ...generous });
       expect(byName(plugin)["set-config"]).toMatchObject({ status: "fail" });
       expect(byName(plugin)["set-config"]!.message).toContain(
-        `the plugin config (pluginConfig, --plugin-config) does not fit the plugin's ConfigSchema: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids)`,
+        `the plugin config (pluginConfig, --plugin-config) does not fit the plugin's ConfigSchema: "create_netwrok" is not declared (declared: create_network, denied_envvars, denied_host_gids, denied_host_uids, enabled)`,
       );
       const task = await runConformance({ plugin: rawexec, taskConfig: { command: "/bin/sleep", agrs: ["600"] }, checks: ["start-task"], ...generous });
       expect(byName(task)["start-task"]).toMatchObject({ status: "fail" });
