@@ -1161,6 +1161,29 @@ describe("nomadkit bundle", () => {
     expect(readFileSync(join(dir, "notes.txt"), "utf8")).toBe("mine\n");
   }, 240_000);
 
+  it("names the installed files in stack traces of code compiled from the code cache, not the staging directory it was made in", async () => {
+    // V8 keeps the file name a code cache was made with: a script compiled from it names that file.
+    writeFileSync(
+      join(work, "hello-stack.mjs"),
+      readmeDriver.replace(
+        "\nvoid serveDriver(driver);",
+        '\nprocess.stderr.write("STACK " + new Error("where").stack.split("\\n")[1].trim() + "\\n");\nvoid serveDriver(driver);',
+      ),
+    );
+    const r = bundle("hello-stack.mjs", "--out", "stack", "--name", "hello-stack", "--no-load-recording");
+    expect(r.code, r.stderr).toBe(0);
+    const dir = join(work, "stack");
+    // A staging directory a killed run left is removed by the next run.
+    mkdirSync(join(dir, ".hello-stack.bundle-left"));
+    writeFileSync(join(dir, ".hello-stack.bundle-left", "hello-stack.cjs"), "");
+    expect(bundle("hello-stack.mjs", "--out", "stack", "--name", "hello-stack", "--no-load-recording").code).toBe(0);
+    expect(readdirSync(dir).filter((f) => f.startsWith("."))).toEqual([]);
+    const ran = report(join(dir, "hello-stack"));
+    expect(ran.stderr).toContain("hello-stack: code cache used");
+    expect(ran.stderr).toMatch(/^STACK at /m);
+    expect(ran.stderr).toContain(`(${join(dir, "hello-stack.cjs")}:`);
+  });
+
   it("runs a CommonJS entry as the main module: `if (require.main === module) serveDriver(...)` serves", async () => {
     // The launcher's module was require.main: the code-cache run failed (exit 0 before the
     // handshake) and, without it, the plugin did nothing.

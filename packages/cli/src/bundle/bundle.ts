@@ -319,7 +319,7 @@ export async function bundlePlugin(
     } catch (err) {
       throw new CliError(`--out ${options.outDir}: cannot write in the directory (${(err as Error).message})`);
     }
-    const result = await bundleInto(options, entry, name, staged.dir);
+    const result = await bundleInto(options, entry, name, staged.dir, outDir);
     // Synchronous from here to the return: an interrupt is handled before or after the swap.
     const moved = (f: string) => out(relative(staged!.dir, f));
     try {
@@ -338,12 +338,16 @@ export async function bundlePlugin(
   }
 }
 
-/** {@link bundlePlugin} into the staging directory `outDir`, which exists and is empty. */
+/**
+ * {@link bundlePlugin} into the staging directory `outDir`, which exists and is empty, for
+ * `installDir` (`--out`), where its files are moved once complete.
+ */
 async function bundleInto(
   options: BundleOptions,
   entry: string,
   name: string,
   outDir: string,
+  installDir: string,
 ): Promise<BundleResult> {
   const files = bundleFiles(name);
   const out = (f: string) => join(outDir, f);
@@ -486,7 +490,7 @@ async function bundleInto(
     // What the plugin's servePlugin reported in that run (the launcher writes it): read, never kept.
     let transport: unknown;
     try {
-      run = await trainCodeCache(out(files.launcher), options.startTimeoutMs);
+      run = await trainCodeCache(out(files.launcher), options.startTimeoutMs, "write", installDir);
     } catch (err) {
       throw withWarnings(err);
     } finally {
@@ -496,7 +500,7 @@ async function bundleInto(
     if (main.format === "cjs") {
       if (!existsSync(out(files.codeCache))) {
         throw new CliError(
-          `bundle: the plugin exited without writing ${out(files.codeCache)}`,
+          `bundle: the plugin exited without writing ${files.codeCache}`,
         );
       }
       written.splice(2, 0, out(files.codeCache));
@@ -507,13 +511,14 @@ async function bundleInto(
           executorLauncher,
           executorSource!.serverDir,
           options.startTimeoutMs,
+          installDir,
         );
       } catch (err) {
         throw withWarnings(err);
       }
       if (!existsSync(out(files.executorCodeCache))) {
         throw new CliError(
-          `bundle: the executor exited without writing ${out(files.executorCodeCache)}`,
+          `bundle: the executor exited without writing ${files.executorCodeCache}`,
         );
       }
       written.push(out(files.executorCodeCache));

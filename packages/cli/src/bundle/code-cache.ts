@@ -10,7 +10,7 @@ import { HealthCheckRequestSchema } from "@nomadkit/protocol/health";
 import type { PluginClient } from "@nomadkit/client";
 import { CliError } from "../errors.js";
 import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
-import { CODE_CACHE_ENV } from "./launcher.js";
+import { CODE_CACHE_DIR_ENV, CODE_CACHE_ENV } from "./launcher.js";
 
 /** One call of a load launch, as `@nomadkit/server`'s prelude.ts replays it. */
 export interface RecordedCall {
@@ -116,18 +116,28 @@ export interface TrainingRun {
 }
 
 /**
+ * The environment of a launch that writes the code cache; `installDir`: where the bundle will be
+ * installed when it is not there yet (the cache keeps that file name, see CODE_CACHE_DIR_ENV).
+ */
+function writeEnv(installDir: string | undefined): Record<string, string> {
+  return { [CODE_CACHE_ENV]: "write", ...(installDir !== undefined && { [CODE_CACHE_DIR_ENV]: installDir }) };
+}
+
+/**
  * Launches the bundled plugin the way Nomad does and makes the calls of Nomad's load launch (health
  * check, PluginInfo, ConfigSchema) with exactly the bytes Nomad sends, recording the answers, then
  * GRPCController.Shutdown. `mode` `write`: the launcher runs the plugin and saves its V8 code cache
  * as the process exits, and reports the transport options; `check-answers` (before the recording is
  * written) and `check-load` (after): the launcher runs as it will for Nomad and reports what it
  * used, the plugin itself or the load launch's fast path, to be checked against the first run's
- * answers.
+ * answers. `installDir`: the directory the bundle will be installed in, when it is written
+ * elsewhere first (the name the code cache keeps for stack traces).
  */
 export async function trainCodeCache(
   launcher: string,
   startTimeoutMs = 60_000,
   mode: "write" | "check-answers" | "check-load" = "write",
+  installDir?: string,
 ): Promise<TrainingRun> {
   const { launchPlugin } = await import("@nomadkit/client");
   const log: string[] = [];
@@ -136,7 +146,7 @@ export async function trainCodeCache(
     // launchPlugin's error carries the plugin's last stderr lines.
     plugin = await launchPlugin(process.execPath, [launcher], {
       // At debug level in the check: whether the fast path loaded the plugin is a debug line.
-      env: mode === "write" ? { [CODE_CACHE_ENV]: "write" } : { [CODE_CACHE_ENV]: "report", NOMADKIT_LOG_LEVEL: "debug" },
+      env: mode === "write" ? writeEnv(installDir) : { [CODE_CACHE_ENV]: "report", NOMADKIT_LOG_LEVEL: "debug" },
       logger: (entry) => log.push(entry.message),
       startTimeoutMs,
       signal: interrupted,
@@ -219,11 +229,13 @@ interface ExecutorModule {
  * The task executor's code-cache run: started the way the plugin starts it (`launchExecutor` of
  * the `@nomadkit/server` the plugin was bundled with, in `serverDir`), it runs one short process
  * (Launch, Wait) and shuts down (Shutdown); its launcher saves V8's code cache as it exits.
+ * `installDir`: as {@link trainCodeCache}'s.
  */
 export async function trainExecutorCodeCache(
   launcher: string,
   serverDir: string,
   startTimeoutMs = 60_000,
+  installDir?: string,
 ): Promise<void> {
   let server: ExecutorModule;
   try {
@@ -241,7 +253,7 @@ export async function trainExecutorCodeCache(
   try {
     executor = await server.launchExecutor({
       executorPath: launcher,
-      env: { [CODE_CACHE_ENV]: "write" },
+      env: writeEnv(installDir),
       startTimeoutMs,
     });
   } catch (err) {

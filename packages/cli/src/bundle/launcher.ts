@@ -21,6 +21,13 @@
 /** Environment variable that makes a launcher save (`write`) or report (`report`) its code cache. */
 export const CODE_CACHE_ENV = "NOMADKIT_CODE_CACHE";
 
+/**
+ * With {@link CODE_CACHE_ENV} `write`: the directory the bundle will be installed in, when the
+ * run happens elsewhere (nomadkit bundle's staging directory). V8 keeps the file name a code cache
+ * was made with, and stack traces of a script compiled from the cache name that file.
+ */
+export const CODE_CACHE_DIR_ENV = `${CODE_CACHE_ENV}_DIR`;
+
 /** What a launcher's comment says it is: how a later `nomadkit bundle` knows it may replace it. */
 export const LAUNCHER_MARK = "made by `nomadkit bundle`";
 
@@ -102,6 +109,8 @@ function launch(
   // "write": the bundle step's recording run (the plugin's code cache, its transport options);
   // "report": say on stderr what was used.
   const mode = process.env[cacheEnv];
+  // Where the scripts will live (see CODE_CACHE_DIR_ENV): the name V8 keeps in the cache made now.
+  const scriptDir = mode === "write" ? process.env[`${cacheEnv}_DIR`] : undefined;
   const bundleFile = join(__dirname, files.bundle);
   // For the plugin's log (its servePlugin takes it): nothing is read or hashed here for it.
   const report: { warnings: string[]; executorFiles?: Record<string, string> } = { warnings: [] };
@@ -157,7 +166,7 @@ function launch(
     main: boolean,
   ): unknown => {
     const { isAscii } = require("node:buffer") as typeof import("node:buffer");
-    const { dirname } = require("node:path") as typeof import("node:path");
+    const { dirname, relative } = require("node:path") as typeof import("node:path");
     const Module = require("node:module") as typeof import("node:module") & {
       wrap(source: string): string;
       _nodeModulePaths(dir: string): string[];
@@ -188,7 +197,10 @@ function launch(
       // no cache: compile
     }
     const script = new Script(Module.wrap(source), {
-      filename: file,
+      filename:
+        scriptDir === undefined
+          ? file
+          : join(scriptDir, relative(__dirname, file)),
       cachedData,
     });
     if (cachedData !== undefined)

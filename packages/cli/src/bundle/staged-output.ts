@@ -6,7 +6,8 @@
  * then they are replaced by renames in one synchronous step (no signal handler runs in between). A
  * failed or interrupted bundle removes only what the run made: the staging directory, and `--out`
  * itself (with the parents it made) when the run made it. A directory the user had is never
- * removed, nor anything in it the bundle does not own.
+ * removed, nor anything in it the bundle does not own; the staging directories of the same
+ * plugin's earlier runs that were killed outright are removed when the next one starts.
  */
 import {
   copyFileSync,
@@ -14,6 +15,7 @@ import {
   lstatSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   renameSync,
   rmSync,
 } from "node:fs";
@@ -55,7 +57,12 @@ export function stageOutput(
   made: string | undefined,
   name: string,
 ): StagedOutput {
-  const dir = mkdtempSync(join(outDir, `.${name}.bundle-`));
+  const prefix = `.${name}.bundle-`;
+  // What a bundle killed outright (SIGKILL, a second signal) left: its staging directories.
+  for (const entry of readdirSync(outDir, { withFileTypes: true }))
+    if (entry.isDirectory() && entry.name.startsWith(prefix))
+      rmSync(join(outDir, entry.name), { recursive: true, force: true });
+  const dir = mkdtempSync(join(outDir, prefix));
   const discard = (): void => {
     rmSync(made ?? dir, { recursive: true, force: true });
   };
