@@ -873,6 +873,33 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     for (const pid of started) await until(() => !alive(pid));
   });
 
+  it("a signal stops the plugin even when its DestroyTask never answers (SIGTERM, exit 143)", async () => {
+    // The clean-up after a signal is bounded as a whole, and destroying the task comes before
+    // stopping the plugin: a DestroyTask that never answered used all of it, and the run exited
+    // with the plugin (and the task under it) left running.
+    const pidFile = join(dir, "hang-destroy-task.pid");
+    writeFileSync(
+      join(dir, "hang-destroy-task.json"),
+      JSON.stringify({ command: "/bin/sh", args: ["-c", `echo $$ > ${pidFile}; exec sleep 1000`] }),
+    );
+    const run = start(["run", driver, "--task-config", "hang-destroy-task.json"], undefined, { TEST_PLUGIN_MODE: "hang-destroy" });
+    await run.stderrMatch(/started task (\S+)/);
+    await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+    const taskPid = Number(readFileSync(pidFile, "utf8"));
+    const [pluginPid] = descendants(run.child.pid!).filter((pid) => pid !== taskPid);
+    try {
+      run.child.kill("SIGTERM");
+      const r = await run.done;
+      expect(r.code).toBe(143);
+      expect(alive(pluginPid!), "plugin").toBe(false);
+      expect(r.stderr).toContain("did not answer within 10000 ms; stopping the plugin");
+    } finally {
+      // The test driver's tasks are its plain children: a driver that never destroys one leaves it.
+      if (alive(taskPid)) process.kill(taskPid, "SIGKILL");
+      if (pluginPid !== undefined && alive(pluginPid)) process.kill(pluginPid, "SIGKILL");
+    }
+  });
+
   it("a task config the driver rejects names the RPC and the file", async () => {
     const r = await nomadkit("run", driver, "--task-config", "agent.json");
     expect(r.code).toBe(1);

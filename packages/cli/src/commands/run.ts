@@ -12,6 +12,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { dirname, extname, join, resolve } from "node:path";
 import {
   createTaskCgroup,
@@ -64,6 +65,14 @@ export interface RunOptions {
  * does (over the whole run: a plugin that keeps dying will not be saved by more).
  */
 const MAX_PLUGIN_RELAUNCHES = 3;
+
+/**
+ * How long the run's clean-up waits for DestroyTask of a started task. It runs before the plugin
+ * is stopped (the task goes first) and the clean-up after a signal is bounded as a whole: a
+ * DestroyTask that never answers would use all of it, and the run would exit with its plugin
+ * (and the task) left running. Then the task's cgroup is emptied and the plugin stopped, as usual.
+ */
+const CLEANUP_DESTROY_TIMEOUT_MS = 10_000;
 
 function exitStatus(
   result: { exitCode: number; signal: number } | undefined,
@@ -195,7 +204,15 @@ export async function runCommand(
       }
       if (started && !destroyed) {
         destroyed = true;
-        await c.plugin.driver.destroyTask({ taskId, force: true }).catch(() => {});
+        await c.plugin.driver
+          .destroyTask({ taskId, force: true }, { timeoutMs: CLEANUP_DESTROY_TIMEOUT_MS })
+          .catch((e: unknown) => {
+            // The task may still run: say so (the plugin is stopped next all the same).
+            if (e instanceof ConnectError && e.code === Code.DeadlineExceeded)
+              process.stderr.write(
+                `nomadkit: plugin ${c.name}: Driver.DestroyTask of task ${taskId} did not answer within ${CLEANUP_DESTROY_TIMEOUT_MS} ms; stopping the plugin\n`,
+              );
+          });
       }
       if (statePath && wroteState && holdsTask(statePath, taskId)) rmSync(statePath, { force: true });
     })());
