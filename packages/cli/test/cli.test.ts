@@ -900,6 +900,34 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     }
   });
 
+  it("a run whose task exited ends, with the task's status, when DestroyTask never answers", async () => {
+    // It waited for DestroyTask without a bound: the run never ended (nor said how the task did).
+    const run = start(["run", driver, "--task-config", JSON.stringify({ command: "/bin/sh", args: ["-c", "exit 3"] })], undefined, {
+      TEST_PLUGIN_MODE: "hang-destroy",
+    });
+    await run.stderrMatch(/started task (\S+)/);
+    const [pluginPid] = descendants(run.child.pid!);
+    // A hang is what this test looks for: give up well past the bound (10 s) instead of at the test's timeout.
+    let timer: NodeJS.Timeout | undefined;
+    const hung = new Promise<"hung">((r) => (timer = setTimeout(() => r("hung"), 40_000)));
+    try {
+      const r = await Promise.race([run.done, hung]);
+      expect(r, "nomadkit run still running 40 s after its task exited").not.toBe("hung");
+      if (r === "hung") return;
+      expect(r.code).toBe(3);
+      expect(r.stderr).toContain("did not answer within 10000 ms; stopping the plugin");
+      expect(r.stderr).toContain("nomadkit: task exited with code 3");
+      expect(alive(pluginPid!), "plugin").toBe(false);
+    } finally {
+      clearTimeout(timer);
+      // Still hung: a signal's clean-up removes what the run made (the plugin too, once it has).
+      if (run.child.exitCode === null) {
+        run.child.kill("SIGTERM");
+        await run.done;
+      }
+    }
+  });
+
   it("a task config the driver rejects names the RPC and the file", async () => {
     const r = await nomadkit("run", driver, "--task-config", "agent.json");
     expect(r.code).toBe(1);

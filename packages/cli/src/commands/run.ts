@@ -12,8 +12,8 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { dirname, extname, join, resolve } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
 import {
   createTaskCgroup,
   createTaskDirs,
@@ -67,12 +67,13 @@ export interface RunOptions {
 const MAX_PLUGIN_RELAUNCHES = 3;
 
 /**
- * How long the run's clean-up waits for DestroyTask of a started task. It runs before the plugin
- * is stopped (the task goes first) and the clean-up after a signal is bounded as a whole: a
- * DestroyTask that never answers would use all of it, and the run would exit with its plugin
- * (and the task) left running. Then the task's cgroup is emptied and the plugin stopped, as usual.
+ * How long a run waits for DestroyTask of its started task, once the task has exited or the run is
+ * being cleaned up. Unbounded, a DestroyTask that never answers held the run forever after its task
+ * had exited, or used up the whole (bounded) clean-up after a signal, which then exited with the
+ * plugin and the task left running, as the plugin is stopped after the task is destroyed. Then the
+ * task's cgroup is emptied and the plugin stopped, as usual.
  */
-const CLEANUP_DESTROY_TIMEOUT_MS = 10_000;
+const DESTROY_TIMEOUT_MS = 10_000;
 
 function exitStatus(
   result: { exitCode: number; signal: number } | undefined,
@@ -189,6 +190,18 @@ export async function runCommand(
     }
   };
   process.on("SIGINT", onSigint);
+  /**
+   * DestroyTask (force) of the task on the plugin that has it, bounded by DESTROY_TIMEOUT_MS. Its
+   * timeout is said (the task may still run; the plugin is stopped next all the same), other
+   * failures go to `onError`.
+   */
+  const destroyTask = (onError: (e: unknown) => unknown): Promise<unknown> =>
+    c.plugin.driver.destroyTask({ taskId, force: true }, { timeoutMs: DESTROY_TIMEOUT_MS }).catch((e: unknown) => {
+      if (!(e instanceof ConnectError && e.code === Code.DeadlineExceeded)) return onError(e);
+      process.stderr.write(
+        `nomadkit: plugin ${c.name}: Driver.DestroyTask of task ${taskId} did not answer within ${DESTROY_TIMEOUT_MS} ms; stopping the plugin\n`,
+      );
+    });
   // What a run that ends leaves behind, however it ends: a task not destroyed yet (the executor
   // outlives the plugin) and the state file.
   // Once: an interruption during the finally's undo waits for it instead of exiting mid-way.
@@ -204,15 +217,7 @@ export async function runCommand(
       }
       if (started && !destroyed) {
         destroyed = true;
-        await c.plugin.driver
-          .destroyTask({ taskId, force: true }, { timeoutMs: CLEANUP_DESTROY_TIMEOUT_MS })
-          .catch((e: unknown) => {
-            // The task may still run: say so (the plugin is stopped next all the same).
-            if (e instanceof ConnectError && e.code === Code.DeadlineExceeded)
-              process.stderr.write(
-                `nomadkit: plugin ${c.name}: Driver.DestroyTask of task ${taskId} did not answer within ${CLEANUP_DESTROY_TIMEOUT_MS} ms; stopping the plugin\n`,
-              );
-          });
+        await destroyTask(() => {});
       }
       if (statePath && wroteState && holdsTask(statePath, taskId)) rmSync(statePath, { force: true });
     })());
@@ -383,13 +388,9 @@ export async function runCommand(
       await out.close();
     }
     destroyed = true;
-    await c.plugin.driver
-      .destroyTask({ taskId, force: true })
-      .catch(async (e: unknown) => {
-        process.stderr.write(
-          `nomadkit: ${(await rpcError(c, "Driver.DestroyTask", e)).message}\n`,
-        );
-      });
+    await destroyTask(async (e) => {
+      process.stderr.write(`nomadkit: ${(await rpcError(c, "Driver.DestroyTask", e)).message}\n`);
+    });
     if (wait.err) throw new CliError(`task ${taskId} failed: ${wait.err}`);
     const r = wait.result;
     const status = exitStatus(r);
