@@ -249,6 +249,32 @@ describe("runExecCommand", () => {
     }
   });
 
+  it("with a tty, reports the exit of a command that ends while the user has stopped the terminal's output (^S)", async () => {
+    // ^S (IXON) stops the terminal's output; the command then exits without writing. Nomad's
+    // executor reports the exit; the runner's end-of-output marker cannot pass a stopped terminal.
+    // -ixany (the kernel's default; node-pty sets ixany): the input after ^S does not restart it.
+    // Six at once: more than libuv's four threadpool threads, which blocked writes would hold.
+    const one = async (): Promise<("close" | number)[]> => {
+      const requests = new RequestQueue<ExecTaskStreamingRequest>();
+      requests.push(setup(["sh", "-c", "stty -ixany; echo ready; read x; exit 7"], true));
+      let out = "";
+      const ends: ("close" | number)[] = [];
+      for await (const r of execStreaming(requests, { exec: (s) => runExecCommand({ command: s.command, tty: s.tty }, s) })) {
+        if (r.stdout?.data.length) {
+          const before = out;
+          out += Buffer.from(r.stdout.data).toString("latin1");
+          // In order through the line discipline: ^S is acted on before `read` gets its line.
+          if (!before.includes("ready") && out.includes("ready")) requests.push(req({ stdin: { data: new Uint8Array([0x13, 0x78, 0x0a]) } }));
+        }
+        if (r.stdout?.close) ends.push("close");
+        if (r.exited) ends.push(r.result!.exitCode);
+      }
+      requests.end();
+      return ends;
+    };
+    expect(await Promise.all(Array.from({ length: 6 }, one))).toEqual(Array.from({ length: 6 }, () => ["close", 7]));
+  }, 30_000);
+
   it("with a tty, end of input after a partial line still ends a reader such as cat", async () => {
     let out = "";
     const stdout = new Writable({

@@ -413,6 +413,9 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
 class PtyDrain {
   #paused = false;
   #slave: number | undefined;
+  /** The marker's write is queued or blocked on the threadpool: the slave's number stays ours till it ends. */
+  #writing = false;
+  #closeWhenWritten = false;
   #destroy: (() => void) | undefined;
   #marker: Buffer | undefined;
   #carry: Buffer = Buffer.alloc(0);
@@ -454,10 +457,17 @@ class PtyDrain {
     if (this.#marker !== undefined || this.#slave === undefined) return;
     this.#marker = Buffer.from(`NOMADKIT-PTY-EOF-${randomBytes(12).toString("hex").toUpperCase()}`);
     // Blocking write on the threadpool: it completes as soon as we have read enough to make room.
+    this.#writing = true;
     write(this.#slave, this.#marker, (err) => {
+      this.#writing = false;
+      if (this.#closeWhenWritten) this.#closeSlave();
       if (err) this.#finish();
       else this.#armFallback();
     });
+    // The write waits as long as the terminal's output is stopped (^S with IXON, tcflow): the
+    // marker may never pass, and nothing else will come. The fallback's close of the master hangs
+    // the terminal up, which ends the write (EIO) and frees its threadpool thread.
+    this.#armFallback();
   }
 
   #onData(chunk: Buffer): void {
@@ -510,6 +520,11 @@ class PtyDrain {
 
   #closeSlave(): void {
     if (this.#slave === undefined) return;
+    // Closed now, the pending write would reach whatever file gets the number next.
+    if (this.#writing) {
+      this.#closeWhenWritten = true;
+      return;
+    }
     const fd = this.#slave;
     this.#slave = undefined;
     try {
