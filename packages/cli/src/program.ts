@@ -51,7 +51,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .option(
       "--call-timeout <ms>",
-      "deadline of the set-up calls (PluginInfo, schemas, SetConfig, Init, Capabilities; default 30000); StartTask, WaitTask and streams have none",
+      "deadline of the set-up calls (PluginInfo, schemas, SetConfig, Init, Capabilities; default 30000) and of fingerprint's first fingerprint (default 50000, Nomad's); StartTask, WaitTask and other streams have none",
     )
     .option(
       "--automtls",

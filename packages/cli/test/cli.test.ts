@@ -192,6 +192,21 @@ describe("nomadkit", () => {
     expect(empty.stderr).toBe(`nomadkit: plugin ${driver}: Driver.Fingerprint ended without sending a fingerprint\n`);
   });
 
+  it("fingerprint gives up on a driver that never sends its first fingerprint, naming the bound", () => {
+    // It waited for good (only Ctrl-C ended it); Nomad goes on without such a driver after 50 s.
+    const r = spawnSync(process.execPath, [bin, "fingerprint", driver, "--call-timeout", "1500"], {
+      cwd: dir,
+      encoding: "utf8",
+      env: { ...process.env, TEST_PLUGIN_MODE: "silent-fingerprint" },
+      timeout: 45_000,
+    });
+    expect(r.signal, "still waiting 45 s later").toBeNull();
+    expect(r.stderr).toBe(
+      `nomadkit: plugin ${driver}: Driver.Fingerprint sent no fingerprint within 1500 ms (Nomad waits 50 s for a driver's first; --call-timeout sets this bound)\n`,
+    );
+    expect(r.status).toBe(1);
+  });
+
   it("fingerprint --watch: a stream that ends after its first fingerprint is the driver's fault, not the end of the watch", async () => {
     const modes = fileURLToPath(new URL("../../conformance/test/fixtures/modes-raw.mjs", import.meta.url));
     // fp-close: one HEALTHY fingerprint, then the stream ends (Nomad takes that for a lost driver).

@@ -21,6 +21,7 @@ import {
 } from "../files.js";
 import {
   orRpcError,
+  positiveMs,
   rpcError,
   withPlugin,
   type Connected,
@@ -104,6 +105,13 @@ export async function configure(
   }
 }
 
+/**
+ * How long `fingerprint` waits for a driver's first fingerprint unless --call-timeout says: Nomad's
+ * (client/pluginmanager/drivermanager: batchFirstFingerprintsTimeout), after which an agent goes on
+ * without the driver.
+ */
+const FIRST_FINGERPRINT_TIMEOUT_MS = 50_000;
+
 export async function fingerprintCommand(
   plugin: string,
   opts: { json?: boolean; watch?: boolean; config?: string },
@@ -121,11 +129,23 @@ export async function fingerprintCommand(
     };
     process.once("SIGINT", onSigint);
     let seen = 0;
+    // A driver that never sends its first fingerprint would hold the command for good.
+    const firstWithinMs = positiveMs("--call-timeout", g.callTimeout) ?? FIRST_FINGERPRINT_TIMEOUT_MS;
+    let noFirst = false;
+    const firstTimer = setTimeout(() => {
+      noFirst = true;
+      stop.abort();
+    }, firstWithinMs);
+    const noFirstError = () =>
+      new CliError(
+        `plugin ${c.name}: Driver.Fingerprint sent no fingerprint within ${firstWithinMs} ms (Nomad waits ${FIRST_FINGERPRINT_TIMEOUT_MS / 1000} s for a driver's first; --call-timeout sets this bound)`,
+      );
     try {
       for await (const res of c.plugin.driver.fingerprint(
         {},
         { signal: stop.signal },
       )) {
+        clearTimeout(firstTimer);
         seen++;
         const fp = toJson(FingerprintResponseSchema, res) as { health?: string };
         // UNDETECTED is the enum's zero value, which proto3 JSON leaves out: a fingerprint must say its health.
@@ -136,6 +156,7 @@ export async function fingerprintCommand(
       }
       // A driver's Fingerprint stream stays open; Nomad would take the driver for gone. With
       // --watch, an end after some fingerprints is that too, not the end of the watch.
+      if (noFirst) throw noFirstError();
       if (seen === 0 && !stop.signal.aborted)
         throw new CliError(`plugin ${c.name}: Driver.Fingerprint ended without sending a fingerprint`);
       if (!stop.signal.aborted)
@@ -143,9 +164,11 @@ export async function fingerprintCommand(
           `plugin ${c.name}: Driver.Fingerprint ended after ${seen} fingerprint(s); a driver keeps the stream open (Nomad takes its end for a lost driver)`,
         );
     } catch (e) {
+      if (noFirst) throw noFirstError();
       if (stop.signal.aborted) return;
       throw await rpcError(c, "Driver.Fingerprint", e);
     } finally {
+      clearTimeout(firstTimer);
       process.off("SIGINT", onSigint);
       stop.abort();
     }
