@@ -31,7 +31,7 @@ import {
   type WaitTaskResponse,
 } from "@nomadkit/protocol/driver";
 import type { Spec } from "@nomadkit/protocol/hclspec";
-import { encodeCheckedConfig } from "./config.js";
+import { ConfigRefusedError, encodeCheckedConfig } from "./config.js";
 import type { ConformanceOptions } from "./types.js";
 import { describe, descendants, hasProc, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
@@ -440,7 +440,19 @@ export class Suite {
     const dirs = createTaskDirs(join(this.root, allocId), name);
     const allocDir = dirs.allocDir;
     const taskConfig = opts.taskConfig ?? this.opts.taskConfig ?? defaultTaskConfig(this.opts.execShell, this.opts.signal);
-    const msgpackDriverConfig = encodeCheckedConfig(this.taskSpec, taskConfig, "the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema");
+    // Without the user's taskConfig the task is the default shell loop (or a check's variant of it):
+    // a driver whose tasks are not {command, args} is not at fault, it needs a task of its own.
+    const given = this.opts.taskConfig !== undefined;
+    const source = given
+      ? "the task config (taskConfig, --task-config) does not fit the plugin's TaskConfigSchema"
+      : `the default task config (${JSON.stringify({ command: this.opts.execShell, args: ["-c"] }).replace(/\]\}$/, ",<loop>]}")}) does not fit the plugin's TaskConfigSchema`;
+    let msgpackDriverConfig: Uint8Array;
+    try {
+      msgpackDriverConfig = encodeCheckedConfig(this.taskSpec, taskConfig, source);
+    } catch (err) {
+      if (!given && err instanceof ConfigRefusedError) err.message += "; give a long-running task this driver accepts with taskConfig (--task-config)";
+      throw err;
+    }
     // Logmon's FIFOs, read from before StartTask until EOF: a driver must open them for writing
     // (a regular file would let it reopen, truncate or seek, which a FIFO without a reader refuses).
     const logs = openTaskLogs(dirs, name);

@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { runConformance } from "../src/index.js";
 import { Suite } from "../src/suite.js";
 import { DriverCapabilities_FSIsolation, type DriverCapabilities } from "@nomadkit/protocol/driver";
+import { spec } from "../../server/src/config/index.js";
 
 const direct = fileURLToPath(new URL("./fixtures/direct-driver.mjs", import.meta.url));
 const generous = { shutdownTimeoutMs: 15_000, fingerprintTimeoutMs: 30_000, callTimeoutMs: 30_000 };
@@ -56,6 +57,24 @@ describe("what the suite prepares for a task, as the Nomad client does", () => {
       s.caps = { fsIsolation: DriverCapabilities_FSIsolation.IMAGE } as DriverCapabilities;
       const image = s.newTask("image").config.env!;
       expect([image.NOMAD_TASK_DIR, image.NOMAD_ALLOC_DIR, image.PATH]).toEqual(["/local", "/alloc", undefined]);
+    } finally {
+      await s.cleanup();
+    }
+  });
+
+  it("a driver whose tasks are not {command, args} is told to give its own task, not blamed for a config it was never given", async () => {
+    const s = offlineSuite();
+    try {
+      s.taskSpec = spec.object({ image: spec.attr("string", { required: true }) }).toProto();
+      let refusal = "";
+      try {
+        s.newTask("main");
+      } catch (err) {
+        refusal = (err as Error).message;
+      }
+      expect(refusal).toMatch(/^the default task config \(\{"command":"\/bin\/sh","args":\["-c",<loop>\]\}\) does not fit the plugin's TaskConfigSchema/);
+      expect(refusal).toContain(`"image" is required`);
+      expect(refusal).toContain("give a long-running task this driver accepts with taskConfig (--task-config)");
     } finally {
       await s.cleanup();
     }
