@@ -5,6 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import {
   PluginLaunchError,
   PluginShutdownError,
+  RecoverableError,
   launchPlugin,
   reattachPlugin,
   type PluginClient,
@@ -307,6 +308,12 @@ async function describeRpcError(c: Connected, rpc: string, err: unknown): Promis
   if (err instanceof CliError) return err;
   if (err instanceof PluginShutdownError)
     return new CliError(`plugin ${name}: ${rpc}: the plugin exited${await exitReport(c.plugin)}`);
+  // StartTask's (and TaskStats') FailedPrecondition with a RecoverableError detail: Nomad's task
+  // runner restarts the task only when it is recoverable, so say which the driver meant.
+  if (err instanceof RecoverableError)
+    return new CliError(
+      `plugin ${name}: ${rpc} failed: ${err.message} (${err.recoverable ? "recoverable: Nomad restarts the task as its restart policy allows" : "not recoverable: Nomad fails the task without restarting it"})`,
+    );
   if (err instanceof ConnectError) {
     if (err.code === Code.Unimplemented)
       return new CliError(`plugin ${name} does not implement ${rpc}`);

@@ -952,6 +952,20 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     expect(r.stderr).toContain("--task-config agent.json");
   });
 
+  it("a StartTask failure says whether Nomad would retry it (RecoverableError)", async () => {
+    const task = JSON.stringify({ command: "/bin/true" });
+    const retry = await start(["run", direct, "--task-config", task], undefined, { DIRECT_DRIVER_START_ERROR: "recoverable" }).done;
+    expect(retry.code).toBe(1);
+    expect(retry.stderr).toContain(
+      `nomadkit: plugin ${direct}: Driver.StartTask failed: registry unreachable (recoverable: Nomad restarts the task as its restart policy allows) (task config from --task-config)`,
+    );
+    const fatal = await start(["run", direct, "--task-config", task], undefined, { DIRECT_DRIVER_START_ERROR: "unrecoverable" }).done;
+    expect(fatal.code).toBe(1);
+    expect(fatal.stderr).toContain(
+      `nomadkit: plugin ${direct}: Driver.StartTask failed: no such image (not recoverable: Nomad fails the task without restarting it) (task config from --task-config)`,
+    );
+  });
+
   it("a plugin that dies under a call: its exit status and last stderr lines", async () => {
     const r = await start(["run", driver, "--task-config", "task.json"], undefined, { TEST_PLUGIN_MODE: "crash-on-start" }).done;
     expect(r.stderr).toContain(
