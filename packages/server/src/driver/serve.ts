@@ -37,7 +37,7 @@ export interface ServedDriver<PC = unknown, TC = unknown> extends ServedPlugin {
  * #!/usr/bin/env node
  * import { defineDriver, serveDriver, spec } from "@nomadkit/server";
  * const driver = defineDriver({ name: "hello", version: "0.1.0", ... });
- * await serveDriver(driver);
+ * void serveDriver(driver); // not top-level await: `nomadkit bundle` could then only make an ES module, without a code cache
  * ```
  */
 export async function serveDriver<PC, TC>(driver: Driver<PC, TC>, options: ServeDriverOptions = {}): Promise<ServedDriver<PC, TC>> {
