@@ -915,6 +915,45 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     }
   });
 
+  it.skipIf(process.getuid?.() !== 0)(
+    "a second signal exits at once and still kills what is in the task's cgroup and removes it (root)",
+    async () => {
+      // Exiting at once (while the clean-up waits for a DestroyTask that never answers) left the
+      // task's cgroup directories, and the processes in them, on the host.
+      const parent = `nomadkit-test-${process.pid}-exit`;
+      const pidFile = join(dir, "exit-at-once.pid");
+      // The test driver's tasks are its plain children: this one joins its cgroups itself, as an executor would.
+      const join_ = `for d in /sys/fs/cgroup/${parent}/share.slice/*.scope /sys/fs/cgroup/cpuset/${parent}/share/*.task /sys/fs/cgroup/*/${parent}/*.task; do [ -d "$d" ] && echo $$ > "$d/cgroup.procs"; done`;
+      writeFileSync(join(dir, "exit-at-once.json"), JSON.stringify({ command: "/bin/sh", args: ["-c", `${join_}; echo $$ > ${pidFile}; exec sleep 1000`] }));
+      const run = start(["run", driver, "--task-config", "exit-at-once.json", "--cgroup-parent", parent], undefined, { TEST_PLUGIN_MODE: "hang-destroy" });
+      let started: number[] = [];
+      try {
+        const [, path] = await run.stderrMatch(/started task \S+ \(cpuset_cgroup (\S+)\)/);
+        await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+        const taskPid = Number(readFileSync(pidFile, "utf8"));
+        expect(readFileSync(join(path!, "cgroup.procs"), "utf8")).toContain(`${taskPid}\n`);
+        started = descendants(run.child.pid!);
+        run.child.kill("SIGTERM");
+        await run.stderrMatch(/stopping what was started \(again to exit at once\)/);
+        // The clean-up now waits up to 10 s for DestroyTask.
+        run.child.kill("SIGTERM");
+        const r = await run.done;
+        expect(r.code).toBe(143);
+        expect(r.stderr).not.toContain("did not answer within");
+        expect(alive(taskPid), "the task in the cgroup").toBe(false);
+        expect(existsSync(path!), path).toBe(false);
+        expect(testCgroups(parent)).toEqual([]);
+      } finally {
+        // The plugin is left by design when the run exits at once.
+        for (const pid of started) if (alive(pid)) process.kill(pid, "SIGKILL");
+        if (run.child.exitCode === null) run.child.kill("SIGKILL");
+        for (const d of testCgroups(parent)) removeCgroupTree(d);
+        rmSync(pidFile, { force: true });
+      }
+    },
+    60_000,
+  );
+
   it("a run whose task exited ends, with the task's status, when DestroyTask never answers", async () => {
     // It waited for DestroyTask without a bound: the run never ended (nor said how the task did).
     const run = start(["run", driver, "--task-config", JSON.stringify({ command: "/bin/sh", args: ["-c", "exit 3"] })], undefined, {

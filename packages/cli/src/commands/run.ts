@@ -75,6 +75,12 @@ const MAX_PLUGIN_RELAUNCHES = 3;
  */
 const DESTROY_TIMEOUT_MS = 10_000;
 
+/**
+ * How long removing the task's cgroup may hold up an exit that skips the clean-up (a second
+ * signal, the clean-up's own bound): what is in it is killed, and the directories go once it has left.
+ */
+const EXIT_CGROUP_MS = 500;
+
 function exitStatus(
   result: { exitCode: number; signal: number } | undefined,
 ): number {
@@ -135,6 +141,17 @@ export async function runCommand(
   let logs: TaskLogs | undefined;
   /** The task's cgroup, made just before StartTask; removed (with what is left in it) once the task is gone. */
   let cgroup: TaskCgroup | undefined;
+  /**
+   * The last resort for the cgroup when the process exits before the clean-up removed it (a second
+   * signal exits at once): left, it stays on the host for good, with whatever still runs in it.
+   */
+  const destroyCgroupAtExit = () => {
+    try {
+      cgroup?.destroySync({ timeoutMs: EXIT_CGROUP_MS });
+    } catch (e) {
+      process.stderr.write(`nomadkit: ${(e as Error).message}\n`);
+    }
+  };
   const statePath = opts.state ? resolve(opts.state) : undefined;
   let started = false;
   /** StartTask in flight: an interruption meanwhile (output closed as the task's first lines arrive) waits for it. */
@@ -326,6 +343,7 @@ export async function runCommand(
     if (opts.taskCgroup) {
       try {
         cgroup = createTaskCgroup({ allocId, task: opts.name, parent });
+        process.on("exit", destroyCgroupAtExit);
         cgroupNote = `cpuset_cgroup ${cgroup.path}`;
       } catch (err) {
         if (!(err instanceof TaskCgroupUnavailableError)) {
@@ -407,6 +425,8 @@ export async function runCommand(
     await cgroup?.destroy().catch((e: unknown) => {
       process.stderr.write(`nomadkit: ${(e as Error).message}\n`);
     });
+    // Removed, or reported: a process that would not die in destroy's 10 s would not in the exit's bound.
+    process.off("exit", destroyCgroupAtExit);
     noCleanup();
     await c.release();
     noAllocDirCleanup();
