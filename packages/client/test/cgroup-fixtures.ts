@@ -13,11 +13,20 @@ export const v2Host = existsSync(join(CGROUP_ROOT, "cgroup.controllers"));
 /** Whether a test may make task cgroups here: root, and a v2 hierarchy or a v1 cpuset controller. */
 export const canMakeCgroups = isRoot && (v2Host || existsSync(join(CGROUP_ROOT, "cpuset/cgroup.procs")));
 
-/** The cgroups at the top of every hierarchy whose name starts with `prefix`. */
+/**
+ * Whether cgroup `name` is one named with `prefix`: the prefix itself or followed by a separator
+ * (`-run`, `.slice`). Not `<prefix>3`: with a pid at the end of the prefix, that is another
+ * process's, whose tasks would be killed.
+ */
+function namedWith(name: string, prefix: string): boolean {
+  return name.startsWith(prefix) && !/^[A-Za-z0-9]/.test(name.slice(prefix.length));
+}
+
+/** The cgroups at the top of every hierarchy named with `prefix` (see namedWith). */
 export function testCgroups(prefix: string, root = CGROUP_ROOT): string[] {
   if (!existsSync(root)) return [];
   const bases = [root, ...readdirSync(root).map((d) => join(root, d))];
-  return bases.flatMap((b) => (existsSync(join(b, "cgroup.procs")) ? readdirSync(b).filter((d) => d.startsWith(prefix)).map((d) => join(b, d)) : []));
+  return bases.flatMap((b) => (existsSync(join(b, "cgroup.procs")) ? readdirSync(b).filter((d) => namedWith(d, prefix)).map((d) => join(b, d)) : []));
 }
 
 /** Kills what is in a cgroup tree and removes it, deepest first, retrying while killed processes exit. */
@@ -43,7 +52,8 @@ export function removeCgroupTree(dir: string): void {
 /**
  * A cgroup2 hierarchy mounted for a test (no controllers: cgroup.procs and cgroup.kill work; on a
  * hybrid host, the unified one), or undefined where that is not possible. `cleanups` gets its
- * unmount, after removing the cgroups named with `prefix` in it.
+ * unmount, after removing the cgroups named with `prefix` in it (on a hybrid host, the unified
+ * hierarchy: other processes' cgroups are there too).
  */
 export function mountCgroup2(cleanups: (() => void)[], prefix?: string): string | undefined {
   if (!isRoot) return undefined;
@@ -55,7 +65,7 @@ export function mountCgroup2(cleanups: (() => void)[], prefix?: string): string 
     return undefined;
   }
   cleanups.push(() => {
-    if (prefix !== undefined) for (const d of readdirSync(mnt)) if (d.startsWith(prefix)) removeCgroupTree(join(mnt, d));
+    if (prefix !== undefined) for (const d of readdirSync(mnt)) if (namedWith(d, prefix)) removeCgroupTree(join(mnt, d));
     execFileSync("umount", [mnt]);
     rmdirSync(mnt);
   });

@@ -272,6 +272,19 @@ describe("createTaskCgroup on cgroup v2", () => {
   });
 });
 
+describe("the cgroup test fixtures", () => {
+  it("find a prefix's own cgroups only: another process's whose pid starts with the same digits is not theirs", () => {
+    // Fake hierarchies: a directory with a cgroup.procs file is all testCgroups looks for.
+    const root = mkdtempSync(join(tmpdir(), "nk-cgfix-"));
+    cleanups.push(() => rmSync(root, { recursive: true, force: true }));
+    mkdirSync(join(root, "cpuset"));
+    writeFileSync(join(root, "cpuset", "cgroup.procs"), "");
+    const names = ["nomadkit-test-12", "nomadkit-test-12-run", "nomadkit-test-12.slice", "nomadkit-test-123", "nomadkit-test-123-run", "nomadkit-test-12x"];
+    for (const n of names) mkdirSync(join(root, "cpuset", n));
+    expect(testCgroups("nomadkit-test-12", root).sort()).toEqual(names.slice(0, 3).map((n) => join(root, "cpuset", n)).sort());
+  });
+});
+
 describe("nomadTaskConfig", () => {
   it("names the task's cgroup in resources.linux_resources.cpuset_cgroup when given one", () => {
     const alloc = mkdtempSync(join(tmpdir(), "nk-taskcg-"));
