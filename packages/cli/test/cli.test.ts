@@ -14,8 +14,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { removeCgroupTree, testCgroups, v2Host } from "../../client/test/cgroup-fixtures.js";
+import { removeCgroupTree, sweepTestCgroups, testCgroups, v2Host } from "../../client/test/cgroup-fixtures.js";
 import { alive, bytesWritten, descendants, grownTo, peakRss, until, withEnv } from "./processes.js";
+import { TEST_CGROUP_PARENT, withTestCgroupParent } from "./test-cgroups.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const driver = fileURLToPath(
@@ -47,7 +48,7 @@ interface Result {
 
 /** A running nomadkit process whose output can be awaited. */
 function start(args: string[], input?: string, env?: NodeJS.ProcessEnv) {
-  const child = spawn(process.execPath, [bin, ...args], {
+  const child = spawn(process.execPath, [bin, ...withTestCgroupParent(args)], {
     cwd: dir,
     stdio: ["pipe", "pipe", "pipe"],
     env: env && { ...process.env, ...env },
@@ -124,7 +125,11 @@ beforeAll(() => {
   writeFileSync(join(dir, "not-executable"), "#!/bin/sh\n");
   chmodSync(join(dir, "not-executable"), 0o644);
 });
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+  // Every run removes its task's cgroup, however it ended.
+  if (process.getuid?.() === 0) expect(sweepTestCgroups(TEST_CGROUP_PARENT), "task cgroups the runs left").toEqual([]);
+});
 
 describe("nomadkit", () => {
   it("--help lists the commands and examples", async () => {
@@ -1122,7 +1127,7 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
 describe("nomadkit ends quietly when its output is closed, stopping what it started", () => {
   /** Starts nomadkit and closes its stdout once it has written something; resolves with its end. */
   function closeOutputAfterFirstWrite(args: string[], onFirst: (pid: number) => void = () => {}) {
-    const child = spawn(process.execPath, [bin, ...args], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [bin, ...withTestCgroupParent(args)], { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
     let stderr = "";
     child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
     // Like `| head -c 600`: the reader goes away and the next write gets EPIPE.
@@ -1157,7 +1162,7 @@ describe("nomadkit ends quietly when its output is closed, stopping what it star
    * marked through the environment (`mark`). Resolves with its exit status and stderr.
    */
   async function withOutputClosed(args: string[], mark: string): Promise<{ code: unknown; stderr: string }> {
-    const child = spawn(process.execPath, [bin, ...args], {
+    const child = spawn(process.execPath, [bin, ...withTestCgroupParent(args)], {
       cwd: dir,
       stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, NOMADKIT_TEST_MARK: mark },

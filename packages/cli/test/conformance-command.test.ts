@@ -5,8 +5,10 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import { sweepTestCgroups } from "../../client/test/cgroup-fixtures.js";
 import { alive, descendants, until } from "./processes.js";
+import { TEST_CGROUP_PARENT, withTestCgroupParent } from "./test-cgroups.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const rawexec = fileURLToPath(new URL("../../../examples/rawexec-driver/bin/nomadkit-rawexec", import.meta.url));
@@ -14,7 +16,7 @@ const direct = fileURLToPath(new URL("../../conformance/test/fixtures/direct-dri
 const broken = fileURLToPath(new URL("../../conformance/test/fixtures/broken-driver.mjs", import.meta.url));
 
 function nomadkit(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [bin, "--log-level", "off", ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
+  const child = spawn(process.execPath, [bin, "--log-level", "off", ...withTestCgroupParent(args)], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
@@ -22,11 +24,16 @@ function nomadkit(args: string[]): Promise<{ code: number | null; stdout: string
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
 }
 
+afterAll(() => {
+  // The suite removes every task's cgroup, however the run ended.
+  if (process.getuid?.() === 0) expect(sweepTestCgroups(TEST_CGROUP_PARENT), "task cgroups the runs left").toEqual([]);
+});
+
 describe("nomadkit conformance", () => {
   it(
     "Ctrl-C stops the run, cleans up what it started, and exits 130",
     async () => {
-      const child = spawn(process.execPath, [bin, "--log-level", "off", "conformance", rawexec], {
+      const child = spawn(process.execPath, [bin, "--log-level", "off", ...withTestCgroupParent(["conformance", rawexec])], {
         stdio: ["ignore", "pipe", "pipe"],
         env: { ...process.env, NO_COLOR: "1" },
       });

@@ -50,6 +50,22 @@ export function removeCgroupTree(dir: string): void {
 }
 
 /**
+ * Every cgroup named with `prefix` and below it (parents first), which are then removed with what
+ * is in them: a suite's last check that its runs left none, and the clean-up when they did.
+ */
+export function sweepTestCgroups(prefix: string, root = CGROUP_ROOT): string[] {
+  const found: string[] = [];
+  const walk = (dir: string): void => {
+    found.push(dir);
+    for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) walk(join(dir, e.name));
+  };
+  const tops = testCgroups(prefix, root);
+  for (const t of tops) walk(t);
+  for (const t of tops) removeCgroupTree(t);
+  return found;
+}
+
+/**
  * A cgroup2 hierarchy mounted for a test (no controllers: cgroup.procs and cgroup.kill work; on a
  * hybrid host, the unified one), or undefined where that is not possible. `cleanups` gets its
  * unmount, after removing the cgroups named with `prefix` in it (on a hybrid host, the unified
