@@ -136,7 +136,10 @@ const targets: Target[] = [];
 beforeAll(async () => {
   const [rx, rel] = await Promise.all([launchRawexec(), launchRelDriver({ NOMADKIT_LOG_LEVEL: "info" })]);
   const task = rawexecTask({ command: "/bin/sleep", args: ["3600"] });
-  const res = await rx.plugin.driver.startTask({ task: task.config });
+  const res = await rx.plugin.driver.startTask({ task: task.config }).catch(async (err: unknown) => {
+    await task.cleanup(); // no target holds it yet
+    throw err;
+  });
   const state = JSON.parse(Buffer.from(res.handle!.driverState).toString()) as { executor: { pid: number } };
   targets.push({
     name: "nomadkit-rawexec (driver -> executor)",
@@ -144,9 +147,13 @@ beforeAll(async () => {
     taskId: task.id,
     pids: [rx.plugin.pid, state.executor.pid],
     async cleanup() {
-      await rx.plugin.driver.destroyTask({ taskId: task.id, force: true });
-      expect(await rx.plugin.kill()).toEqual({ code: 0, signal: null });
-      await task.cleanup();
+      try {
+        await rx.plugin.driver.destroyTask({ taskId: task.id, force: true });
+        expect(await rx.plugin.kill()).toEqual({ code: 0, signal: null });
+      } finally {
+        // The task's cgroup (and what is left in it) goes whatever failed above.
+        await task.cleanup();
+      }
     },
   });
   await rel.plugin.driver.startTask({ task: { id: "t", msgpackDriverConfig: encode({ command: "none" }) } });
@@ -162,7 +169,9 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const t of targets.splice(0)) await t.cleanup();
+  // Every target's, even after one failed; the first failure is reported.
+  const failed = (await Promise.allSettled(targets.splice(0).map((t) => t.cleanup()))).find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
 });
 
 describe("256 MiB through the reference driver's exec", () => {

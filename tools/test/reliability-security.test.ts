@@ -76,9 +76,13 @@ describe("nomadkit-rawexec sockets and AutoMTLS", () => {
   });
 
   afterAll(async () => {
-    await plugin?.driver.destroyTask({ taskId: task.id, force: true });
-    if (plugin) expect(await plugin.kill()).toEqual({ code: 0, signal: null });
-    await task?.cleanup();
+    try {
+      await plugin?.driver.destroyTask({ taskId: task.id, force: true });
+      if (plugin) expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+    } finally {
+      // The task's cgroup (and what is left in it) goes whatever failed above.
+      await task?.cleanup();
+    }
   });
 
   it("the driver and its task's executor listen in private directories: dir 0700, socket 0600", () => {
@@ -125,9 +129,12 @@ describe.runIf(isRoot)("a task with a user", () => {
   });
 
   afterAll(async () => {
-    for (const t of tasks) await plugin?.driver.destroyTask({ taskId: t.id, force: true }).catch(() => {});
-    if (plugin) expect(await plugin.kill()).toEqual({ code: 0, signal: null });
-    for (const t of tasks) await t.cleanup();
+    try {
+      for (const t of tasks) await plugin?.driver.destroyTask({ taskId: t.id, force: true }).catch(() => {});
+      if (plugin) expect(await plugin.kill()).toEqual({ code: 0, signal: null });
+    } finally {
+      for (const t of tasks) await t.cleanup();
+    }
   });
 
   /** uid, gid and groups of `user` as the system sees them. */
