@@ -930,7 +930,9 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
       // The test driver's tasks are its plain children: this one joins its cgroups itself, as an executor would.
       const join_ = `for d in /sys/fs/cgroup/${parent}/share.slice/*.scope /sys/fs/cgroup/cpuset/${parent}/share/*.task /sys/fs/cgroup/*/${parent}/*.task; do [ -d "$d" ] && echo $$ > "$d/cgroup.procs"; done`;
       writeFileSync(join(dir, "exit-at-once.json"), JSON.stringify({ command: "/bin/sh", args: ["-c", `${join_}; echo $$ > ${pidFile}; exec sleep 1000`] }));
-      const run = start(["run", driver, "--task-config", "exit-at-once.json", "--cgroup-parent", parent], undefined, { TEST_PLUGIN_MODE: "hang-destroy" });
+      // Exiting at once leaves the allocation directory (and the plugin's socket directory) in TMPDIR.
+      const tmp = mkdtempSync(join(tmpdir(), "nk-cli-tmp-"));
+      const run = start(["run", driver, "--task-config", "exit-at-once.json", "--cgroup-parent", parent], undefined, { TEST_PLUGIN_MODE: "hang-destroy", TMPDIR: tmp });
       let started: number[] = [];
       try {
         const [, path] = await run.stderrMatch(/started task \S+ \(cpuset_cgroup (\S+)\)/);
@@ -954,6 +956,7 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
         if (run.child.exitCode === null) run.child.kill("SIGKILL");
         for (const d of testCgroups(parent)) removeCgroupTree(d);
         rmSync(pidFile, { force: true });
+        rmSync(tmp, { recursive: true, force: true });
       }
     },
     60_000,
