@@ -100,8 +100,7 @@ describe("ExecutorStatsFeed", () => {
     // The same samples, none stolen by the other reader (each got half before 7e6fb69's fix).
     expect(a.map(at)).toEqual(b.map(at));
     expect(new Set(a.map(at)).size).toBe(4);
-    // From one stream: after its first sample (0 %, as Nomad's), a busy loop's CPU shows. A stream
-    // per call would report its first sample, 0 %, every time.
+    // After the executor's first sample of the task (0 %, as Nomad's), a busy loop's CPU shows.
     for (const s of a.slice(1)) {
       const cpu = s.aggResourceUsage!.cpu!;
       const shown = `${cpu.percent}% user ${cpu.userMode} system ${cpu.systemMode}`;

@@ -62,6 +62,9 @@ export interface ExecutorServiceOptions {
   execOutputLimit?: number;
 }
 
+/** Stats intervals whose sampler the executor keeps once no stream uses it (Nomad's client uses one). */
+const MAX_KEPT_SAMPLERS = 4;
+
 const noLog: ExecutorLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
 function processState(s: TaskExit | { pid: number; time: Date }): MessageInitShape<typeof ProcessStateSchema> {
@@ -126,6 +129,8 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   private launchedOnce = false;
   private retired = false;
   private readonly log: ExecutorLogger;
+  /** Stats samplers of the task by interval, kept across Stats streams (see samplerFor). */
+  private readonly samplers = new WeakMap<TaskProcess, Map<number, ProcessTreeSampler>>();
 
   constructor(private readonly options: ExecutorServiceOptions = {}) {
     this.log = options.logger ?? noLog;
@@ -306,6 +311,31 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   async *stats(req: StatsRequest, ctx: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
     const task = this.requireTask("stats");
     const intervalMs = req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
+    const sampler = this.samplerFor(task, intervalMs);
+    for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
+  }
+
+  /**
+   * The task's sampler for one interval, kept across Stats streams as Nomad's executor keeps its CPU
+   * trackers for its whole life: a stream opened again (by a restarted plugin, or Nomad reopening
+   * TaskStats) reports the CPU used since the previous sample, not 0 % as for processes seen for
+   * the first time. One per interval, so each stream's percent covers its own interval; the least
+   * recently used go beyond MAX_KEPT_SAMPLERS.
+   */
+  private samplerFor(task: TaskProcess, intervalMs: number): ProcessTreeSampler {
+    let kept = this.samplers.get(task);
+    if (kept === undefined) this.samplers.set(task, (kept = new Map()));
+    const sampler = kept.get(intervalMs) ?? this.newSampler(task);
+    kept.delete(intervalMs);
+    kept.set(intervalMs, sampler); // most recently used last
+    for (const interval of kept.keys()) {
+      if (kept.size <= MAX_KEPT_SAMPLERS) break;
+      kept.delete(interval);
+    }
+    return sampler;
+  }
+
+  private newSampler(task: TaskProcess): ProcessTreeSampler {
     const samplerOptions: ConstructorParameters<typeof ProcessTreeSampler>[1] = {};
     if (this.options.host) samplerOptions.host = this.options.host;
     const cgroupPath = task.context.cgroups?.v2Path;
@@ -321,8 +351,7 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
         return pids.length > 0 ? pids : undefined;
       };
     }
-    const sampler = new ProcessTreeSampler(task.pid, samplerOptions);
-    for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
+    return new ProcessTreeSampler(task.pid, samplerOptions);
   }
 
   async *execStreaming(

@@ -36,9 +36,10 @@ export interface ExecutorStatsCall {
  * A task's resource usage from its executor, for a driver's `taskStats` handler: the stats
  * counterpart of {@link forwardExecStream}. Make one per task, next to its {@link ExecutorHandle}.
  *
- * CPU percent is measured between two samples of one executor Stats stream (the first reports 0 %,
- * as Nomad's does), so a stream opened per call would report 0 % forever. Instead the feed keeps
- * one executor Stats stream per `collection_interval` in use (the executor averages CPU over it, as
+ * The executor measures CPU percent between two of its samples at one interval (its first of a task
+ * reports 0 %, as Nomad's does; it keeps them across its Stats streams, so a stream opened again,
+ * after a plugin restart say, does not start at 0 %). Rather than an executor stream per call, the
+ * feed keeps one executor Stats stream per `collection_interval` in use (the executor averages CPU over it, as
  * Nomad's drivers pass their interval to `executor.Stats`), shared by all the task's TaskStats
  * streams with that interval: each of them gets every sample (the newest it has not had yet, or it
  * waits for the next). An executor stream is closed once the signals of all the calls reading it

@@ -67,7 +67,7 @@ const PROC_CPU_FIELDS = [CPUUsage_Fields.SYSTEM_MODE, CPUUsage_Fields.USER_MODE,
  * the task's cgroup, when it has one), optionally with the cgroup's own counters. CPU percentages
  * are relative to one core and computed between consecutive samples, each counter against the time
  * it was read; a process (or cgroup) seen for the first time reports 0 %, as Nomad's CPU tracker
- * does, so the first sample of a new stream shows no CPU use. `total_ticks` is derived with
+ * does, so the first sample of a new sampler shows no CPU use. `total_ticks` is derived with
  * {@link totalTicks}. `measured_fields` lists only what was really read: system/user mode and
  * percent, RSS and swap (plus usage, cache, peak, kernel, throttling from a cgroup).
  *
