@@ -30,6 +30,15 @@ if (mode === "throw") throw new Error("driver configuration missing: LOADFAIL_HO
 if (mode === "throw-long") throw new Error("LOADFAIL_".repeat(20_000));
 if (mode === "reject") Promise.reject(new Error("cannot reach the daemon: LOADFAIL_SOCKET"));
 if (mode === "wait") setTimeout(() => void serveDriver(driver), 600_000);
+if (mode === "serve-on-sigterm") {
+  // Code that has started (its own work under way) and reaches servePlugin only once SIGTERM came.
+  const busy = setInterval(() => {}, 60_000);
+  process.once("SIGTERM", () => {
+    clearInterval(busy);
+    void serveDriver(driver, { onShutdown: () => void process.stderr.write("LOADFAIL onShutdown ran\\n") });
+  });
+  process.stderr.write("LOADFAIL waiting for SIGTERM\\n");
+}
 if (mode === undefined) void serveDriver(driver);
 `;
 
@@ -182,5 +191,25 @@ describe("a bundled plugin whose code does not take over from the load launch's 
     });
     expect(await plugin.exited).toEqual({ code: 0, signal: null });
     expect(existsSync(socketDir)).toBe(false);
+    // Its code never reached servePlugin: the shutdown waited for it a bounded time, and says so
+    // (stderr may still be on its way after the exit).
+    await until(() =>
+      log.includes(
+        "the plugin's code did not call servePlugin in time: shutting down without its onShutdown",
+      ),
+    );
+  });
+
+  it("a SIGTERM while its code loads waits for its servePlugin: onShutdown runs once, the socket directory goes, exit 0", async () => {
+    const { plugin, log, socketDir } = await launch("serve-on-sigterm");
+    const caps = plugin.driver.capabilities({}).catch(() => undefined);
+    await until(() => log.includes("LOADFAIL waiting for SIGTERM"));
+    process.kill(plugin.pid, "SIGTERM");
+    expect(await plugin.exited).toEqual({ code: 0, signal: null });
+    await caps;
+    expect(existsSync(socketDir)).toBe(false);
+    // stderr may still be on its way after the exit.
+    await until(() => log.includes("LOADFAIL onShutdown ran"));
+    expect(log.filter((m) => m === "LOADFAIL onShutdown ran")).toHaveLength(1);
   });
 });

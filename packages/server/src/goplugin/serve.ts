@@ -269,6 +269,8 @@ export async function serveOnTransport(
       options.shutdownTimeoutMs ?? DEFAULT_SHUTDOWN_TIMEOUT_MS,
     );
     transport.serve(streamListener(transport.server, handler));
+    // A shutdown requested while the plugin's code loaded behind the fast path starts here.
+    transport.pluginReady();
     logLauncherReport(logger);
     if (adopted?.recordedAnswers !== undefined) {
       const { checkRecordedAnswers } = await import("./recorded-answers.js");

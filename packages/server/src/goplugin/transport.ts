@@ -69,6 +69,12 @@ const DEFAULT_DISCONNECT_GRACE_MS = 1000;
 const MAX_ABANDON_MESSAGE = 4096;
 // After the shutdown hook, how long open HTTP/2 streams get to finish before their sessions are destroyed.
 const SESSION_CLOSE_GRACE_MS = 250;
+/**
+ * How long a shutdown requested while the plugin's code loads (SIGTERM, exitOnHostDisconnect)
+ * waits for that code's servePlugin, so its onShutdown can undo what the code started: as long as
+ * go-plugin's host waits for a plugin to exit after Shutdown before it kills it.
+ */
+const SHUTDOWN_WAITS_FOR_PLUGIN_MS = 2000;
 
 /** What `exitOnHostDisconnect` means: ms to wait, or undefined (off). */
 function disconnectGraceMs(option: boolean | number | undefined): number | undefined {
@@ -141,6 +147,10 @@ export class PluginTransport {
   #neverAdopted: (() => void) | undefined;
   readonly #onBeforeExit = () => this.#neverAdopted?.();
   readonly #adoptedListeners: (() => void)[] = [];
+  // From awaitAdoption until the adopting servePlugin has set its shutdown hook and serves
+  // (pluginReady): a shutdown requested meanwhile waits for it (see SHUTDOWN_WAITS_FOR_PLUGIN_MS).
+  #pluginLoading = false;
+  #deferredShutdown: { reason: string; timer: NodeJS.Timeout } | undefined;
   #resolveClosed!: () => void;
   /** Resolves when the server has closed. */
   readonly closed = new Promise<void>((r) => (this.#resolveClosed = r));
@@ -377,6 +387,7 @@ export class PluginTransport {
    */
   awaitAdoption(never: () => void): void {
     this.#neverAdopted = never;
+    this.#pluginLoading = true;
     (this.#server as unknown as NetServer | undefined)?.unref();
     for (const socket of this.#sockets) socket.unref();
     process.on("beforeExit", this.#onBeforeExit);
@@ -385,6 +396,19 @@ export class PluginTransport {
   /** Calls `listener` once the plugin's servePlugin has taken the transport over (see {@link awaitAdoption}). */
   onAdopted(listener: () => void): void {
     this.#adoptedListeners.push(listener);
+  }
+
+  /**
+   * The adopting servePlugin has set its shutdown hook and serves: a shutdown requested while its
+   * code loaded starts now, onShutdown included.
+   */
+  pluginReady(): void {
+    this.#pluginLoading = false;
+    const deferred = this.#deferredShutdown;
+    if (deferred === undefined) return;
+    this.#deferredShutdown = undefined;
+    clearTimeout(deferred.timer);
+    void this.#shutdown(deferred.reason);
   }
 
   /** The plugin's servePlugin took the transport over: it keeps the process alive again. */
@@ -404,6 +428,9 @@ export class PluginTransport {
    * sees a plugin that exited; the calls say why.
    */
   abandon(message: string, err?: unknown): Promise<void> {
+    this.#pluginLoading = false;
+    clearTimeout(this.#deferredShutdown?.timer);
+    this.#deferredShutdown = undefined;
     this.#shutdownPromise ??= (async () => {
       this.adopted();
       this.#logger.error(message, err instanceof Error && err.stack ? { stack: err.stack } : {});
@@ -445,8 +472,34 @@ export class PluginTransport {
     clearTimeout(timer);
   }
 
-  /** Starts (or joins) the graceful shutdown; resolves when the server is closed. */
+  /**
+   * Starts (or joins) the graceful shutdown; resolves when the server is closed. While the plugin's
+   * code loads to adopt the transport, the shutdown waits for its servePlugin (at most
+   * SHUTDOWN_WAITS_FOR_PLUGIN_MS), whose onShutdown then runs: that code may have started things
+   * only it can stop. The host's calls meanwhile go to the plugin as usual.
+   */
   shutdown(reason = "shutdown requested"): Promise<void> {
+    if (this.#shutdownPromise === undefined && this.#pluginLoading) {
+      if (this.#deferredShutdown === undefined) {
+        this.#logger.debug("shutdown requested while the plugin loads: waiting for its servePlugin", { reason });
+        const timer = setTimeout(() => {
+          this.#deferredShutdown = undefined;
+          this.#logger.warn("the plugin's code did not call servePlugin in time: shutting down without its onShutdown", {
+            reason,
+            waited_ms: SHUTDOWN_WAITS_FOR_PLUGIN_MS,
+          });
+          void this.#shutdown(reason);
+        }, SHUTDOWN_WAITS_FOR_PLUGIN_MS);
+        // Waiting on it alone is waiting on nothing: awaitAdoption's `never` then ends the process.
+        timer.unref();
+        this.#deferredShutdown = { reason, timer };
+      }
+      return this.closed;
+    }
+    return this.#shutdown(reason);
+  }
+
+  #shutdown(reason: string): Promise<void> {
     this.#shutdownPromise ??= (async () => {
       this.#logger.debug("plugin shutting down", { reason });
       this.#shutdownController.abort(new Error(`plugin shutting down: ${reason}`));
