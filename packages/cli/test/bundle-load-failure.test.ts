@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   launchPlugin,
@@ -23,11 +24,19 @@ let work: string;
 const launched: PluginClient[] = [];
 
 // Serves as usual (so `nomadkit bundle` records its load launch), unless LOAD_MODE says otherwise.
-const driver = `import { defineDriver, serveDriver } from "@nomadkit/server";
+const driver = `import { existsSync } from "node:fs";
+import { defineDriver, serveDriver } from "@nomadkit/server";
 const driver = defineDriver({ name: "loadfail", version: "0.0.1", async startTask() {}, waitTask: () => new Promise(() => {}), stopTask() {}, destroyTask() {} });
 const mode = process.env.LOAD_MODE;
 if (mode === "throw") throw new Error("driver configuration missing: LOADFAIL_HOME");
 if (mode === "throw-long") throw new Error("LOADFAIL_".repeat(20_000));
+if (mode === "throw-when-released") {
+  // Blocks the event loop, as loading a big bundle does, while the host's calls come in.
+  process.stderr.write("LOADFAIL blocked\\n");
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  while (!existsSync(process.env.LOADFAIL_RELEASE)) Atomics.wait(cell, 0, 0, 10);
+  throw new Error("driver configuration missing: LOADFAIL_HOME");
+}
 if (mode === "reject") Promise.reject(new Error("cannot reach the daemon: LOADFAIL_SOCKET"));
 if (mode === "wait") setTimeout(() => void serveDriver(driver), 600_000);
 if (mode === "serve-on-sigterm") {
@@ -77,13 +86,17 @@ afterAll(async () => {
 });
 
 /** The bundled driver launched as Nomad does, in `mode`; a file of ours in its socket directory. */
-async function launch(mode: string, name = "loadfail") {
+async function launch(
+  mode: string,
+  name = "loadfail",
+  env: Record<string, string> = {},
+) {
   const log: string[] = [];
   const plugin = await launchPlugin(
     process.execPath,
     [join(work, `out/${name}`)],
     {
-      env: { LOAD_MODE: mode, NOMADKIT_CODE_CACHE: "report" },
+      env: { LOAD_MODE: mode, NOMADKIT_CODE_CACHE: "report", ...env },
       logger: (e) => log.push(e.message),
     },
   );
@@ -116,6 +129,27 @@ async function failure(
   throw new Error("the call succeeded");
 }
 
+/** A unary call by @grpc/grpc-js (an independent client) with an empty request: its status. */
+function grpcJsCall(
+  client: grpc.Client,
+  path: string,
+): Promise<{ code: number; message: string }> {
+  return new Promise((resolve) =>
+    client.makeUnaryRequest(
+      path,
+      (b: Buffer) => b,
+      (b: Buffer) => b,
+      Buffer.alloc(0),
+      (err) =>
+        resolve(
+          err
+            ? { code: err.code, message: err.details }
+            : { code: 0, message: "" },
+        ),
+    ),
+  );
+}
+
 describe("a bundled plugin whose code does not take over from the load launch's fast path", () => {
   it("answers the calls waiting for it Unavailable with the error its entry threw, and exits 1", async () => {
     const { plugin, socketDir } = await launch("throw");
@@ -126,6 +160,43 @@ describe("a bundled plugin whose code does not take over from the load launch's 
     );
     expect(await plugin.exited).toEqual({ code: 1, signal: null });
     expect(existsSync(socketDir)).toBe(false);
+  });
+
+  it("answers the calls that came in while its entry ran (and threw) Unavailable with the error, to @nomadkit/client and grpc-js", async () => {
+    const release = join(work, "release-throw-when-released");
+    const { plugin, log } = await launch("throw-when-released", "loadfail", {
+      LOADFAIL_RELEASE: release,
+    });
+    // grpc-js on a connection of its own, already open (the fast path answers PluginInfo).
+    const other = new grpc.Client(
+      `unix:${plugin.address}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      const info = "/hashicorp.nomad.plugins.base.proto.BasePlugin/PluginInfo";
+      expect((await grpcJsCall(other, info)).code).toBe(0);
+      const caps = "/hashicorp.nomad.plugins.drivers.proto.Driver/Capabilities";
+      const first = failure(plugin.driver.capabilities({}));
+      await until(() => log.includes("LOADFAIL blocked"));
+      // Sent while the plugin's event loop is blocked in its entry: they wait in its socket.
+      const calls = [
+        failure(plugin.driver.capabilities({})),
+        failure(plugin.driver.taskConfigSchema({})),
+        grpcJsCall(other, caps),
+        grpcJsCall(other, caps),
+      ];
+      // Only this process's work: the clients write their requests.
+      await new Promise((r) => setTimeout(r, 200));
+      writeFileSync(release, "");
+      const reason =
+        "the plugin failed to load: driver configuration missing: LOADFAIL_HOME";
+      expect(await first).toEqual({ code: Code.Unavailable, message: reason });
+      for (const call of calls)
+        expect(await call).toEqual({ code: Code.Unavailable, message: reason });
+      expect(await plugin.exited).toEqual({ code: 1, signal: null });
+    } finally {
+      other.close();
+    }
   });
 
   it("sends a long error's first 4096 characters, which trailers can carry", async () => {

@@ -437,7 +437,8 @@ export class PluginTransport {
       this.#shutdownController.abort(new Error(message));
       this.stdio.close();
       // Within what trailers carry (an error's message may be anything); the log has all of it.
-      await this.#closeServer(message.length > MAX_ABANDON_MESSAGE ? `${message.slice(0, MAX_ABANDON_MESSAGE)}…` : message);
+      const status = message.length > MAX_ABANDON_MESSAGE ? `${message.slice(0, MAX_ABANDON_MESSAGE)}…` : message;
+      await this.#closeServer(status, true);
       this.#removeSocketDir();
       process.off("SIGINT", this.#onSigint);
       process.off("SIGTERM", this.#onSigterm);
@@ -448,28 +449,64 @@ export class PluginTransport {
     return this.#shutdownPromise;
   }
 
-  /** Closes the server; streams never served are answered Unavailable with `message`. */
-  async #closeServer(message = "plugin shutting down"): Promise<void> {
+  /**
+   * Closes the server; streams never served are answered Unavailable with `message`. With
+   * `refuseAll` (nothing will serve again), so is every stream the host opens until its
+   * connection has seen the GOAWAY (see {@link #drainInFlight}).
+   */
+  async #closeServer(message = "plugin shutting down", refuseAll = false): Promise<void> {
     const server = this.#server;
     if (server === undefined) return;
     const done = new Promise<void>((resolve) => server.close(() => resolve()));
+    if (refuseAll) {
+      this.#listener = (stream) => {
+        stream.on("error", ignoreError);
+        respondUnavailable(stream, message);
+      };
+      for (const [stream] of this.#held.splice(0)) respondUnavailable(stream, message);
+      await this.#drainInFlight();
+    }
     for (const s of this.#sessions) if (!s.closed) s.close();
     // Streams never served get a status instead of waiting for the grace period; after the
     // GOAWAY, as the services' own streams end, so hosts see it with streams still open.
-    for (const [stream] of this.#held.splice(0)) {
-      if (!stream.destroyed && !stream.closed && !stream.headersSent) {
-        stream.respond(
-          { ":status": 200, "content-type": "application/grpc", "grpc-status": "14", "grpc-message": grpcMessageValue(message) },
-          { endStream: true },
-        );
-      }
-    }
+    for (const [stream] of this.#held.splice(0)) respondUnavailable(stream, message);
     const timer = setTimeout(() => {
       for (const s of this.#sessions) s.destroy();
       for (const socket of this.#sockets) socket.destroy();
     }, SESSION_CLOSE_GRACE_MS);
     await done;
     clearTimeout(timer);
+  }
+
+  /**
+   * Waits until every host connection has answered a PING (at most SESSION_CLOSE_GRACE_MS): the
+   * streams a host opened before that, already in the socket when a load failed with the event
+   * loop blocked, or on their way, are read (and answered) before the GOAWAY. After the GOAWAY,
+   * nghttp2 ignores them and the host's HTTP/2 stack fails them as refused (connect-node and
+   * @nomadkit/client report code Internal), without the reason. grpc-go drains the same way (a GOAWAY notice, a PING, then the
+   * GOAWAY), but Node's HTTP/2 cannot send that notice: its every GOAWAY stops new streams.
+   */
+  async #drainInFlight(): Promise<void> {
+    await Promise.all(
+      [...this.#sessions].map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            const timer = setTimeout(done, SESSION_CLOSE_GRACE_MS);
+            function done() {
+              clearTimeout(timer);
+              s.off("close", done);
+              resolve();
+            }
+            s.once("close", done);
+            try {
+              if (!s.closed && !s.destroyed && s.ping(() => done())) return;
+            } catch {
+              // the session is going: nothing more comes on it
+            }
+            done();
+          }),
+      ),
+    );
   }
 
   /**
@@ -579,6 +616,15 @@ export function adoptTransport(): { transport: PluginTransport } | { foreign: un
     return { transport: t as PluginTransport };
   }
   return { foreign: t };
+}
+
+/** Answers `stream` Unavailable with `message` (trailers-only), unless it is over or answered. */
+function respondUnavailable(stream: http2.ServerHttp2Stream, message: string): void {
+  if (stream.destroyed || stream.closed || stream.headersSent) return;
+  stream.respond(
+    { ":status": 200, "content-type": "application/grpc", "grpc-status": "14", "grpc-message": grpcMessageValue(message) },
+    { endStream: true },
+  );
 }
 
 /** An "error" listener for a stream nobody answers yet; whoever answers it sees failures its own way. */
