@@ -220,7 +220,7 @@ describe("unary calls: direct path (plugin connection) and connect give the same
     ["reset INTERNAL_ERROR after the headers", { code: Code.Internal }],
     // Node ends the stream before it reports the reset: what was read is an incomplete message.
     ["reset INTERNAL_ERROR mid-message", { code: Code.InvalidArgument, message: "protocol error: incomplete envelope" }],
-    ["reset REFUSED_STREAM", { code: Code.Internal }],
+    ["reset REFUSED_STREAM", { code: Code.Unavailable }],
   ];
   it.each(expected)("%s", async (scenario, want) => {
     expect(await both(scenario)).toMatchObject(want);

@@ -25,7 +25,7 @@ import { Code, ConnectError, type CallOptions, type Transport } from "@connectrp
 import { PluginShutdownError, cancellationError, isCancellation } from "../errors.js";
 import { ExitWatch, type PluginExitSignal } from "./exit-watch.js";
 import { h2Unary, pluginSessions } from "./h2-call.js";
-import { isTransportFailure, recoverableFrom } from "./normalize.js";
+import { isTransportFailure, recoverableFrom, refusedStream } from "./normalize.js";
 
 export type { CallOptions };
 
@@ -167,8 +167,9 @@ export class ClientRuntime {
     if (isCancellation(err)) return err;
     if (callerSignal?.aborted) return cancellationError(err);
     if (this.#closed?.aborted) return closedHere(err);
-    const ce = err instanceof ConnectError ? err : undefined;
-    if (ce === undefined) return err;
+    if (!(err instanceof ConnectError)) return err;
+    const ce = refusedStream(err) ?? err;
+    err = ce;
     const rec = recoverableFrom(ce);
     if (rec !== undefined) return rec;
     if (this.#exit !== undefined && isTransportFailure(ce)) {

@@ -67,6 +67,31 @@ export function answeredByPlugin(err: ConnectError): boolean {
   return err.metadata.has("grpc-status");
 }
 
+/**
+ * A stream the server refused (RST_STREAM or a GOAWAY's REFUSED_STREAM: it was never processed, so
+ * it may be sent again) as Unavailable, as grpc-go and grpc-js report it; Node's HTTP/2 reports it
+ * as a stream error, which connect-node and the direct path would otherwise turn into Internal.
+ * Undefined for any other failure.
+ *
+ * @example
+ * ```ts
+ * const err = refusedStream(ce) ?? ce; // Code.Unavailable for a refused stream
+ * ```
+ */
+export function refusedStream(err: ConnectError): ConnectError | undefined {
+  if (err.code !== Code.Internal) return undefined;
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
+    if (typeof e !== "object") break;
+    const o = e as { code?: unknown; message?: unknown; rawMessage?: unknown; cause?: unknown };
+    const msg = typeof o.rawMessage === "string" ? o.rawMessage : o.message;
+    if (typeof msg === "string" && /\b(NGHTTP2_)?REFUSED_STREAM\b/.test(msg)) {
+      return new ConnectError(err.rawMessage, Code.Unavailable, err.metadata, undefined, err);
+    }
+    e = o.cause;
+  }
+  return undefined;
+}
+
 /** The RecoverableError a FailedPrecondition status carries as a detail, if any. */
 export function recoverableFrom(err: ConnectError): RecoverableError | undefined {
   if (err.code !== Code.FailedPrecondition) return undefined;
