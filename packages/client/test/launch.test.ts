@@ -307,6 +307,27 @@ describe("kill", () => {
   }, 20_000);
 });
 
+describe("killSync", () => {
+  it("SIGKILLs the plugin before it returns, and removes the socket directory the plugin can no longer remove", async () => {
+    // A nomadkit plugin's private socket directory; its Shutdown is never sent (an exit listener cannot wait for it).
+    const dir = mkdtempSync(join(tmpdir(), "plugin-"));
+    let p: Awaited<ReturnType<typeof launchPlugin>> | undefined;
+    try {
+      p = await launchPlugin(process.execPath, [fake], { env: { FAKE_DROP_ON_SHUTDOWN: dir } });
+      expect(existsSync(join(dir, "plugin.sock"))).toBe(true);
+      p.killSync();
+      // Before anything asynchronous ran, as in a process "exit" listener.
+      expect(existsSync(dir)).toBe(false);
+      expect(await p.exited).toEqual({ code: null, signal: "SIGKILL" });
+      // Once it has exited: nothing to do.
+      p.killSync();
+    } finally {
+      if (p && !p.exitSignal.aborted) p.process?.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("close", () => {
   it("fails calls in flight at once as cancellations, not after the grace for a plugin exit", async () => {
     const dir = mkdtempSync(join(tmpdir(), "nk-close-"));

@@ -176,6 +176,27 @@ export interface PluginClient {
    */
   kill(): Promise<PluginExit>;
   /**
+   * SIGKILLs the plugin at once, without GRPCController.Shutdown, and removes the unix socket
+   * directory it can then no longer remove itself: the last resort of a host that is exiting before
+   * it could {@link kill} the plugin, in a process `"exit"` listener, where nothing asynchronous runs
+   * any more (left, the plugin would run on, reparented to init). `exited` resolves as after `kill()`.
+   * Does nothing once the process has exited. Throws when SIGKILL is not permitted (a reattached
+   * plugin of another user).
+   *
+   * @example
+   * ```ts
+   * const atExit = () => plugin.killSync();
+   * process.on("exit", atExit);
+   * try {
+   *   await work(plugin);
+   * } finally {
+   *   await plugin.kill();
+   *   process.off("exit", atExit);
+   * }
+   * ```
+   */
+  killSync(): void;
+  /**
    * Closes the connection without stopping the plugin: it keeps running (reattach later with
    * {@link reattachConfig}) and no longer keeps this process alive.
    */
@@ -250,8 +271,11 @@ interface ClientParts {
   params: ConnectionParams;
   exited: Promise<PluginExit>;
   exitSignal: AbortSignal;
-  /** SIGKILL, `timeoutMs` after Shutdown; throws when the process cannot be killed from here. */
-  forceKill(timeoutMs: number): void;
+  /**
+   * SIGKILL, `timeoutMs` after Shutdown (undefined: without one); throws when the process cannot be
+   * killed from here.
+   */
+  forceKill(timeoutMs?: number): void;
   process?: ChildProcess;
   recentStderr(): string;
   onClose?(): void;
@@ -285,9 +309,12 @@ function buildClient(parts: ClientParts): PluginClient {
     sessions.abort();
     parts.onClose?.();
   };
-  void parts.exited.then(() => {
-    // A plugin killed hard could not remove its socket; go-plugin hosts leave it in the temp dir.
+  // A plugin killed hard could not remove its socket; go-plugin hosts leave it in the temp dir.
+  const removeSocketDir = () => {
     if (parts.params.network === "unix") removePluginSocketDir(parts.params.address, parts.startedAt, parts.socketDirsKept);
+  };
+  void parts.exited.then(() => {
+    removeSocketDir();
     closeController.abort();
     // Let in-flight calls see the failure before the session goes away.
     setImmediate(close);
@@ -343,6 +370,14 @@ function buildClient(parts: ClientParts): PluginClient {
       return exit;
     })());
 
+  const killSync = (): void => {
+    if (parts.exitSignal.aborted) return;
+    parts.forceKill();
+    // Not waiting for the exit (nothing could): a SIGKILLed process runs no more code of its own,
+    // so the socket it listened on is as good as left behind already.
+    removeSocketDir();
+  };
+
   const reattachConfig: ReattachConfig = {
     pid: parts.pid,
     network: parts.params.network,
@@ -377,6 +412,7 @@ function buildClient(parts: ClientParts): PluginClient {
     reattachConfig,
     recentStderr: parts.recentStderr,
     kill,
+    killSync,
     close,
   };
 }
@@ -809,7 +845,7 @@ export async function reattachPlugin(
         // ESRCH: already gone. EPERM: alive and another user's, so its exit would never come.
         if ((err as NodeJS.ErrnoException).code === "EPERM") {
           throw new Error(
-            `cannot kill plugin ${config.pid}: it did not exit within ${timeoutMs} ms of GRPCController.Shutdown, and SIGKILL is not permitted (EPERM: the process is not this user's); it is still running`,
+            `cannot kill plugin ${config.pid}: ${timeoutMs === undefined ? "" : `it did not exit within ${timeoutMs} ms of GRPCController.Shutdown, and `}SIGKILL is not permitted (EPERM: the process is not this user's); it is still running`,
             { cause: err },
           );
         }
