@@ -4,7 +4,9 @@
  * it), and a task keeps running under its executor when its plugin goes. So the first signal aborts
  * {@link interrupted} (launches and calls in flight end), runs everything registered with
  * {@link onInterrupt} (plugins released as Nomad stops them, tasks destroyed, temporary directories
- * removed), then exits 128+N; a second signal exits at once. Commands that give SIGINT a meaning of
+ * removed), then exits 128+N; a second signal (or the clean-up's bound) exits at once, running only
+ * what was registered with {@link atExit}: synchronous last resorts (the plugin SIGKILLed, the task's
+ * cgroup emptied, temporary directories removed). Commands that give SIGINT a meaning of
  * their own (stopping a task, ending a stream) add their own listener: while one is registered,
  * SIGINT is theirs.
  *
@@ -55,6 +57,41 @@ export const interrupted: AbortSignal = controller.signal;
 export function onInterrupt(cleanup: () => unknown): () => void {
   cleanups.add(cleanup);
   return () => cleanups.delete(cleanup);
+}
+
+const exitHooks = new Set<() => void>();
+let exitListening = false;
+
+/**
+ * Runs `hook` (synchronously: nothing asynchronous runs at exit) if the process exits before the
+ * returned function is called, after those registered later, as {@link onInterrupt}'s: for what the
+ * process would leave behind when it exits without its clean-up (a second signal, the clean-up's
+ * bound, a crash). An error it throws is reported on stderr, and the other hooks still run.
+ *
+ * @example
+ * ```ts
+ * const done = atExit(() => rmSync(dir, { recursive: true, force: true }));
+ * try { await work(dir); } finally { rmSync(dir, { recursive: true, force: true }); done(); }
+ * ```
+ */
+export function atExit(hook: () => void): () => void {
+  if (!exitListening) {
+    exitListening = true;
+    process.on("exit", runExitHooks);
+  }
+  exitHooks.add(hook);
+  return () => exitHooks.delete(hook);
+}
+
+function runExitHooks(): void {
+  for (const hook of [...exitHooks].reverse()) {
+    exitHooks.delete(hook);
+    try {
+      hook();
+    } catch (err) {
+      process.stderr.write(`nomadkit: ${(err as Error).message}\n`);
+    }
+  }
 }
 
 /** Aborts {@link interrupted}, runs the clean-ups and then exits with `status`. */

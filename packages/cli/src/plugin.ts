@@ -14,7 +14,7 @@ import {
   type ReattachConfig,
 } from "@nomadkit/client";
 import { CliError } from "./errors.js";
-import { interrupted, launchInterrupted, onInterrupt } from "./interrupt.js";
+import { atExit, interrupted, launchInterrupted, onInterrupt } from "./interrupt.js";
 
 /** Options every command shares (set on the root program). */
 export interface GlobalOptions {
@@ -234,6 +234,7 @@ export async function connectPlugin(
       );
     }
     const done = onInterrupt(() => client.close());
+    // Nor killed when this command exits at once: the plugin is the one `run` launched, and runs on for it.
     return {
       plugin: client,
       name: state.plugin,
@@ -274,6 +275,13 @@ export async function connectPlugin(
       await client.kill();
     })());
   const done = onInterrupt(stop);
+  // Exiting before the stop is done (a second signal, the clean-up's bound) left the plugin running
+  // for good, reparented to init, and its socket directory: no Shutdown then, only SIGKILL.
+  const noExitKill = atExit(() => {
+    if (client.exitSignal.aborted) return;
+    client.killSync();
+    process.stderr.write(`nomadkit: plugin ${plugin} (pid ${client.pid}) killed (SIGKILL): exiting before it was stopped\n`);
+  });
   return {
     plugin: client,
     name: plugin,
@@ -281,6 +289,7 @@ export async function connectPlugin(
     release: async () => {
       await stop();
       done();
+      noExitKill();
     },
   };
 }

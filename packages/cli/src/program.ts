@@ -6,7 +6,8 @@ import type { GlobalOptions } from "./plugin.js";
 const EXAMPLES = `
 Plugins are started exactly as Nomad starts them (magic cookie, go-plugin handshake, gRPC); a
 plugin may be a native binary or a .js/.mjs/.cjs file (run with this Node). On Ctrl-C, SIGTERM or
-SIGHUP, what a command started (plugins, tasks) is stopped before it exits with 128+N.
+SIGHUP, what a command started (plugins, tasks) is stopped before it exits with 128+N; a second
+signal exits at once, SIGKILLing the plugin it launched (run: also what is in the task's cgroup).
 
 Examples (with @nomadkit/cli installed in the project, not globally: npx nomadkit ...):
   $ nomadkit info ./nomad-driver-foo

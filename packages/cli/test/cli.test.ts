@@ -930,7 +930,7 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
       // The test driver's tasks are its plain children: this one joins its cgroups itself, as an executor would.
       const join_ = `for d in /sys/fs/cgroup/${parent}/share.slice/*.scope /sys/fs/cgroup/cpuset/${parent}/share/*.task /sys/fs/cgroup/*/${parent}/*.task; do [ -d "$d" ] && echo $$ > "$d/cgroup.procs"; done`;
       writeFileSync(join(dir, "exit-at-once.json"), JSON.stringify({ command: "/bin/sh", args: ["-c", `${join_}; echo $$ > ${pidFile}; exec sleep 1000`] }));
-      // Exiting at once leaves the allocation directory (and the plugin's socket directory) in TMPDIR.
+      // The allocation directory and the plugin's socket directory go there.
       const tmp = mkdtempSync(join(tmpdir(), "nk-cli-tmp-"));
       const run = start(["run", driver, "--task-config", "exit-at-once.json", "--cgroup-parent", parent], undefined, { TEST_PLUGIN_MODE: "hang-destroy", TMPDIR: tmp });
       let started: number[] = [];
@@ -950,8 +950,10 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
         expect(alive(taskPid), "the task in the cgroup").toBe(false);
         expect(existsSync(path!), path).toBe(false);
         expect(testCgroups(parent)).toEqual([]);
+        // The plugin is killed too, and the allocation and socket directories removed.
+        for (const pid of started) await until(() => !alive(pid));
+        expect(readdirSync(tmp)).toEqual([]);
       } finally {
-        // The plugin is left by design when the run exits at once.
         for (const pid of started) if (alive(pid)) process.kill(pid, "SIGKILL");
         if (run.child.exitCode === null) run.child.kill("SIGKILL");
         for (const d of testCgroups(parent)) removeCgroupTree(d);
@@ -1205,6 +1207,99 @@ describe("nomadkit ends quietly when its output is closed, stopping what it star
   it("output lost as the command ends still exits 141, not 0", async () => {
     expect((await withOutputClosed(["conformance", "--list"], `epipe-list-${process.pid}`)).code).toBe(141);
   });
+});
+
+describe("a second signal exits at once, killing the plugin the command launched and removing its temporary directories", () => {
+  // Exiting at once left the plugin running for good (reparented to init) with its socket
+  // directory, and `run` its allocation directory and state file too.
+  const KILLED = /nomadkit: plugin \S+ \(pid (\d+)\) killed \(SIGKILL\): exiting before it was stopped\n/;
+
+  /**
+   * Runs `args` against the test driver in `mode`, with a TMPDIR of its own (the plugin's socket
+   * directory, `run`'s allocation directory); once `ready`, SIGTERM, and once `stopping` is on
+   * stderr (the clean-up waits for the plugin then) SIGTERM again. The plugin must be gone and
+   * TMPDIR empty.
+   */
+  async function exitAtOnce(args: string[], mode: string, ready: (cmd: ReturnType<typeof start>) => Promise<unknown>, stopping: RegExp) {
+    const tmp = mkdtempSync(join(tmpdir(), "nk-cli-tmp-"));
+    const cmd = start(["--log-level", "info", ...args], undefined, { TEST_PLUGIN_MODE: mode, TMPDIR: tmp });
+    let plugin: number | undefined;
+    try {
+      await ready(cmd);
+      // The command's only child.
+      [plugin] = descendants(cmd.child.pid!);
+      expect(plugin).toBeDefined();
+      cmd.child.kill("SIGTERM");
+      await cmd.stderrMatch(stopping);
+      expect(cmd.child.kill("SIGTERM")).toBe(true);
+      const r = await cmd.done;
+      expect(r.code, r.stderr).toBe(143);
+      await until(() => !alive(plugin!));
+      expect(readdirSync(tmp)).toEqual([]);
+      // Said, with the pid: it was the exit's kill, not the clean-up's stop, that ended it.
+      expect(Number(KILLED.exec(r.stderr)?.[1]), r.stderr).toBe(plugin);
+      return r;
+    } finally {
+      if (plugin !== undefined && alive(plugin)) process.kill(plugin, "SIGKILL");
+      if (cmd.child.exitCode === null) cmd.child.kill("SIGKILL");
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  }
+
+  it("run whose DestroyTask never answers: also its allocation directory and --state file", async () => {
+    const pidFile = join(dir, "exit-at-once-run.pid");
+    const state = join(dir, "exit-at-once-state.json");
+    const task = JSON.stringify({ command: "/bin/sh", args: ["-c", `echo $$ > ${pidFile}; exec sleep 1000`] });
+    try {
+      await exitAtOnce(
+        ["run", driver, "--task-config", task, "--no-task-cgroup", "--state", state],
+        "hang-destroy",
+        async (run) => {
+          await run.stderrMatch(/wrote /);
+          await until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "");
+        },
+        // The clean-up now waits up to 10 s for DestroyTask.
+        /stopping what was started \(again to exit at once\)/,
+      );
+      expect(existsSync(state), state).toBe(false);
+    } finally {
+      // The test driver's tasks are its plain children (no cgroup here): killing the plugin leaves this one.
+      const taskPid = existsSync(pidFile) ? Number(readFileSync(pidFile, "utf8")) : 0;
+      if (taskPid > 0 && alive(taskPid)) process.kill(taskPid, "SIGKILL");
+      rmSync(pidFile, { force: true });
+      rmSync(state, { force: true });
+    }
+  }, 60_000);
+
+  // A plugin that never exits after Shutdown and whose shutdown never ends: its stop takes seconds.
+  const STUCK = "slow-shutdown,ignore-shutdown";
+
+  it("fingerprint", async () => {
+    await exitAtOnce(
+      ["fingerprint", driver, "--watch"],
+      `silent-fingerprint,abort-listeners,${STUCK}`,
+      // Logged by its SetConfig: the command has the plugin.
+      (cmd) => cmd.stderrMatch(/shutdown signal listeners/),
+      /onShutdown called/,
+    );
+  }, 60_000);
+
+  it("exec", async () => {
+    const pidFile = join(dir, "exit-at-once-exec.pid");
+    try {
+      await exitAtOnce(
+        ["exec", driver, "t1", "--", "/bin/sh", "-c", `echo $$ > ${pidFile}; exec sleep 1000`],
+        STUCK,
+        () => until(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== ""),
+        /onShutdown called/,
+      );
+    } finally {
+      // The test driver's exec sessions are its plain children.
+      const pid = existsSync(pidFile) ? Number(readFileSync(pidFile, "utf8")) : 0;
+      if (pid > 0 && alive(pid)) process.kill(pid, "SIGKILL");
+      rmSync(pidFile, { force: true });
+    }
+  }, 60_000);
 });
 
 describe("a signal that kills the plugin during its launch exits 128+N in every command", () => {

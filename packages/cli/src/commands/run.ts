@@ -42,7 +42,7 @@ import {
   type GlobalOptions,
   type RunState,
 } from "../plugin.js";
-import { interrupt, interrupted, onInterrupt } from "../interrupt.js";
+import { atExit, interrupt, interrupted, onInterrupt } from "../interrupt.js";
 import { configure } from "./inspect.js";
 
 export interface RunOptions {
@@ -128,6 +128,15 @@ export async function runCommand(
   }
   // Also while the plugin is being launched; registered first, so it runs last.
   const noAllocDirCleanup = onInterrupt(removeAllocDir);
+  const statePath = opts.state ? resolve(opts.state) : undefined;
+  let wroteState = false;
+  let taskId = "";
+  // Exiting without the clean-up (a second signal) left these too: last, after the task's cgroup
+  // and the plugin (their hooks are registered later). The state file would name a dead plugin.
+  const noExitRemoval = atExit(() => {
+    if (statePath && wroteState && holdsTask(statePath, taskId)) rmSync(statePath, { force: true });
+    removeAllocDir();
+  });
   // Replaced when the plugin dies under the task and is relaunched to recover it.
   let c: Connected;
   try {
@@ -135,6 +144,7 @@ export async function runCommand(
   } catch (err) {
     noAllocDirCleanup();
     removeAllocDir();
+    noExitRemoval();
     throw err;
   }
   /** The task's output FIFOs, read as Nomad's logmon reads them; opened just before StartTask. */
@@ -145,20 +155,12 @@ export async function runCommand(
    * The last resort for the cgroup when the process exits before the clean-up removed it (a second
    * signal exits at once): left, it stays on the host for good, with whatever still runs in it.
    */
-  const destroyCgroupAtExit = () => {
-    try {
-      cgroup?.destroySync({ timeoutMs: EXIT_CGROUP_MS });
-    } catch (e) {
-      process.stderr.write(`nomadkit: ${(e as Error).message}\n`);
-    }
-  };
-  const statePath = opts.state ? resolve(opts.state) : undefined;
+  const destroyCgroupAtExit = () => cgroup?.destroySync({ timeoutMs: EXIT_CGROUP_MS });
+  let noExitCgroup = () => {};
   let started = false;
   /** StartTask in flight: an interruption meanwhile (output closed as the task's first lines arrive) waits for it. */
   let starting: Promise<void> | undefined;
   let destroyed = false;
-  let wroteState = false;
-  let taskId = "";
   /** StartTask's handle, kept as Nomad keeps it: RecoverTask gets it when the plugin is relaunched. */
   let handle: TaskHandle | undefined;
   /** The plugin is being relaunched and the task recovered: Ctrl-C's calls and the clean-up wait for it. */
@@ -343,7 +345,7 @@ export async function runCommand(
     if (opts.taskCgroup) {
       try {
         cgroup = createTaskCgroup({ allocId, task: opts.name, parent });
-        process.on("exit", destroyCgroupAtExit);
+        noExitCgroup = atExit(destroyCgroupAtExit);
         cgroupNote = `cpuset_cgroup ${cgroup.path}`;
       } catch (err) {
         if (!(err instanceof TaskCgroupUnavailableError)) {
@@ -426,11 +428,12 @@ export async function runCommand(
       process.stderr.write(`nomadkit: ${(e as Error).message}\n`);
     });
     // Removed, or reported: a process that would not die in destroy's 10 s would not in the exit's bound.
-    process.off("exit", destroyCgroupAtExit);
+    noExitCgroup();
     noCleanup();
     await c.release();
     noAllocDirCleanup();
     removeAllocDir();
+    noExitRemoval();
   }
 }
 
