@@ -24,6 +24,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { launchPlugin, type PluginClient, type PluginLogEntry } from "@nomadkit/client";
 import { formatReport, runConformance } from "@nomadkit/conformance";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { alive, until } from "./processes.js";
 
 const bin = fileURLToPath(new URL("../bin/nomadkit.js", import.meta.url));
 const root = fileURLToPath(new URL("../../../", import.meta.url));
@@ -1273,4 +1274,46 @@ describe("nomadkit bundle", () => {
       expect(await plugin.kill()).toEqual({ code: 0, signal: null });
     }
   }, 120_000);
+
+  it("exiting at once (a second signal) during the code-cache run kills the bundled plugin and removes what the bundle made", async () => {
+    // It left the plugin running for good (reparented to init), with its socket directory, and the
+    // staging directory in --out.
+    const pidFile = join(work, "stuck.pid");
+    const stopping = join(work, "stuck.stopping");
+    writeFileSync(
+      join(work, "stuck.mjs"),
+      'import { writeFileSync } from "node:fs";\nimport { defineDriver, serveDriver } from "@nomadkit/server";\n' +
+        `writeFileSync(${JSON.stringify(pidFile)}, String(process.pid));\n` +
+        // A shutdown that never ends: the run's Shutdown, then the clean-up's kill, wait for it.
+        `void serveDriver(${stubDriver("stuck", `shutdown() { writeFileSync(${JSON.stringify(stopping)}, ""); return new Promise(() => {}); }, `)}, { shutdownTimeoutMs: 600000 });\n`,
+    );
+    const tmp = mkdtempSync(join(tmpdir(), "nk-bundle-tmp-"));
+    const child = spawn(process.execPath, [bin, "bundle", "stuck.mjs", "--out", "stuck", "--name", "stuck"], {
+      cwd: work,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, TMPDIR: tmp },
+    });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+    let pid = 0;
+    try {
+      // Bundling comes first (esbuild), then the code-cache run: no bound but the test's.
+      while (!existsSync(stopping) && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+      expect(existsSync(stopping), stderr).toBe(true);
+      pid = Number(readFileSync(pidFile, "utf8"));
+      child.kill("SIGTERM");
+      while (!stderr.includes("stopping what was started") && child.exitCode === null) await new Promise((r) => setTimeout(r, 20));
+      expect(child.kill("SIGTERM")).toBe(true);
+      expect(await exited, stderr).toBe(128 + 15);
+      await until(() => !alive(pid));
+      expect(readdirSync(tmp)).toEqual([]);
+      expect(existsSync(join(work, "stuck")), "--out, which the bundle made").toBe(false);
+    } finally {
+      if (pid > 0 && alive(pid)) process.kill(pid, "SIGKILL");
+      if (child.exitCode === null) child.kill("SIGKILL");
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
+

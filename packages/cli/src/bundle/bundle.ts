@@ -14,7 +14,7 @@ import {
 import { basename, dirname, extname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { makeDirectory } from "@nomadkit/client";
 import { CliError } from "../errors.js";
-import { onInterrupt } from "../interrupt.js";
+import { atExit, onInterrupt } from "../interrupt.js";
 import {
   trainCodeCache,
   trainExecutorCodeCache,
@@ -302,6 +302,8 @@ export async function bundlePlugin(
     else if (made !== undefined) rmSync(made, { recursive: true, force: true });
   };
   const forget = onInterrupt(discard);
+  // Also when exiting at once (a second signal): the next bundle would remove it, if there is one.
+  const forgetAtExit = atExit(discard);
   try {
     const files = bundleFiles(name);
     const out = (f: string) => join(outDir, f);
@@ -335,6 +337,7 @@ export async function bundlePlugin(
     throw err;
   } finally {
     forget();
+    forgetAtExit();
   }
 }
 

@@ -9,7 +9,7 @@ import { PluginInfoResponseSchema } from "@nomadkit/protocol/base";
 import { HealthCheckRequestSchema } from "@nomadkit/protocol/health";
 import type { PluginClient } from "@nomadkit/client";
 import { CliError } from "../errors.js";
-import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
+import { atExit, interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
 import { CODE_CACHE_DIR_ENV, CODE_CACHE_ENV } from "./launcher.js";
 
 /** One call of a load launch, as `@nomadkit/server`'s prelude.ts replays it. */
@@ -164,10 +164,13 @@ export async function trainCodeCache(
   }
   const launched = plugin;
   const noCleanup = onInterrupt(() => launched.kill());
+  // Exiting before that kill is done (a second signal) left the plugin running for good.
+  const noExitKill = atExit(() => launched.killSync());
   try {
     return { ...(await loadLaunchRun(plugin)), log };
   } finally {
     noCleanup();
+    noExitKill();
   }
 }
 
@@ -222,6 +225,8 @@ interface ExecutorModule {
     shutdownTask(): Promise<void>;
     readonly exited: AbortSignal;
     kill(): Promise<void>;
+    /** Its go-plugin connection; killSync is missing in a @nomadkit/client older than this CLI's. */
+    readonly plugin: { killSync?(): void };
   }>;
 }
 
@@ -263,10 +268,12 @@ export async function trainExecutorCodeCache(
   }
   const launched = executor;
   const noCleanup = onInterrupt(() => launched.kill());
+  const noExitKill = atExit(() => launched.plugin.killSync?.());
   try {
     await runExecutor(executor);
   } finally {
     noCleanup();
+    noExitKill();
   }
 }
 
