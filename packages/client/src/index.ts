@@ -50,7 +50,7 @@ export {
   type TaskCgroupDestroySyncOptions,
   type TaskCgroupOptions,
 } from "./task-cgroup.js";
-export { openTaskLogs, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";
+export { openTaskLogs, type LateOutput, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";
 export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } from "./agent-config.js";
 export { nomadTaskConfig, NOMAD_ENV_DENYLIST, restoredTaskHandle, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";

@@ -1,10 +1,11 @@
 /**
  * The task's stdout and stderr as Nomad's log collector (logmon) provides them, for tools and
  * tests that start tasks themselves: FIFOs in `alloc/logs` that are read before StartTask and
- * copied until EOF into `<task>.stdout.0` / `<task>.stderr.0`.
+ * copied until EOF into `<task>.stdout.0` / `<task>.stderr.0`; what is written after that EOF is
+ * lost under Nomad, and reported here.
  */
 import { execFileSync } from "node:child_process";
-import { closeSync, constants, lstatSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, constants, lstatSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
 import { Socket, type SocketConstructorOpts } from "node:net";
 import { join } from "node:path";
 import type { TaskDirs } from "./task-dirs.js";
@@ -15,6 +16,24 @@ export interface TaskLogsOptions {
   onStdout?: (chunk: Buffer) => void;
   /** Called with each chunk of the task's stderr as it arrives. */
   onStderr?: (chunk: Buffer) => void;
+  /**
+   * Called once per FIFO, as soon as output written to it after its first EOF is noticed (see
+   * {@link TaskLogs.lateOutput}): to warn the driver's author while the task runs.
+   */
+  onLateOutput?: (late: LateOutput) => void;
+}
+
+/**
+ * Output written to one of the task's FIFOs after its first EOF, which Nomad's logmon never
+ * collects: it stops copying at that EOF (but keeps its read end, so the writer's open succeeds).
+ */
+export interface LateOutput {
+  /** The FIFO written to: {@link TaskLogs.stdoutPath} or {@link TaskLogs.stderrPath}. */
+  readonly fifo: string;
+  /** How many bytes were written after its first EOF, up to when this record was made. */
+  readonly bytes: number;
+  /** What happened and what to do, in a sentence for the driver's author (it names the FIFO). */
+  readonly message: string;
 }
 
 /** The output of one task, as {@link openTaskLogs} collects it. */
@@ -34,22 +53,51 @@ export interface TaskLogs {
   /** Resolves once both FIFOs reached EOF: every writer that opened them (driver, executor, task) closed them. */
   readonly ended: Promise<void>;
   /**
+   * The output written to each FIFO after its first EOF, so far (none: `[]`): read now, so what was
+   * written before this call is counted (once the EOF itself has been read). It is neither kept in the log files nor passed to
+   * `onStdout`/`onStderr`, as Nomad's logmon never collects it; it is read all the same, so that
+   * its writer never blocks on a full pipe (under Nomad it would, once 64 KiB pile up).
+   *
+   * @example
+   * ```ts
+   * await logs.close();
+   * for (const late of logs.lateOutput()) console.warn(`warning: ${late.message}`);
+   * ```
+   */
+  lateOutput(): LateOutput[];
+  /**
    * Stops collecting, like logmon's Stop: waits up to `graceMs` (default 2000, Nomad's tolerance)
-   * for the writers left to close the FIFOs, then stops reading. Idempotent.
+   * for the writers left to close the FIFOs, then stops reading and closes every descriptor it
+   * holds (a writer that comes after this finds no reader). Idempotent.
    */
   close(graceMs?: number): Promise<void>;
 }
 
-/** One FIFO and its reader: opened at once, copied until EOF, like logmon's logRotatorWrapper. */
+/**
+ * One FIFO and its reader: opened at once, copied until EOF, like logmon's logRotatorWrapper, whose
+ * read end then stays open until Stop. Output written after that EOF is counted, not collected.
+ */
 class FifoCopy {
   readonly ended: Promise<void>;
   private readonly reader: Socket;
   private out: number | undefined;
+  /**
+   * A second read end, held from the start until close(): the copy's own goes at EOF, and logmon's
+   * stays, so a writer that comes back must find a reader (a blocking open would wait forever).
+   * Read only after EOF: before, it would take the task's output from the copy.
+   */
+  private held: number | undefined;
+  /** Reads what is written after EOF as it comes (the held end cannot be watched: see watch()). */
+  private watcher: Socket | undefined;
+  private eof = false;
+  private closing = false;
+  private lateBytes = 0;
 
   constructor(
     readonly fifo: string,
     readonly file: string,
     onData: ((chunk: Buffer) => void) | undefined,
+    private readonly onLate: ((late: LateOutput) => void) | undefined,
   ) {
     makeFifo(fifo);
     this.out = openSync(file, "a", 0o644);
@@ -59,6 +107,12 @@ class FifoCopy {
     let fd: number;
     try {
       fd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+      try {
+        this.held = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+      } catch (err) {
+        closeSync(fd);
+        throw err;
+      }
     } catch (err) {
       this.closeFile(); // nobody else would: the caller never gets this object
       throw err;
@@ -68,6 +122,11 @@ class FifoCopy {
     this.reader.on("data", (chunk: Buffer) => {
       if (this.out !== undefined) writeSync(this.out, chunk);
       onData?.(chunk);
+    });
+    // EOF proper, not a close() that stopped the copy first.
+    this.reader.once("end", () => {
+      this.eof = true;
+      this.watch();
     });
     this.ended = new Promise((resolve) => {
       const done = () => {
@@ -79,19 +138,90 @@ class FifoCopy {
     });
   }
 
+  /**
+   * Watches for output after EOF through a read end opened now: the kernel signals a FIFO's hang-up
+   * to a reader only once a writer came and went after the reader opened it (the held end, older,
+   * would signal it at once and for ever). Opened again after each writer that comes and goes.
+   * Unref'd: watching keeps no process alive.
+   */
+  private watch(): void {
+    if (this.closing) return;
+    let fd: number;
+    try {
+      fd = openSync(this.fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    } catch {
+      return; // lateOutput() still reads what comes through the held end
+    }
+    const w = new Socket({ fd, readable: true, writable: false } as SocketConstructorOpts);
+    w.unref();
+    this.watcher = w;
+    w.on("data", (chunk: Buffer) => this.late(chunk.length));
+    w.on("error", () => undefined); // lateOutput() reads on through the held end
+    w.once("end", () => {
+      if (this.watcher !== w) return;
+      this.watcher = undefined;
+      this.watch();
+    });
+  }
+
+  private late(bytes: number): void {
+    const first = this.lateBytes === 0;
+    this.lateBytes += bytes;
+    if (first) this.onLate?.(this.record()!);
+  }
+
+  /** Output after EOF so far, with what the pipe holds now read first (undefined: none). */
+  lateOutput(): LateOutput | undefined {
+    if (this.eof && this.held !== undefined) {
+      const buf = Buffer.allocUnsafe(64 * 1024);
+      for (;;) {
+        let n: number;
+        try {
+          n = readSync(this.held, buf);
+        } catch {
+          break; // EAGAIN: a writer is there, nothing pending
+        }
+        if (n === 0) break; // no writer, nothing pending
+        this.late(n);
+      }
+    }
+    return this.record();
+  }
+
+  private record(): LateOutput | undefined {
+    const n = this.lateBytes;
+    if (n === 0) return undefined;
+    const what = n === 1 ? "1 byte was" : `${n} bytes were`;
+    return {
+      fifo: this.fifo,
+      bytes: n,
+      message:
+        `${what} written to ${this.fifo} after every writer had closed it: Nomad's logmon would never collect it ` +
+        "(it stops copying a FIFO at its first end of file, and a writer blocks once 64 KiB pile up); " +
+        "open the FIFO once and keep it open for as long as the task writes (driver guide §3)",
+    };
+  }
+
   async close(graceMs: number): Promise<void> {
+    this.closing = true;
     // A writer that opens and closes at once: EOF now when no other writer is left (the driver never
     // opened the FIFO, or all of them closed it), after what is buffered has been read.
     try {
       closeSync(openSync(this.fifo, constants.O_WRONLY | constants.O_NONBLOCK));
     } catch {
-      // the reader is gone already (ENXIO)
+      // closed already: no reader is left (ENXIO)
     }
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.ended, new Promise((r) => (timer = setTimeout(r, graceMs)))]);
     clearTimeout(timer);
     this.reader.destroy();
     this.closeFile();
+    // A last look, at what came after EOF and the watcher has not read.
+    this.lateOutput();
+    this.watcher?.destroy();
+    this.watcher = undefined;
+    if (this.held !== undefined) closeSync(this.held);
+    this.held = undefined;
   }
 
   private closeFile(): void {
@@ -128,14 +258,19 @@ function readText(path: string): string {
  * Makes the task's output FIFOs where Nomad makes them (`alloc/logs/.<task>.stdout.fifo` and
  * `.stderr.fifo`, mode 0600) and starts reading them, as Nomad's logmon does before StartTask:
  * everything written is copied to `<task>.stdout.0` / `<task>.stderr.0` until EOF, which comes
- * once every writer closed the FIFO. Nothing else holds a write end, so a driver that closes the
- * FIFO and opens it again later finds no reader here (logmon may keep its read end after EOF, but
- * a driver must not rely on either: open each FIFO once). Call `close()` when the task is gone. Throws when a FIFO cannot be made.
+ * once every writer closed the FIFO. Nothing else holds a write end. As logmon, it keeps a read end
+ * after that EOF, so a driver that closes the FIFO and opens it again later does not block, but
+ * what it writes then is not collected: it is reported instead, by `onLateOutput` as soon as it is
+ * noticed and by `lateOutput()` (a driver must open each FIFO once and keep it open). Call
+ * `close()` when the task is gone: it releases every descriptor. Throws when a FIFO cannot be made.
  *
  * @example
  * ```ts
  * const dirs = createTaskDirs(allocDir, "web");
- * const logs = openTaskLogs(dirs, "web", { onStdout: (d) => process.stdout.write(d) });
+ * const logs = openTaskLogs(dirs, "web", {
+ *   onStdout: (d) => process.stdout.write(d),
+ *   onLateOutput: (late) => console.warn(`warning: ${late.message}`),
+ * });
  * const task = nomadTaskConfig({ name: "web", dirs, msgpackDriverConfig, stdoutPath: logs.stdoutPath, stderrPath: logs.stderrPath });
  * await plugin.driver.startTask({ task });
  * await plugin.driver.waitTask({ taskId: task.id });
@@ -147,10 +282,11 @@ export function openTaskLogs(dirs: TaskDirs, taskName: string, options: TaskLogs
   if (taskName === "" || taskName.includes("/") || taskName.includes("\0")) {
     throw new Error(`task name ${JSON.stringify(taskName)} cannot name a file in ${dirs.logsDir}`);
   }
-  const out = new FifoCopy(join(dirs.logsDir, `.${taskName}.stdout.fifo`), join(dirs.logsDir, `${taskName}.stdout.0`), options.onStdout);
+  const { onLateOutput } = options;
+  const out = new FifoCopy(join(dirs.logsDir, `.${taskName}.stdout.fifo`), join(dirs.logsDir, `${taskName}.stdout.0`), options.onStdout, onLateOutput);
   let err: FifoCopy;
   try {
-    err = new FifoCopy(join(dirs.logsDir, `.${taskName}.stderr.fifo`), join(dirs.logsDir, `${taskName}.stderr.0`), options.onStderr);
+    err = new FifoCopy(join(dirs.logsDir, `.${taskName}.stderr.fifo`), join(dirs.logsDir, `${taskName}.stderr.0`), options.onStderr, onLateOutput);
   } catch (e) {
     void out.close(0);
     throw e;
@@ -164,6 +300,7 @@ export function openTaskLogs(dirs: TaskDirs, taskName: string, options: TaskLogs
     stdout: () => readText(out.file),
     stderr: () => readText(err.file),
     ended: Promise.all([out.ended, err.ended]).then(() => undefined),
+    lateOutput: () => [out.lateOutput(), err.lateOutput()].filter((l) => l !== undefined),
     close: (graceMs = 2000) => (closing ??= Promise.all([out.close(graceMs), err.close(graceMs)]).then(() => undefined)),
   };
 }

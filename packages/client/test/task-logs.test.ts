@@ -1,11 +1,11 @@
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, closeSync, constants, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from "node:fs";
+import { chmodSync, chownSync, closeSync, constants, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { createTaskDirs, openTaskLogs, type TaskLogs } from "../src/index.js";
+import { createTaskDirs, openTaskLogs, type LateOutput, type TaskLogs } from "../src/index.js";
 
 const made: string[] = [];
 const open: TaskLogs[] = [];
@@ -52,8 +52,72 @@ describe("openTaskLogs", () => {
     expect(logs.stdout()).toBe("one\nthree\n");
     expect(logs.stderr()).toBe("two\n");
     expect(seen.join("")).toBe("two\n");
-    // As under Nomad, no reader is left for a writer that comes back after EOF.
+    expect(logs.lateOutput()).toEqual([]);
+  });
+
+  it("keeps a read end after EOF, as logmon does: a writer that comes back opens at once, and what it writes is reported, not collected", async () => {
+    const late: LateOutput[] = [];
+    const seen: string[] = [];
+    const { logs } = logsFor("web", { onStdout: (d) => seen.push(d.toString()), onLateOutput: (l) => late.push(l) });
+    const w = openSync(logs.stdoutPath, "a");
+    writeSync(w, "one\n");
+    closeSync(w);
+    closeSync(openSync(logs.stderrPath, "a"));
+    await logs.ended;
+    // Not blocking (a blocking open would wait here forever without a reader), nor ENXIO.
+    const again = openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK);
+    writeSync(again, "lost\n");
+    // Noticed as it is written (the first time only), or by lateOutput() at the latest.
+    const now = logs.lateOutput();
+    writeSync(again, "more\n");
+    closeSync(again);
+    expect(now).toEqual([{ fifo: logs.stdoutPath, bytes: 5, message: expect.any(String) }]);
+    expect(now[0]!.message).toBe(
+      `5 bytes were written to ${logs.stdoutPath} after every writer had closed it: Nomad's logmon would never collect it ` +
+        "(it stops copying a FIFO at its first end of file, and a writer blocks once 64 KiB pile up); open the FIFO once and keep it open for as long as the task writes (driver guide §3)",
+    );
+    expect(late).toEqual(now);
+    await logs.close(0);
+    // Counted, neither kept nor passed on.
+    expect(logs.lateOutput()).toEqual([{ fifo: logs.stdoutPath, bytes: 10, message: expect.stringContaining("10 bytes were written to") }]);
+    expect(late).toHaveLength(1);
+    expect(logs.stdout()).toBe("one\n");
+    expect(seen.join("")).toBe("one\n");
+  });
+
+  it("reads output after EOF as it comes: its writer never blocks on a full pipe, and onLateOutput tells at once", async () => {
+    let told: (l: LateOutput) => void;
+    const noticed = new Promise<LateOutput>((r) => (told = r));
+    const { logs } = logsFor("web", { onLateOutput: (l) => told(l) });
+    closeSync(openSync(logs.stdoutPath, "a"));
+    closeSync(openSync(logs.stderrPath, "a"));
+    await logs.ended;
+    // More than a pipe holds (64 KiB), by a process of its own that opens the FIFO as a shell does.
+    const child = spawn("/bin/sh", ["-c", 'head -c 200000 /dev/zero >> "$0"', logs.stdoutPath], { stdio: "ignore" });
+    const [code] = (await once(child, "exit")) as [number];
+    expect(code).toBe(0);
+    // Before close() or lateOutput(): seen as it was written.
+    expect((await noticed).fifo).toBe(logs.stdoutPath);
+    await logs.close(0);
+    expect(logs.lateOutput().map((l) => [l.fifo, l.bytes])).toEqual([[logs.stdoutPath, 200000]]);
+    expect(logs.stdout()).toBe("");
+  });
+
+  it("close() releases every descriptor it holds, also after EOF and output after it", async () => {
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    const { logs } = logsFor("web");
+    closeSync(openSync(logs.stdoutPath, "a"));
+    closeSync(openSync(logs.stderrPath, "a"));
+    await logs.ended;
+    const again = openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK);
+    writeSync(again, "late\n");
+    closeSync(again);
+    await logs.close(0);
+    expect(fds()).toBe(before);
+    // No reader is left: a writer that comes now is refused rather than kept waiting.
     expect(() => openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK)).toThrow(/ENXIO/);
+    expect(() => openSync(logs.stderrPath, constants.O_WRONLY | constants.O_NONBLOCK)).toThrow(/ENXIO/);
   });
 
   it("close() drains what was written and ends at once when no writer is left", async () => {
