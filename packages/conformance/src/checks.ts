@@ -15,7 +15,7 @@ import {
 } from "@nomadkit/protocol/driver";
 import { runExecStream, type ExecOutcome, type ExecRequest } from "./exec.js";
 import { START_MARKER, burnTaskConfig, defaultTaskSignals, signalToken, stubbornTaskConfig, type Suite, type SuiteTask } from "./suite.js";
-import { CheckFailure, Code, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
+import { CheckFailure, Code, LostOutput, SEMVER, SkipCheck, codeOf, describe, expect, formatMs, isUnimplemented, processGone, show, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
 
 /** A named step of the suite. Returns a short message on success; throws to fail or skip. */
@@ -219,7 +219,7 @@ function stillRuns(pid: number | undefined): string {
 async function deliverSignal(s: Suite, task: SuiteTask, signal: string): Promise<void> {
   const before = s.signalsReceived(task).length;
   await running(s).driver.signalTask({ taskId: task.id, signal }, s.co());
-  await waitUntil(() => s.signalsReceived(task).length > before, `the task to report ${signal} (it prints a line for each signal it traps)`, s.opts.callTimeoutMs, s.signal);
+  await s.waitForOutput(task, () => s.signalsReceived(task).length > before, `the task to report ${signal} (it prints a line for each signal it traps)`);
   const got = s.signalsReceived(task)[before]!;
   expect(got === signalToken(signal), `SignalTask asked for ${signal}, the task received SIG${got}: the driver must send the signal Nomad names`);
 }
@@ -791,7 +791,7 @@ export const CHECKS: readonly Check[] = [
       }
       const notes = [`plugin ${old.pid} -> ${s.run.pid}`];
       if (pid !== undefined) {
-        await waitUntil(() => s.size(task.logs.stdoutFile) > before, "the task's output to keep growing after the restart", s.opts.callTimeoutMs, s.signal);
+        await s.waitForOutput(task, () => s.size(task.logs.stdoutFile) > before, "the task's output to keep growing after the restart");
         expect(s.startPids(task).length === 1, `the task started ${s.startPids(task).length} times; it must never restart`);
         notes.push(`task pid ${pid} never stopped`);
       }
@@ -802,7 +802,7 @@ export const CHECKS: readonly Check[] = [
         try {
           await deliverSignal(s, task, sig);
         } catch (err) {
-          if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
+          if (err instanceof PluginShutdownError || err instanceof LostOutput || s.signal.aborted) throw err;
           throw new CheckFailure(`after RecoverTask the plugin does not control the running task (pid ${pid}): ${describe(err)}`);
         }
         notes.push(`SignalTask(${sig}) reached it`);

@@ -4,7 +4,7 @@ import { CHECKS, type Check } from "./checks.js";
 import { cleanupOnExit } from "./exit-cleanup.js";
 import { Suite, type ResolvedOptions } from "./suite.js";
 import type { CheckInfo, CheckResult, ConformanceOptions, ConformanceReport } from "./types.js";
-import { SkipCheck, describe } from "./util.js";
+import { LostOutput, SkipCheck, describe } from "./util.js";
 
 /**
  * The checks of the suite in run order: name, title and prerequisites.
@@ -51,7 +51,22 @@ function selection(only: readonly string[] | undefined): Set<string> | undefined
   return out;
 }
 
-async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promise<{ status: "pass" | "fail" | "skip"; message: string }> {
+type Outcome = { status: "pass" | "fail" | "skip"; message: string };
+
+/**
+ * Runs one check; it fails, whatever it found otherwise, when some task's output went to a FIFO
+ * after its EOF by the time it ended (its tasks destroyed): Nomad's logmon would have lost it.
+ */
+async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promise<Outcome> {
+  const r = await runCheck(s, c, stop);
+  const lost = s.lostOutput();
+  if (!lost) return r;
+  for (const f of lost.fifos) s.lateReported.add(f);
+  if (r.status === "fail") return { status: "fail", message: `${lost.message}; ${r.message}` };
+  return { status: "fail", message: `${lost.message} (otherwise ${r.status === "pass" ? "passed" : "skipped"}${r.message ? `: ${r.message}` : ""})` };
+}
+
+async function runCheck(s: Suite, c: Check, stop: AbortSignal | undefined): Promise<Outcome> {
   // One controller per check, aborted by its timeout, by the interruption, or as the check ends: the
   // check runs on a view of the suite whose calls carry it, so a check abandoned at its timeout
   // reaches the plugin no more. The listener on the run's signal is removed when the check ends:
@@ -83,6 +98,7 @@ async function runOne(s: Suite, c: Check, stop: AbortSignal | undefined): Promis
     return { status: "pass", message: msg ?? "" };
   } catch (err) {
     if (err instanceof SkipCheck) return { status: "skip", message: err.message };
+    if (err instanceof LostOutput) for (const f of err.fifos) s.lateReported.add(f);
     let message = describe(err);
     if (err instanceof PluginShutdownError) {
       // Let the exit be recorded before describing it.

@@ -33,7 +33,7 @@ import {
 import type { Spec } from "@nomadkit/protocol/hclspec";
 import { ConfigRefusedError, encodeCheckedConfig } from "./config.js";
 import type { ConformanceOptions } from "./types.js";
-import { describe, descendants, hasProc, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
+import { LostOutput, describe, descendants, hasProc, isUnimplemented, killProcess, procInfo, processGone, waitUntil } from "./util.js";
 import { anySignal } from "@nomadkit/client/runtime";
 import { inPluginSocketDir, unixSocketPaths } from "./exit-cleanup.js";
 
@@ -177,6 +177,8 @@ export class Suite {
   readonly signal: AbortSignal = new AbortController().signal;
   /** Name of the check being run. */
   current = "";
+  /** The FIFOs whose output after EOF a check's result reported (once is enough). */
+  readonly lateReported = new Set<string>();
   /** Plugins the suite stopped on purpose. */
   private readonly intentional = new Set<PluginClient>();
   /** Plugins that died on their own: during which check, and how. */
@@ -454,7 +456,8 @@ export class Suite {
       throw err;
     }
     // Logmon's FIFOs, read from before StartTask until EOF: a driver must open them for writing
-    // (a regular file would let it reopen, truncate or seek, which a FIFO without a reader refuses).
+    // (a regular file would let it reopen, truncate or seek). What comes after EOF is reported by
+    // the check during which it is noticed (lostOutput).
     const logs = openTaskLogs(dirs, name);
     const { stdoutPath, stderrPath } = logs;
     const cgroup = this.taskCgroup(allocId, name);
@@ -623,8 +626,35 @@ export class Suite {
 
   /** Waits for the default task's start marker and returns its pid. */
   async taskPid(task: SuiteTask): Promise<number> {
-    await waitUntil(() => this.startPids(task).length > 0, `the task's start line in ${task.logs.stdoutFile}`, this.opts.callTimeoutMs, this.signal);
+    await this.waitForOutput(task, () => this.startPids(task).length > 0, `the task's start line in ${task.logs.stdoutFile}`);
     return this.startPids(task)[0]!;
+  }
+
+  /**
+   * Waits until `cond` holds of what the task wrote; fails at once (LostOutput) when some of its
+   * output went to a FIFO after its EOF: what is waited for may be in it, and would never come.
+   */
+  async waitForOutput(task: SuiteTask, cond: () => boolean, what: string): Promise<void> {
+    const ready = () => {
+      if (cond()) return true;
+      const lost = this.lostOutput([task]);
+      if (lost) throw lost;
+      return false;
+    };
+    await waitUntil(ready, what, this.opts.callTimeoutMs, this.signal);
+  }
+
+  /**
+   * The output written to these tasks' FIFOs after their EOF that no check's result has reported
+   * yet (read now), as the failure to report; undefined when there is none.
+   */
+  lostOutput(tasks: readonly SuiteTask[] = this.tasks): LostOutput | undefined {
+    const late = tasks.flatMap((t) => t.logs.lateOutput()).filter((l) => !this.lateReported.has(l.fifo));
+    if (late.length === 0) return undefined;
+    return new LostOutput(
+      late.map((l) => l.fifo),
+      late.map((l) => l.message).join("; "),
+    );
   }
 
   /** Waits until a pid is gone (or a zombie). */

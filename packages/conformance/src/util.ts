@@ -28,6 +28,20 @@ export class CheckFailure extends Error {
   }
 }
 
+/**
+ * Output written to a task's FIFO after its EOF, which Nomad's logmon never collects: what a check
+ * waited for will not come, so the check fails with this at once (its message names the FIFOs).
+ */
+export class LostOutput extends CheckFailure {
+  constructor(
+    readonly fifos: readonly string[],
+    message: string,
+  ) {
+    super(message);
+    this.name = "LostOutput";
+  }
+}
+
 /** Fails the current check with `message` unless `cond` holds. */
 export function expect(cond: unknown, message: string): asserts cond {
   if (!cond) throw new CheckFailure(message);

@@ -287,6 +287,22 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
   );
 
   it(
+    "fails a driver that reopens the stdout FIFO after every writer closed it, and goes on (the reopen does not block it)",
+    async () => {
+      // The driver appends each chunk of the task's output with its own open and close: the default
+      // task's ticks come 100 ms apart, so the kit sees the FIFO's EOF between two of them. It used
+      // to stop reading there, and the next (blocking) open froze the plugin: every call timed out.
+      const report = await run(modesDriver, "log-reopen", ["signal-task", "stop-task"], { callTimeoutMs: 5_000, checkTimeoutMs: 20_000 });
+      const lost = report.results.filter((r) => r.status === "fail" && /\/\.main\.stdout\.fifo after every writer had closed it/.test(r.message));
+      expect(lost.length, formatReport(report)).toBe(1);
+      expect(lost[0]!.message).toMatch(/Nomad's logmon would never collect it.*open the FIFO once and keep it open.*driver guide §3/);
+      // Nothing waited for a frozen plugin.
+      expect(report.results.filter((r) => /timed out|did not finish|not over within/.test(r.message)), formatReport(report)).toEqual([]);
+    },
+    120_000,
+  );
+
+  it(
     "destroys the exited task with force = true, as Nomad's task runner always does",
     async () => {
       // The driver kills the (reaped) pid on force and throws ESRCH; with force = false it never did.
