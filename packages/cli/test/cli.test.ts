@@ -32,6 +32,13 @@ const direct = fileURLToPath(
     import.meta.url,
   ),
 );
+/** A driver with one bug chosen by BUG_MODE (the conformance kit's negative tests). */
+const modes = fileURLToPath(
+  new URL(
+    "../../conformance/test/fixtures/modes-driver.mjs",
+    import.meta.url,
+  ),
+);
 /** The reference driver: it runs tasks in <alloc_dir>/<task>, which Nomad creates. */
 const rawexec = fileURLToPath(
   new URL(
@@ -283,6 +290,32 @@ describe("nomadkit", () => {
     expect(r.stderr).toContain("task exited with code 3");
     expect(r.code).toBe(3);
   });
+
+  it("run warns of output written to a FIFO after every writer closed it (Nomad's logmon would lose it), and does not block its writer", async () => {
+    // The driver appends each chunk of the task's stdout with an open and a close of its own: "two"
+    // comes a second after "one", long after the FIFO's EOF. The run used to stop reading there,
+    // and the driver's (blocking) open of "two" froze the plugin: the run never ended.
+    const task = join(dir, "reopen-task.json");
+    writeFileSync(task, JSON.stringify({ command: "/bin/sh", args: ["-c", "echo one; sleep 1; echo two"] }));
+    const run = start(["run", modes, "--task-config", task, "--name", "web", "--no-task-cgroup"], undefined, { BUG_MODE: "log-reopen" });
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<"hung">((r) => (timer = setTimeout(() => r("hung"), 30_000)));
+    const r = await Promise.race([run.done, bound]);
+    clearTimeout(timer);
+    if (r === "hung") {
+      // The frozen plugin (and its task) first: the run's clean-up would wait for it in vain.
+      for (const pid of descendants(run.child.pid!)) process.kill(pid, "SIGKILL");
+      run.child.kill("SIGTERM");
+      await run.done;
+    }
+    expect(r, "the run did not end").not.toBe("hung");
+    const { code, stdout, stderr } = r as Result;
+    expect(code, stderr).toBe(0);
+    // As under Nomad: only what came before the EOF is collected.
+    expect(stdout).toBe("one\n");
+    expect(stderr).toMatch(/nomadkit: warning: 4 bytes were written to \S+\/alloc\/logs\/\.web\.stdout\.fifo after every writer had closed it: Nomad's logmon would never collect it/);
+    expect(stderr).toContain("task exited with code 0");
+  }, 60_000);
 
   it("run prepares the task's directories as Nomad does (reference driver)", async () => {
     const task = join(dir, "rawexec-task.json");

@@ -333,10 +333,11 @@ export async function runCommand(
       taskConfig?.value ?? {},
     );
     // Read before StartTask, as logmon does; nothing else holds a write end, so EOF comes when the
-    // task's writers are gone.
+    // task's writers are gone. What is written after that is lost under Nomad: said, not shown.
     const out = (logs = openTaskLogs(dirs, opts.name, {
       onStdout: (d) => process.stdout.write(d),
       onStderr: (d) => process.stderr.write(d),
+      onLateOutput: (late) => process.stderr.write(`nomadkit: warning: ${late.message}\n`),
     }));
     const allocId = randomUUID();
     // Nomad's client (>= 1.7) makes every task's cgroup before StartTask; where this host does not
