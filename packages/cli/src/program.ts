@@ -142,7 +142,7 @@ export function createProgram(info: { version?: string } = {}): Command {
     )
     .addHelpText(
       "after",
-      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it; a third exits (130)\nwithout waiting for WaitTask, once what was started is cleaned up. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone. The task's cgroup (as root: Nomad's layout\nunder nomadkit.slice on cgroup v2, nomadkit on v1) is removed after DestroyTask, with anything left in it.",
+      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it; a third exits (130)\nwithout waiting for WaitTask, once what was started is cleaned up. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone. The task's cgroup (as root: Nomad's layout\nunder nomadkit.slice on cgroup v2, nomadkit on v1, where cpuset_cgroup is the cpuset cgroup <parent>/share that tasks without\nreserved cores share, beside the task's own freezer, cpu and memory cgroups) is removed after DestroyTask, with anything left in it.",
     )
     .action(async (plugin: string, opts, cmd: Command) => {
       const { runCommand } = await import("./commands/run.js");

@@ -37,8 +37,24 @@ export interface TaskCgroupOptions {
 
 /** A task's cgroup as {@link createTaskCgroup} made it. */
 export interface TaskCgroup {
-  /** The value for `resources.linux_resources.cpuset_cgroup`: the v2 scope, or on v1 the cpuset cgroup. */
+  /**
+   * The value for `resources.linux_resources.cpuset_cgroup`: the v2 scope, or on v1 the cpuset
+   * cgroup, which (as in Nomad) is `cpuset/<parent>/share`, shared by every task without reserved
+   * cores: see {@link shared}.
+   */
   readonly path: string;
+  /**
+   * Whether {@link path} is shared with other tasks, as Nomad's v1 `share` cpuset cgroup is: a
+   * driver joins it but must not kill through it, limit it or read a task's statistics from it;
+   * the task's own cgroups are the other {@link paths} (`<controller>/<parent>/<alloc>.<task>`).
+   * {@link destroy} kills and removes only those. False on cgroup v2, where `path` is the task's own.
+   *
+   * @example
+   * ```ts
+   * const own = cgroup.shared ? cgroup.paths.filter((p) => p !== cgroup.path) : cgroup.paths;
+   * ```
+   */
+  readonly shared: boolean;
   /** The host's cgroup mode. */
   readonly version: 1 | 2;
   /**
@@ -46,15 +62,19 @@ export interface TaskCgroup {
    * `NOMAD_PARENT_CGROUP` (its `cgroup_parent`): pass it to `nomadTaskConfig` as `cgroupParent`.
    */
   readonly parent: string;
-  /** Every directory of the task (on v1 one per controller: cpuset, then freezer, cpu, memory where mounted). */
+  /**
+   * Every directory the task joins (on v1 one per controller: cpuset, then freezer, cpu, memory
+   * where mounted; the cpuset one is shared, see {@link shared}).
+   */
   readonly paths: readonly string[];
-  /** The processes in the task's cgroups and their sub-cgroups (none once destroyed). */
+  /** The processes in the task's own cgroups and their sub-cgroups (not the rest of a shared one; none once destroyed). */
   pids(): number[];
   /**
-   * Kills what is left in the task's cgroups (v2 `cgroup.kill`; v1 freeze, SIGKILL, thaw) and
+   * Kills what is left in the task's own cgroups (v2 `cgroup.kill`; v1 freeze, SIGKILL, thaw) and
    * removes them, with their sub-cgroups, retrying while the kernel still lists dying processes;
    * then the parent levels left empty, when they are nomadkit's default parent's or this process
-   * made them (a parent you name that existed before is kept: it may be a Nomad agent's). Idempotent;
+   * made them (a parent you name that existed before is kept: it may be a Nomad agent's). A shared
+   * v1 cpuset cgroup is such a level: never killed through, removed only once empty. Idempotent;
    * rejects naming what could not be removed (within 10 s), and may then be called again.
    */
   destroy(): Promise<void>;
@@ -140,9 +160,11 @@ const FREEZE_MS = 1_000;
  *
  * - v2: `<root>/<parent>/share.slice/<allocId>.<task>.scope`, with the controllers Nomad uses
  *   (cpuset, cpu, io, memory, pids) enabled down to it where the kernel offers them;
- * - v1: `<root>/cpuset/<parent>/share/<allocId>.<task>` (each level gets its parent's cpuset.cpus
- *   and cpuset.mems, without which it refuses processes) and `<root>/<c>/<parent>/<allocId>.<task>`
- *   for c in freezer, cpu, memory where mounted. The cpuset one is `path`.
+ * - v1: `<root>/cpuset/<parent>/share`, the cpuset cgroup Nomad gives every task without reserved
+ *   cores (client/lib/cgroupslib: LinuxResourcesPath), shared by them all (each level gets its
+ *   parent's cpuset.cpus and cpuset.mems, without which it refuses processes); it is `path`, and
+ *   `shared` is true. The task's own are `<root>/<c>/<parent>/<allocId>.<task>` for c in freezer,
+ *   cpu, memory where mounted.
  *
  * Existing directories are reused. Throws {@link TaskCgroupUnavailableError} (after removing what
  * it made) when the host does not allow it, and an Error for an id or name that is not one
@@ -191,27 +213,29 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
         }
         setup.mkdir(path);
       });
-      return new Cgroup(2, parent, path, [path], parentLevelsOf(root, levels, made, ownParent));
+      return new Cgroup(2, parent, path, [path], undefined, parentLevelsOf(root, levels, made, ownParent));
     }
     const cpusetRoot = join(root, "cpuset");
     if (!existsSync(join(cpusetRoot, "cgroup.procs"))) {
       throw unavailable(existsSync(root) ? `no cgroup v1 cpuset controller is mounted at ${cpusetRoot}` : `no cgroup filesystem at ${root}`);
     }
     const leaf = `${o.allocId}.${o.task}`;
+    // Nomad puts every task without reserved cores in one cpuset cgroup, `share`, and
+    // gives each its own cgroup only in the other controllers (cgroupslib's lifeCG1.paths).
     const cpusetLevels = [...parentLevels, "share"];
-    const path = join(cpusetRoot, ...cpusetLevels, leaf);
+    const path = join(cpusetRoot, ...cpusetLevels);
     const others = V1_CONTROLLERS.filter((c) => existsSync(join(root, c, "cgroup.procs")));
     setup.run(() => {
+      // The task's own directories first: from then on they tell another process's destroy that
+      // the shared level is in use (see shareInUse), so it is not removed under this task.
+      for (const c of others) {
+        for (let i = 1; i <= parentLevels.length; i++) setup.mkdir(join(root, c, ...parentLevels.slice(0, i)));
+        setup.mkdir(join(root, c, ...parentLevels, leaf));
+      }
       for (let i = 1; i <= cpusetLevels.length; i++) {
         const dir = join(cpusetRoot, ...cpusetLevels.slice(0, i));
         setup.mkdir(dir);
         inheritCpuset(dir);
-      }
-      setup.mkdir(path);
-      inheritCpuset(path);
-      for (const c of others) {
-        for (let i = 1; i <= parentLevels.length; i++) setup.mkdir(join(root, c, ...parentLevels.slice(0, i)));
-        setup.mkdir(join(root, c, ...parentLevels, leaf));
       }
     });
     const paths = [path, ...others.map((c) => join(root, c, ...parentLevels, leaf))];
@@ -219,7 +243,9 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
       ...parentLevelsOf(cpusetRoot, cpusetLevels, made, ownParent),
       ...others.flatMap((c) => parentLevelsOf(join(root, c), parentLevels, made, ownParent)),
     ];
-    return new Cgroup(1, parent, path, paths, parents, others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined);
+    const share: SharedCpuset = { path, neighbours: others.map((c) => join(root, c, ...parentLevels)) };
+    shareUsers.set(path, (shareUsers.get(path) ?? 0) + 1);
+    return new Cgroup(1, parent, path, paths, share, parents, others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined);
   } catch (err) {
     for (const d of made.reverse()) tryRmdir(d);
     if (err instanceof TaskCgroupUnavailableError) throw err;
@@ -252,6 +278,33 @@ class CgroupSetup {
       }
     }
   }
+}
+
+/** A v1 `share` cpuset cgroup, and where the tasks that use it have their own cgroups. */
+interface SharedCpuset {
+  readonly path: string;
+  /** `<root>/<controller>/<parent>` for the other controllers: each task using `path` has a directory there. */
+  readonly neighbours: readonly string[];
+}
+
+/** This process's tasks not destroyed yet, per shared cpuset cgroup: on a host with no other controller to tell. */
+const shareUsers = new Map<string, number>();
+
+/**
+ * Whether a shared cpuset cgroup may still be joined by a task: one (of any process) that has its
+ * own directory beside it in another controller, or, with no other controller mounted, one of
+ * this process's not destroyed yet. An empty `share` has no sub-cgroups to keep it busy, so rmdir
+ * alone would remove it from under a task not started yet.
+ */
+function shareInUse(s: SharedCpuset): boolean {
+  if (s.neighbours.length === 0) return (shareUsers.get(s.path) ?? 0) > 0;
+  return s.neighbours.some((dir) => {
+    try {
+      return readdirSync(dir, { withFileTypes: true }).some((e) => e.isDirectory());
+    } catch {
+      return false;
+    }
+  });
 }
 
 /** Parent levels made by this process's calls, which its destroys may remove (whichever task goes last). */
@@ -297,17 +350,30 @@ function enableControllers(dir: string): void {
 
 class Cgroup implements TaskCgroup {
   private destroying: Promise<void> | undefined;
+  /** The task's own directories: what is killed through and removed (a shared cpuset cgroup is a parent level). */
+  private readonly own: readonly string[];
+  /** Whether this task still counts among its shared cpuset cgroup's users (until its own directories are gone). */
+  private usesShare: boolean;
 
   constructor(
     readonly version: 1 | 2,
     readonly parent: string,
     readonly path: string,
     readonly paths: readonly string[],
+    /** The v1 cpuset cgroup `path` when it is shared with other tasks. */
+    private readonly share: SharedCpuset | undefined,
     /** Parent levels to remove when empty, deepest first. */
     private readonly parents: readonly string[],
     /** The v1 freezer cgroup, to stop the task before killing it. */
     private readonly freezer?: string,
-  ) {}
+  ) {
+    this.own = share ? paths.filter((p) => p !== path) : paths;
+    this.usesShare = share !== undefined;
+  }
+
+  get shared(): boolean {
+    return this.share !== undefined;
+  }
 
   destroy(): Promise<void> {
     // A failed teardown (a process that would not die in time) may be retried.
@@ -336,7 +402,7 @@ class Cgroup implements TaskCgroup {
       yield* this.kill(until);
       left.length = 0;
       // Deepest first: sub-cgroups the task made, then the task's own.
-      for (const dir of this.paths.flatMap((p) => subtree(p).reverse())) {
+      for (const dir of this.own.flatMap((p) => subtree(p).reverse())) {
         const err = tryRmdir(dir);
         if (err) left.push(`${dir}: ${err}`);
       }
@@ -346,13 +412,22 @@ class Cgroup implements TaskCgroup {
       yield Math.min(100, 5 * 2 ** round, until - now);
     }
     if (left.length > 0) throw new Error(`cannot remove the task's cgroups: ${left.join("; ")}`);
-    // Busy (other tasks') or gone levels stay as they are.
-    for (const dir of this.parents) if (tryRmdir(dir) === undefined) madeParents.delete(dir);
+    if (this.usesShare) {
+      this.usesShare = false;
+      const n = shareUsers.get(this.share!.path)! - 1;
+      if (n > 0) shareUsers.set(this.share!.path, n);
+      else shareUsers.delete(this.share!.path);
+    }
+    // Busy (other tasks') or gone levels stay as they are; a shared cpuset cgroup also while a task may still join it.
+    for (const dir of this.parents) {
+      if (dir === this.share?.path && shareInUse(this.share)) continue;
+      if (tryRmdir(dir) === undefined) madeParents.delete(dir);
+    }
   }
 
   pids(): number[] {
     const out = new Set<number>();
-    for (const dir of this.paths.flatMap(subtree)) {
+    for (const dir of this.own.flatMap(subtree)) {
       let text = "";
       try {
         text = readFileSync(join(dir, "cgroup.procs"), "utf8");

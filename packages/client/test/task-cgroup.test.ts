@@ -3,7 +3,7 @@
 // directories, and a clear refusal where cgroups cannot be made. Root only; every cgroup is named
 // nomadkit-test-<pid>… and removed after each test, whatever happened.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -59,9 +59,17 @@ function enter(cg: TaskCgroup, pid: number): void {
   for (const p of cg.paths) writeFileSync(join(p, "cgroup.procs"), `${pid}\n`);
 }
 
-/** The parent levels above the task's directories: `<parent>/share(.slice)` and `<parent>` above `path`, `<parent>` above the others. */
+/** The task's own directories, which destroy kills through and removes: not a cpuset cgroup it shares with other tasks (v1). */
+function ownDirs(cg: TaskCgroup): string[] {
+  return cg.paths.filter((p) => !(cg.shared && p === cg.path));
+}
+
+/**
+ * The parent levels above the task's own directories: `<parent>/share(.slice)` and `<parent>` above
+ * (or, shared, at) `path`, `<parent>` above the others.
+ */
 function levelsOf(cg: TaskCgroup): string[] {
-  return cg.paths.flatMap((p) => (p === cg.path ? [dirname(p), dirname(dirname(p))] : [dirname(p)]));
+  return cg.paths.flatMap((p) => (p !== cg.path ? [dirname(p)] : cg.shared ? [p, dirname(p)] : [dirname(p), dirname(dirname(p))]));
 }
 
 describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
@@ -73,11 +81,14 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
       expect(cg.version).toBe(2);
       expect(cg.path).toBe(`${ROOT}/${parent}/share.slice/alloc1.web.scope`);
       expect(cg.paths).toEqual([cg.path]);
+      expect(cg.shared).toBe(false);
       writeFileSync(join(cg.path, "cgroup.procs"), `${sleep.pid}\n`);
       expect(cgroupOf(sleep.pid)).toContain(`0::/${parent}/share.slice/alloc1.web.scope\n`);
     } else {
       expect(cg.version).toBe(1);
-      expect(cg.path).toBe(`${ROOT}/cpuset/${parent}/share/alloc1.web`);
+      // Nomad's LinuxResourcesPath for a task without reserved cores: the cpuset cgroup all such tasks share.
+      expect(cg.path).toBe(`${ROOT}/cpuset/${parent}/share`);
+      expect(cg.shared).toBe(true);
       const others = ["freezer", "cpu", "memory"].filter((c) => existsSync(`${ROOT}/${c}/cgroup.procs`));
       expect(others).toContain("freezer"); // this host's; the kill needs it
       expect(cg.paths).toEqual([cg.path, ...others.map((c) => `${ROOT}/${c}/${parent}/alloc1.web`)]);
@@ -86,7 +97,7 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
         expect(readFileSync(join(cg.path, file), "utf8").trim()).toBe(readFileSync(`${ROOT}/cpuset/${file}`, "utf8").trim());
       }
       for (const p of cg.paths) writeFileSync(join(p, "cgroup.procs"), `${sleep.pid}\n`);
-      expect(cgroupOf(sleep.pid)).toContain(`:cpuset:/${parent}/share/alloc1.web\n`);
+      expect(cgroupOf(sleep.pid)).toContain(`:cpuset:/${parent}/share\n`);
       expect(cgroupOf(sleep.pid)).toContain(`:freezer:/${parent}/alloc1.web\n`);
     }
     // A process in a sub-cgroup the task made goes too (on v1 in the freezer hierarchy: the cpuset one would need CPUs).
@@ -111,8 +122,8 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     const b = make({ allocId: "alloc1", task: "b", parent });
     const top = v2Host ? `${ROOT}/${parent}` : `${ROOT}/cpuset/${parent}`;
     await a.destroy();
-    expect(existsSync(a.path)).toBe(false);
-    expect(existsSync(b.path)).toBe(true);
+    for (const p of ownDirs(a)) expect(existsSync(p), p).toBe(false);
+    for (const p of b.paths) expect(existsSync(p), p).toBe(true);
     await b.destroy();
     expect(existsSync(top)).toBe(false);
 
@@ -122,7 +133,7 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     if (!v2Host) for (const f of ["cpuset.cpus", "cpuset.mems"]) writeFileSync(join(own, f), readFileSync(`${ROOT}/cpuset/${f}`, "utf8").trim());
     const c = make({ allocId: "alloc2", task: "c", parent: `${tag}-theirs` });
     const sleep = sleeper();
-    writeFileSync(join(c.path, "cgroup.procs"), `${sleep.pid}\n`);
+    enter(c, sleep.pid);
     await c.destroy();
     expect(await sleep.exited).toBe("SIGKILL");
     expect(existsSync(own)).toBe(true);
@@ -149,7 +160,7 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     // Done when it returns: nothing awaited in between.
     expect(dead(sleep.pid)).toBe(true);
     expect(dead(nested.pid)).toBe(true);
-    for (const p of [...a.paths, sub]) expect(existsSync(p), p).toBe(false);
+    for (const p of [...ownDirs(a), sub]) expect(existsSync(p), p).toBe(false);
     expect(a.pids()).toEqual([]);
     // The parent levels still hold b's cgroups, and b's task runs on.
     for (const p of [...b.paths, ...levelsOf(b)]) expect(existsSync(p), p).toBe(true);
@@ -165,11 +176,59 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     expect(await other.exited).toBe("SIGKILL");
   });
 
+  it.skipIf(v2Host)("on cgroup v1, tasks without reserved cores share one cpuset cgroup, as in Nomad; destroy kills and removes only the task's own cgroups", async () => {
+    const parent = `${tag}-cpushare`;
+    const a = make({ allocId: "alloc1", task: "a", parent });
+    const b = make({ allocId: "alloc2", task: "b", parent });
+    expect(b.path).toBe(a.path);
+    expect(b.path).toBe(`${ROOT}/cpuset/${parent}/share`);
+    // Each task's own cgroups, in the other controllers: <controller>/<parent>/<alloc>.<task>.
+    expect(ownDirs(a).length).toBeGreaterThan(0);
+    for (const p of ownDirs(a)) expect(p).toMatch(new RegExp(`^${ROOT}/[^/]+/${parent}/alloc1\\.a$`));
+    const sa = sleeper();
+    enter(a, sa.pid);
+    const sb = sleeper();
+    enter(b, sb.pid);
+    // In the shared cpuset cgroup only: another task's helper, say, or a Nomad agent's task.
+    const stranger = sleeper();
+    writeFileSync(join(a.path, "cgroup.procs"), `${stranger.pid}\n`);
+    expect(a.pids()).toEqual([sa.pid]);
+    expect(b.pids()).toEqual([sb.pid]);
+
+    await a.destroy();
+    expect(await sa.exited).toBe("SIGKILL");
+    expect(dead(sb.pid)).toBe(false);
+    expect(dead(stranger.pid)).toBe(false);
+    for (const p of ownDirs(a)) expect(existsSync(p), p).toBe(false);
+    for (const p of b.paths) expect(existsSync(p), p).toBe(true);
+    expect(cgroupOf(sb.pid)).toContain(`:cpuset:/${parent}/share\n`);
+
+    b.destroySync();
+    expect(dead(sb.pid)).toBe(true);
+    expect(dead(stranger.pid)).toBe(false);
+    // The shared level still holds a process: kept.
+    expect(existsSync(a.path)).toBe(true);
+    expect(readFileSync(join(a.path, "cgroup.procs"), "utf8")).toBe(`${stranger.pid}\n`);
+    writeFileSync(`${ROOT}/cpuset/cgroup.procs`, `${stranger.pid}\n`);
+    // Empty, yet another process's task (its own freezer cgroup beside it) may still join it: kept.
+    const neighbour = `${ROOT}/freezer/${parent}/alloc3.c`;
+    mkdirSync(neighbour, { recursive: true }); // with the parent level b's destroy removed
+    b.destroySync();
+    expect(existsSync(a.path)).toBe(true);
+    rmdirSync(neighbour);
+    rmdirSync(dirname(neighbour));
+    // Once nothing uses it, the level this process made goes with the next destroy.
+    b.destroySync();
+    expect(existsSync(a.path)).toBe(false);
+    expect(existsSync(`${ROOT}/cpuset/${parent}`)).toBe(false);
+    expect(await sb.exited).toBe("SIGKILL");
+  });
+
   it("destroySync throws naming what it could not remove in time, and may be called again", () => {
     const parent = `${tag}-busy`;
     const cg = make({ allocId: "alloc1", task: "web", parent });
     // A mount point cannot be removed: EBUSY, however long destroySync retries.
-    const sub = join(cg.path, "mnt");
+    const sub = join(ownDirs(cg)[0]!, "mnt");
     mkdirSync(sub);
     execFileSync("mount", ["-t", "tmpfs", "none", sub]);
     let mounted = true;
@@ -179,7 +238,7 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     execFileSync("umount", [sub]);
     mounted = false;
     cg.destroySync({ timeoutMs: 0 });
-    expect(existsSync(cg.path)).toBe(false);
+    for (const p of cg.paths) expect(existsSync(p), p).toBe(false);
     for (const p of levelsOf(cg)) expect(existsSync(p), p).toBe(false);
   });
 
@@ -291,7 +350,7 @@ describe("nomadTaskConfig", () => {
     cleanups.push(() => rmSync(alloc, { recursive: true, force: true }));
     const dirs = createTaskDirs(alloc, "web");
     const o = { name: "web", dirs, msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e" };
-    const path = `/sys/fs/cgroup/cpuset/${DEFAULT_CGROUP_PARENTS.v1}/share/a1.web`;
+    const path = `/sys/fs/cgroup/cpuset/${DEFAULT_CGROUP_PARENTS.v1}/share`;
     expect(nomadTaskConfig({ ...o, cpusetCgroup: path }).resources?.linuxResources?.cpusetCgroup).toBe(path);
     expect(nomadTaskConfig(o).resources?.linuxResources).not.toHaveProperty("cpusetCgroup");
   });
