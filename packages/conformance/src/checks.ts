@@ -1,5 +1,6 @@
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, readFileSync, readlinkSync, statSync } from "node:fs";
+import { existsSync, readFileSync, readlinkSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { PluginShutdownError, restoredTaskHandle } from "@nomadkit/client";
 import { PluginType } from "@nomadkit/protocol/base";
@@ -986,6 +987,51 @@ export const CHECKS: readonly Check[] = [
       }
       task.destroyed = true;
       return `running: ${refusal}; exited: forgotten (InspectTask: ${await inspectForgotten(s, task)})`;
+    },
+  },
+  {
+    name: "shared-cpuset",
+    title: "on cgroup v1, where cpuset_cgroup is shared by the node's tasks (Nomad's <parent>/share): StopTask and DestroyTask leave another process in it running",
+    needs: ["start-task"],
+    async run(s) {
+      if (s.noCgroup !== undefined) throw new SkipCheck(`no task cgroup (${s.noCgroup})`);
+      const p = running(s);
+      const task = s.newTask("shared-cpuset");
+      const cg = task.cgroup;
+      if (cg === undefined || !cg.shared) {
+        task.destroyed = true; // never started: its cgroup goes with the next release
+        throw new SkipCheck(cg === undefined ? `no task cgroup (${s.noCgroup ?? "none made"})` : "cgroup v2: cpuset_cgroup is the task's own");
+      }
+      // In the shared cpuset cgroup only, as another task's process is under Nomad.
+      const other = spawn("sleep", ["1000"], { stdio: "ignore" });
+      const exited = new Promise<void>((resolve) => {
+        other.once("exit", () => resolve());
+        other.once("error", () => resolve());
+      });
+      try {
+        expect(other.pid !== undefined, "cannot start sleep, the process to share the task's cpuset cgroup");
+        // Killed in the last-resort cleanup too, should the run end mid-check.
+        s.learnPid(other.pid);
+        writeFileSync(join(cg.path, "cgroup.procs"), `${other.pid}\n`);
+        const survived = (call: string) =>
+          expect(
+            !processGone(other.pid!),
+            `${call} killed pid ${other.pid}, a process of no task that was only in the task's cpuset_cgroup ${cg.path}: on cgroup v1 Nomad gives every ` +
+              `task without reserved cores that one cpuset cgroup, so killing through it kills the node's other tasks; kill, limit and measure the task ` +
+              `through its own cgroups, <controller>/<parent>/<alloc_id>.<task> (freezer, cpu, memory), as Nomad's executor does`,
+          );
+        await s.startTask(p, task);
+        await p.driver.stopTask({ taskId: task.id, signal: STOP_SIGNAL, timeout: { seconds: 10n } }, s.co());
+        await settled(s, task);
+        survived("StopTask");
+        await p.driver.destroyTask({ taskId: task.id, force: true }, s.co());
+        task.destroyed = true;
+        survived("DestroyTask");
+        return `pid ${other.pid} in ${cg.path} outlived the task's StopTask and DestroyTask`;
+      } finally {
+        other.kill("SIGKILL");
+        await exited;
+      }
     },
   },
   {

@@ -48,10 +48,13 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
       const report = await runConformance({ plugin: rawexec, name: "nomadkit-rawexec", cgroupParent, ...generous });
       const all = listChecks().map((c) => c.name);
       expect(report.results.map((r) => r.name)).toEqual(all);
+      // shared-cpuset applies where cpuset_cgroup is shared: cgroup v1, as root.
+      const sharedCpuset = canCgroup && !v2Host;
       expectPassed(
         report,
-        all.filter((n) => n !== "network"),
+        all.filter((n) => n !== "network" && (n !== "shared-cpuset" || sharedCpuset)),
       );
+      if (!sharedCpuset) expect(byName(report)["shared-cpuset"]!.status, formatReport(report)).toBe("skip");
       expect(byName(report).network!.status, formatReport(report)).toBe("skip");
       expect(byName(report).network!.message).toContain("must_create_network");
       // The recovered task is the running one, under the new plugin's control.
@@ -75,8 +78,9 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
   it(
     "starts tasks without a cgroup when taskCgroup is false",
     async () => {
-      const report = await runConformance({ plugin: rawexec, taskCgroup: false, cgroupParent, checks: ["start-task", "shutdown"], ...generous });
+      const report = await runConformance({ plugin: rawexec, taskCgroup: false, cgroupParent, checks: ["start-task", "shared-cpuset", "shutdown"], ...generous });
       expectPassed(report, ["start-task", "shutdown"]);
+      expect(byName(report)["shared-cpuset"]).toMatchObject({ status: "skip", message: "no task cgroup (turned off: taskCgroup false, --no-task-cgroup)" });
       expect(byName(report)["start-task"]!.message).toMatch(/; no task cgroup \(turned off: taskCgroup false, --no-task-cgroup\)$/);
       expect(testCgroups(cgroupParent)).toEqual([]);
     },
@@ -284,6 +288,24 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
       for (const name of ["stop-task", "exit-code", "stop-timeout"]) expect([name, good[name]!.status, good[name]!.message]).toEqual([name, "pass", expect.any(String)]);
     },
     180_000,
+  );
+
+  it.skipIf(!canCgroup || v2Host)(
+    "fails a driver that kills everything in cpuset_cgroup, which on cgroup v1 the node's tasks share (root, cgroup v1)",
+    async () => {
+      const share = `${CGROUP_ROOT}/cpuset/${cgroupParent}/share`;
+      const report = await run(modesDriver, "cpuset-kill", ["shared-cpuset"]);
+      const row = byName(report)["shared-cpuset"]!;
+      expect(row.status, formatReport(report)).toBe("fail");
+      expect(row.message).toMatch(new RegExp(`^StopTask killed pid \\d+, a process of no task that was only in the task's cpuset_cgroup ${share}: `));
+      expect(row.message).toContain("through its own cgroups, <controller>/<parent>/<alloc_id>.<task>");
+      // The same driver without the bug passes; the suite leaves no cgroup behind either way.
+      const good = byName(await run(modesDriver, "", ["shared-cpuset"]))["shared-cpuset"]!;
+      expect(good.status, good.message).toBe("pass");
+      expect(good.message).toMatch(new RegExp(`^pid \\d+ in ${share} outlived the task's StopTask and DestroyTask$`));
+      expect(testCgroups(cgroupParent)).toEqual([]);
+    },
+    120_000,
   );
 
   it(
