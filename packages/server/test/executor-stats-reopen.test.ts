@@ -86,3 +86,32 @@ it("reports the CPU used since the previous stream's last sample in the first sa
     shown,
   ).toBeGreaterThan(0);
 });
+
+it("gives two Stats streams at the same interval, open at once, each its own CPU readings", async () => {
+  const exe = await launchExecutor();
+  handles.push(exe);
+  await exe.client.launch({ cmd: "/bin/sh", args: ["-c", "while :; do :; done"], env: [PATH] });
+
+  // One busy thread uses at most one core: a stream whose readings another stream advanced would
+  // divide the CPU of its interval by the few milliseconds since the other's sample (~1600 % seen).
+  const read = async (signal: AbortSignal): Promise<number[]> => {
+    const percents: number[] = [];
+    for await (const r of exe.client.stats({ interval: 200_000_000n }, { signal })) {
+      percents.push(r.stats!.aggResourceUsage!.cpu!.percent);
+      if (percents.length === 6) break;
+    }
+    return percents;
+  };
+  // Opened together, their timers fire together: the second sample of each pair would come a
+  // fraction of a clock tick after the first, reading 0 % or a multiple of 100 % if they shared.
+  const a = new AbortController();
+  const b = new AbortController();
+  const [pa, pb] = await Promise.all([read(a.signal), read(b.signal)]);
+  a.abort();
+  b.abort();
+  const shown = `A ${pa.join(" ")} / B ${pb.join(" ")}`;
+  // A 200 ms interval read in 10 ms clock ticks: one core, give or take a tick of each reading.
+  for (const p of [...pa, ...pb]) expect(p, shown).toBeLessThanOrEqual(115);
+  // And each stream sees the loop run (the first sample of a new sampler is 0 %).
+  for (const p of [pa, pb]) expect(p.slice(1).reduce((x, y) => x + y, 0), shown).toBeGreaterThan(0);
+});

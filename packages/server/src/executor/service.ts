@@ -129,8 +129,8 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   private launchedOnce = false;
   private retired = false;
   private readonly log: ExecutorLogger;
-  /** Stats samplers of the task by interval, kept across Stats streams (see samplerFor). */
-  private readonly samplers = new WeakMap<TaskProcess, Map<number, ProcessTreeSampler>>();
+  /** Stats samplers of the task by interval, kept across Stats streams (see takeSampler). */
+  private readonly samplers = new WeakMap<TaskProcess, Map<number, { sampler: ProcessTreeSampler; inUse: boolean }>>();
 
   constructor(private readonly options: ExecutorServiceOptions = {}) {
     this.log = options.logger ?? noLog;
@@ -311,28 +311,40 @@ export class ExecutorService implements Partial<ExecutorHandlers> {
   async *stats(req: StatsRequest, ctx: HandlerContext): AsyncIterable<MessageInitShape<typeof StatsResponseSchema>> {
     const task = this.requireTask("stats");
     const intervalMs = req.interval > 0n ? Math.max(1, Number(req.interval / 1_000_000n)) : 1000;
-    const sampler = this.samplerFor(task, intervalMs);
-    for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
+    const sampler = this.takeSampler(task, intervalMs);
+    try {
+      for await (const stats of pollTaskStats(sampler, "", { intervalMs, signal: ctx.signal })) yield { stats };
+    } finally {
+      this.releaseSampler(task, intervalMs, sampler);
+    }
   }
 
   /**
-   * The task's sampler for one interval, kept across Stats streams as Nomad's executor keeps its CPU
-   * trackers for its whole life: a stream opened again (by a restarted plugin, or Nomad reopening
-   * TaskStats) reports the CPU used since the previous sample, not 0 % as for processes seen for
-   * the first time. One per interval, so each stream's percent covers its own interval; the least
-   * recently used go beyond MAX_KEPT_SAMPLERS.
+   * A sampler for one Stats stream of the task: the one the last stream at the same interval used,
+   * as Nomad's executor keeps its CPU trackers for its whole life, so a stream opened again (by a
+   * restarted plugin, or Nomad reopening TaskStats) reports the CPU used since the previous sample,
+   * not 0 % as for processes seen for the first time. A sampler serves one stream at a time (two
+   * streams advancing the same readings would each measure a sliver of their interval): while that
+   * one is in use (a stream beside it, or one still ending as the next begins), a fork of it.
    */
-  private samplerFor(task: TaskProcess, intervalMs: number): ProcessTreeSampler {
+  private takeSampler(task: TaskProcess, intervalMs: number): ProcessTreeSampler {
     let kept = this.samplers.get(task);
     if (kept === undefined) this.samplers.set(task, (kept = new Map()));
-    const sampler = kept.get(intervalMs) ?? this.newSampler(task);
+    const last = kept.get(intervalMs);
+    const sampler = last === undefined ? this.newSampler(task) : last.inUse ? last.sampler.fork() : last.sampler;
     kept.delete(intervalMs);
-    kept.set(intervalMs, sampler); // most recently used last
+    kept.set(intervalMs, { sampler, inUse: true }); // most recently used last
     for (const interval of kept.keys()) {
       if (kept.size <= MAX_KEPT_SAMPLERS) break;
       kept.delete(interval);
     }
     return sampler;
+  }
+
+  /** A stream's sampler is free again, unless a later stream at its interval has taken its place. */
+  private releaseSampler(task: TaskProcess, intervalMs: number, sampler: ProcessTreeSampler): void {
+    const last = this.samplers.get(task)?.get(intervalMs);
+    if (last?.sampler === sampler) last.inUse = false;
   }
 
   private newSampler(task: TaskProcess): ProcessTreeSampler {

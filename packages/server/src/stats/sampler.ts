@@ -96,6 +96,24 @@ export class ProcessTreeSampler {
     this.clk = options.clockTicks ?? clockTicksPerSecond();
   }
 
+  /**
+   * A sampler of the same processes that goes on from this one's last readings, for a second
+   * consumer: each of two consumers sampling one sampler would measure CPU over the sliver of time
+   * since the other's sample, while a new sampler's first sample would report 0 %.
+   *
+   * @example
+   * ```ts
+   * const mine = shared.fork();
+   * const stats = await mine.taskStats("task-1"); // CPU since shared's last sample
+   * ```
+   */
+  fork(): ProcessTreeSampler {
+    const copy = new ProcessTreeSampler(this.rootPid, { ...this.options, host: this.host, clockTicks: this.clk });
+    copy.marks = new Map(this.marks);
+    copy.cgMark = this.cgMark;
+    return copy;
+  }
+
   /** Takes one sample. A vanished root yields zeros (with timestamp, cpu and memory set). */
   async sample(): Promise<ResourceSample> {
     const procRoot = this.options.procRoot;
