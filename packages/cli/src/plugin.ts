@@ -312,17 +312,28 @@ export function orRpcError<T>(c: Connected, rpc: string, call: Promise<T>): Prom
   });
 }
 
+/**
+ * What Nomad does with a RecoverableError from `rpc`: its task runner restarts a task whose
+ * StartTask failed recoverably and fails it otherwise; its stats hook retries TaskStats with a
+ * backoff, and stops collecting the task's stats on an unrecoverable error.
+ */
+function recoverableNote(rpc: string, recoverable: boolean): string {
+  if (rpc === "Driver.StartTask")
+    return recoverable ? "recoverable: Nomad restarts the task as its restart policy allows" : "not recoverable: Nomad fails the task without restarting it";
+  if (rpc === "Driver.TaskStats")
+    return recoverable ? "recoverable: Nomad retries the call with a backoff" : "not recoverable: Nomad stops collecting the task's stats";
+  return recoverable ? "recoverable" : "not recoverable";
+}
+
 async function describeRpcError(c: Connected, rpc: string, err: unknown): Promise<CliError> {
   const name = c.name;
   if (err instanceof CliError) return err;
   if (err instanceof PluginShutdownError)
     return new CliError(`plugin ${name}: ${rpc}: the plugin exited${await exitReport(c.plugin)}`);
-  // StartTask's (and TaskStats') FailedPrecondition with a RecoverableError detail: Nomad's task
-  // runner restarts the task only when it is recoverable, so say which the driver meant.
+  // A FailedPrecondition with a RecoverableError detail: what Nomad then does depends on the call,
+  // so say which the driver meant and what follows where Nomad acts on it.
   if (err instanceof RecoverableError)
-    return new CliError(
-      `plugin ${name}: ${rpc} failed: ${err.message} (${err.recoverable ? "recoverable: Nomad restarts the task as its restart policy allows" : "not recoverable: Nomad fails the task without restarting it"})`,
-    );
+    return new CliError(`plugin ${name}: ${rpc} failed: ${err.message} (${recoverableNote(rpc, err.recoverable)})`);
   if (err instanceof ConnectError) {
     if (err.code === Code.Unimplemented)
       return new CliError(`plugin ${name} does not implement ${rpc}`);

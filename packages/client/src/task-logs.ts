@@ -209,7 +209,7 @@ class FifoCopy {
     try {
       closeSync(openSync(this.fifo, constants.O_WRONLY | constants.O_NONBLOCK));
     } catch {
-      // closed already: no reader is left (ENXIO)
+      // not expected: the held read end stays open until below (ENXIO would mean no reader)
     }
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.ended, new Promise((r) => (timer = setTimeout(r, graceMs)))]);

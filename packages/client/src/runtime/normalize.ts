@@ -79,7 +79,8 @@ export function answeredByPlugin(err: ConnectError): boolean {
  * ```
  */
 export function refusedStream(err: ConnectError): ConnectError | undefined {
-  if (err.code !== Code.Internal) return undefined;
+  // A status the plugin sent was processed, whatever its message says.
+  if (err.code !== Code.Internal || answeredByPlugin(err)) return undefined;
   for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
     if (typeof e !== "object") break;
     const o = e as { code?: unknown; message?: unknown; rawMessage?: unknown; cause?: unknown };
