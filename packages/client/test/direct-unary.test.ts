@@ -73,6 +73,9 @@ const scenarios: Record<string, Respond> = {
   "trailers-only Canceled": (s) => s.respond({ ...grpcHeaders, "grpc-status": "1", "grpc-message": "exec%20cancelled" }, { endStream: true }),
   "trailers-only NotFound": (s) =>
     s.respond({ ...grpcHeaders, "grpc-status": "5", "grpc-message": "task%20t1%20not%20found" }, { endStream: true }),
+  // A driver passing on a daemon's HTTP/2 error: the plugin processed the call, whatever the words.
+  "trailers-only Internal naming REFUSED_STREAM": (s) =>
+    s.respond({ ...grpcHeaders, "grpc-status": "13", "grpc-message": "dockerd:%20Stream%20closed%20with%20error%20code%20NGHTTP2_REFUSED_STREAM" }, { endStream: true }),
   "status after a message": (s) => withTrailers(s, frame(info), { "grpc-status": "9", "grpc-message": "too late" }),
   "RecoverableError detail": (s) =>
     s.respond(
@@ -208,6 +211,7 @@ describe("unary calls: direct path (plugin connection) and connect give the same
     ["no message, status OK", { code: Code.Unimplemented, message: "protocol error: missing output message for unary method" }],
     ["trailers-only OK", { code: Code.Unknown, message: "protocol error: missing output message for unary method" }],
     ["trailers-only NotFound", { code: Code.NotFound, message: "task t1 not found" }],
+    ["trailers-only Internal naming REFUSED_STREAM", { code: Code.Internal, message: "dockerd: Stream closed with error code NGHTTP2_REFUSED_STREAM" }],
     ["status after a message", { code: Code.FailedPrecondition, message: "too late" }],
     ["RecoverableError detail", { error: "RecoverableError", code: Code.Unknown, message: "image pull failed" }],
     ["HTTP 503", { code: Code.Unavailable, message: "HTTP 503" }],
