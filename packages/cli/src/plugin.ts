@@ -276,11 +276,12 @@ export async function connectPlugin(
     })());
   const done = onInterrupt(stop);
   // Exiting before the stop is done (a second signal, the clean-up's bound) left the plugin running
-  // for good, reparented to init, and its socket directory: no Shutdown then, only SIGKILL.
+  // for good, reparented to init, and its socket directory: no Shutdown then, only SIGKILL. What it
+  // started goes too (an executor outlives its plugin for Nomad to recover it; nothing will here).
   const noExitKill = atExit(() => {
     if (client.exitSignal.aborted) return;
-    client.killSync();
-    process.stderr.write(`nomadkit: plugin ${plugin} (pid ${client.pid}) killed (SIGKILL): exiting before it was stopped\n`);
+    client.killSync({ processTree: true });
+    process.stderr.write(`nomadkit: plugin ${plugin} (pid ${client.pid}) and the processes it started killed (SIGKILL): exiting before they were stopped\n`);
   });
   return {
     plugin: client,

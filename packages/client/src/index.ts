@@ -51,6 +51,7 @@ export {
   type TaskCgroupOptions,
 } from "./task-cgroup.js";
 export { openTaskLogs, type LateOutput, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";
+export { procInfo, processDescendants, type ProcInfo } from "./process-tree.js";
 export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } from "./agent-config.js";
 export { nomadTaskConfig, NOMAD_ENV_DENYLIST, restoredTaskHandle, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";

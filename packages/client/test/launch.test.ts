@@ -326,6 +326,44 @@ describe("killSync", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+  it("with processTree, SIGKILLs what the plugin started too, which outlives it otherwise", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "nk-tree-"));
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]![0] !== "Z";
+      } catch {
+        return false;
+      }
+    };
+    const grandchildren: number[] = [];
+    try {
+      for (const processTree of [false, true]) {
+        const pidFile = join(dir, `sleep-${processTree}.pid`);
+        // The plugin's socket directory, removed by killSync.
+        const sockets = mkdtempSync(join(tmpdir(), "plugin-"));
+        const p = await launchPlugin(process.execPath, [fake], {
+          env: { FAKE_DROP_ON_SHUTDOWN: sockets, FAKE_GRANDCHILD_PIDFILE: pidFile },
+        });
+        const sleep = Number(readFileSync(pidFile, "utf8").trim());
+        grandchildren.push(sleep);
+        p.killSync({ processTree });
+        expect(await p.exited).toEqual({ code: null, signal: "SIGKILL" });
+        // SIGKILL is delivered before kill() returns; a killed process is gone once reaped (by init).
+        if (processTree) await vi.waitFor(() => expect(alive(sleep)).toBe(false), { timeout: 30_000, interval: 20 });
+        else expect(alive(sleep)).toBe(true);
+      }
+    } finally {
+      for (const pid of grandchildren) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // gone
+        }
+      }
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("close", () => {

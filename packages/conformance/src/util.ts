@@ -1,4 +1,4 @@
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { PluginShutdownError, isCancellation } from "@nomadkit/client";
 
 /** gRPC status codes the checks look at. */
@@ -117,13 +117,8 @@ export function processGone(pid: number): boolean {
   }
 }
 
-/** What the suite reads about a process from `/proc/<pid>/stat` (Linux). */
-export interface ProcInfo {
-  ppid: number;
-  pgid: number;
-  /** Start time in clock ticks since boot: with the pid, it names one process (pids are reused). */
-  start: number;
-}
+// What the suite reads about a process, and its processes, from /proc (Linux): the client's.
+export { procInfo, processDescendants as descendants, type ProcInfo } from "@nomadkit/client";
 
 /** True when `/proc` describes processes (Linux). */
 export const hasProc = (() => {
@@ -133,45 +128,6 @@ export const hasProc = (() => {
     return false;
   }
 })();
-
-/** Parent, process group and start time of `pid`; undefined when it is gone (or without `/proc`). */
-export function procInfo(pid: number): ProcInfo | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // "pid (comm) state ppid pgrp session ...": fields from the state on; starttime is field 22.
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return { ppid: Number(f[1]), pgid: Number(f[2]), start: Number(f[19]) };
-  } catch {
-    return undefined;
-  }
-}
-
-/** Every live descendant of `root` (not `root` itself) with its start time; empty without `/proc`. */
-export function descendants(root: number): Map<number, ProcInfo> {
-  const all = new Map<number, ProcInfo>();
-  let entries: string[] = [];
-  try {
-    entries = readdirSync("/proc");
-  } catch {
-    return all;
-  }
-  for (const e of entries) {
-    if (!/^\d+$/.test(e)) continue;
-    const info = procInfo(Number(e));
-    if (info) all.set(Number(e), info);
-  }
-  const children = new Map<number, number[]>();
-  for (const [pid, info] of all) children.set(info.ppid, [...(children.get(info.ppid) ?? []), pid]);
-  const out = new Map<number, ProcInfo>();
-  const todo = [...(children.get(root) ?? [])];
-  while (todo.length > 0) {
-    const pid = todo.pop()!;
-    if (out.has(pid)) continue;
-    out.set(pid, all.get(pid)!);
-    todo.push(...(children.get(pid) ?? []));
-  }
-  return out;
-}
 
 /** SIGKILLs `pid`, and first its process group when it leads one. Never throws. */
 export function killProcess(pid: number, leadsGroup: boolean): void {

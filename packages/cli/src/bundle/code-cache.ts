@@ -165,7 +165,7 @@ export async function trainCodeCache(
   const launched = plugin;
   const noCleanup = onInterrupt(() => launched.kill());
   // Exiting before that kill is done (a second signal) left the plugin running for good.
-  const noExitKill = atExit(() => launched.killSync());
+  const noExitKill = atExit(() => launched.killSync({ processTree: true }));
   try {
     return { ...(await loadLaunchRun(plugin)), log };
   } finally {

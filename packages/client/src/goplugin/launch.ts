@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { procInfo, processDescendants } from "../process-tree.js";
 import * as net from "node:net";
 import * as tls from "node:tls";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
@@ -181,11 +182,14 @@ export interface PluginClient {
    * it could {@link kill} the plugin, in a process `"exit"` listener, where nothing asynchronous runs
    * any more (left, the plugin would run on, reparented to init). `exited` resolves as after `kill()`.
    * Does nothing once the process has exited. Throws when SIGKILL is not permitted (a reattached
-   * plugin of another user).
+   * plugin of another user). With `processTree`, every process the plugin started and that is still
+   * below it (an executor, its task, exec sessions), listed from /proc before the plugin is killed,
+   * is SIGKILLed too: they outlive their plugin by design, for a host that recovers them, which a
+   * host exiting for good will not be.
    *
    * @example
    * ```ts
-   * const atExit = () => plugin.killSync();
+   * const atExit = () => plugin.killSync({ processTree: true });
    * process.on("exit", atExit);
    * try {
    *   await work(plugin);
@@ -195,7 +199,7 @@ export interface PluginClient {
    * }
    * ```
    */
-  killSync(): void;
+  killSync(options?: { processTree?: boolean }): void;
   /**
    * Closes the connection without stopping the plugin: it keeps running (reattach later with
    * {@link reattachConfig}) and no longer keeps this process alive.
@@ -370,9 +374,20 @@ function buildClient(parts: ClientParts): PluginClient {
       return exit;
     })());
 
-  const killSync = (): void => {
+  const killSync = (options: { processTree?: boolean } = {}): void => {
     if (parts.exitSignal.aborted) return;
+    // Listed first: once the plugin is gone, its children are init's.
+    const tree = options.processTree ? processDescendants(parts.pid) : undefined;
     parts.forceKill();
+    for (const [pid, info] of tree ?? []) {
+      // Still that process (its start time), not another one given its pid since.
+      if (procInfo(pid)?.start !== info.start) continue;
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone meanwhile, or not ours to kill
+      }
+    }
     // Not waiting for the exit (nothing could): a SIGKILLed process runs no more code of its own,
     // so the socket it listened on is as good as left behind already.
     removeSocketDir();
