@@ -1247,7 +1247,7 @@ describe("nomadkit ends quietly when its output is closed, stopping what it star
 describe("a second signal exits at once, killing the plugin the command launched and removing its temporary directories", () => {
   // Exiting at once left the plugin running for good (reparented to init) with its socket
   // directory, and `run` its allocation directory and state file too.
-  const KILLED = /nomadkit: plugin \S+ \(pid (\d+)\) killed \(SIGKILL\): exiting before it was stopped\n/;
+  const KILLED = /nomadkit: plugin \S+ \(pid (\d+)\) and the processes it started killed \(SIGKILL\): exiting before they were stopped\n/;
 
   /**
    * Runs `args` against the test driver in `mode`, with a TMPDIR of its own (the plugin's socket
