@@ -42,15 +42,22 @@ export function isTransportFailure(err: ConnectError): boolean {
   if (err.code === Code.Unavailable) return true;
   if (err.code === Code.Canceled) return !answeredByPlugin(err);
   if (err.code !== Code.Internal && err.code !== Code.Unknown && err.code !== Code.Aborted) return false;
+  for (const { code, message } of causeChain(err)) {
+    if (code !== undefined && transportCodes.has(code)) return true;
+    if (message !== undefined && transportMessage.test(message)) return true;
+  }
+  return false;
+}
+
+/** `err` and its causes (at most 8 deep): each one's string `code` and message (a ConnectError's raw one). */
+function* causeChain(err: unknown): Generator<{ code?: string; message?: string }> {
   for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
     if (typeof e !== "object") break;
     const o = e as { code?: unknown; message?: unknown; rawMessage?: unknown; cause?: unknown };
-    if (typeof o.code === "string" && transportCodes.has(o.code)) return true;
     const msg = typeof o.rawMessage === "string" ? o.rawMessage : o.message;
-    if (typeof msg === "string" && transportMessage.test(msg)) return true;
+    yield { ...(typeof o.code === "string" && { code: o.code }), ...(typeof msg === "string" && { message: msg }) };
     e = o.cause;
   }
-  return false;
 }
 
 /**
@@ -81,14 +88,10 @@ export function answeredByPlugin(err: ConnectError): boolean {
 export function refusedStream(err: ConnectError): ConnectError | undefined {
   // A status the plugin sent was processed, whatever its message says.
   if (err.code !== Code.Internal || answeredByPlugin(err)) return undefined;
-  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
-    if (typeof e !== "object") break;
-    const o = e as { code?: unknown; message?: unknown; rawMessage?: unknown; cause?: unknown };
-    const msg = typeof o.rawMessage === "string" ? o.rawMessage : o.message;
-    if (typeof msg === "string" && /\b(NGHTTP2_)?REFUSED_STREAM\b/.test(msg)) {
+  for (const { message } of causeChain(err)) {
+    if (message !== undefined && /\b(NGHTTP2_)?REFUSED_STREAM\b/.test(message)) {
       return new ConnectError(err.rawMessage, Code.Unavailable, err.metadata, undefined, err);
     }
-    e = o.cause;
   }
   return undefined;
 }
