@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // nomadkit benchmark (`npm run bench`, issue 7): exec throughput, unary rate, TaskStats streams,
 // start-up, idle RSS and slow-reader memory, each next to its peers (@grpc/grpc-js serving the same
-// handlers, a raw node:http2 limit, bare node), and what each task costs (its executor's start and
+// handlers, a raw node:http2 limit and, for exec, a plain node:http2 relay of the command, bare node), and what each task costs (its executor's start and
 // memory, the plugin's memory), printed as a table and written as JSON. Exec and unary are measured
 // with two clients: this process's node:http2 client, and grpc-go (Nomad's client stack); start-up
 // with two hosts: @nomadkit/client's launchPlugin, and go-plugin's Client (Nomad's).
@@ -172,7 +172,21 @@ const fmt = {
 /** Each nomadkit driver's exec throughput over the raw limit's and over grpc-js's, with one client. */
 function execRatios(e) {
   const over = (k, peer) => e[k].mbPerSec / e[peer].mbPerSec;
-  return { refVsRaw: over("ref", "raw"), refVsGrpcjs: over("ref", "grpcjs"), onehopVsRaw: over("onehop", "raw"), onehopVsGrpcjs: over("onehop", "grpcjs") };
+  return {
+    refVsRaw: over("ref", "raw"),
+    refVsGrpcjs: over("ref", "grpcjs"),
+    onehopVsRaw: over("onehop", "raw"),
+    onehopVsGrpcjs: over("onehop", "grpcjs"),
+    // Not targets: how the plain relay of the same command stands to the limit and to nomadkit.
+    relayVsRaw: over("relay", "raw"),
+    refVsRelay: over("ref", "relay"),
+  };
+}
+
+/** The plain relay's row under one client's exec rows: its rate in the limit column, and its ratios. */
+function relayRow(e, by) {
+  const r = e.ratios;
+  return [`  plain relay of the command${by} (MB/s)`, "", "", "", `${fmt.mbs(e.relay.mbPerSec)} (relay)`, `relay/raw ${fmt.x(r.relayVsRaw)}, ref/relay ${fmt.x(r.refVsRelay)}`];
 }
 
 function table(rows, headers) {
@@ -224,6 +238,7 @@ async function main() {
       onehop: (preload = []) => launchDriver("nomadkit one hop", process.execPath, [benchDriverFile], { profileDir, preload }),
       grpcjs: (preload = []) => startServer("grpc-js", "grpcjs-server.mjs", {}, { profileDir, preload }),
       raw: () => startServer("raw http2", "raw-h2-server.mjs", {}, { profileDir }),
+      relay: () => startServer("plain relay", "raw-h2-server.mjs", { relay: true }, { profileDir }),
     };
     /** Memory measures run on freshly started processes: RSS a process already reached hides growth. */
     const withFresh = async (k, fn, preload) => {
@@ -249,6 +264,7 @@ async function main() {
     if (needTargets) {
       log("starting the reference driver (launchPlugin + StartTask), the one-hop bench driver, grpc-js and the raw HTTP/2 server");
       for (const k of ["ref", "onehop", "grpcjs", "raw"]) targets[k] = await launch[k]();
+      if (want.has("exec")) targets.relay = await launch.relay();
       if (want.has("unary")) targets.refyg = await launch.refyg();
     }
 
@@ -277,7 +293,7 @@ async function main() {
       }
     }
     if (want.has("exec")) {
-      const execTargets = { raw: targets.raw, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs };
+      const execTargets = { raw: targets.raw, relay: targets.relay, ref: targets.ref, onehop: targets.onehop, grpcjs: targets.grpcjs };
       M.exec = {
         bytes: o.execBytes,
         runs: o.execRuns,
@@ -397,11 +413,13 @@ async function main() {
     const split = (r) => (r.serverCpuSecondsPerGiBByProcess?.length > 1 ? ` (${r.serverCpuSecondsPerGiBByProcess.map((v) => v.toFixed(2)).join(" + ")})` : "");
     rows.push(["exec server CPU s per GiB", e.ref.serverCpuSecondsPerGiB.toFixed(2) + split(e.ref), e.onehop.serverCpuSecondsPerGiB.toFixed(2), e.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${e.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "plugin + executor"]);
     rows.push(["exec client CPU s per GiB", e.ref.clientCpuSecondsPerGiB.toFixed(2), e.onehop.clientCpuSecondsPerGiB.toFixed(2), e.grpcjs.clientCpuSecondsPerGiB.toFixed(2), `${e.raw.clientCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "the bench client, same for all"]);
+    rows.push(relayRow(e, ""));
     const g = e.goClient;
     if (g) {
       rows.push([`exec stdout ${fmtBytes(e.bytes)}, grpc-go client (MB/s)`, fmt.mbs(g.ref.mbPerSec), fmt.mbs(g.onehop.mbPerSec), fmt.mbs(g.grpcjs.mbPerSec), `${fmt.mbs(g.raw.mbPerSec)} (raw h2)`, `ref/raw ${X(g.ratios.refVsRaw)}, ref/grpc-js ${X(g.ratios.refVsGrpcjs)}`]);
       rows.push(["  server CPU s per GiB", g.ref.serverCpuSecondsPerGiB.toFixed(2) + split(g.ref), g.onehop.serverCpuSecondsPerGiB.toFixed(2), g.grpcjs.serverCpuSecondsPerGiB.toFixed(2), `${g.raw.serverCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "plugin + executor"]);
       rows.push(["  client CPU s per GiB", g.ref.clientCpuSecondsPerGiB.toFixed(2), g.onehop.clientCpuSecondsPerGiB.toFixed(2), g.grpcjs.clientCpuSecondsPerGiB.toFixed(2), `${g.raw.clientCpuSecondsPerGiB.toFixed(2)} (raw h2)`, "the grpc-go client"]);
+      rows.push(relayRow(g, ", grpc-go client"));
     }
   }
   if (M.unary) {
@@ -489,6 +507,7 @@ async function main() {
     `  nomadkit one hop = tools/bench/servers/nomadkit-driver.mjs (serveDriver; runExecCommand in the plugin)`,
     `  grpc-js = tools/bench/servers/grpcjs-server.mjs (@grpc/grpc-js + @grpc/proto-loader, same handlers)`,
     `  raw h2 = tools/bench/servers/raw-h2-server.mjs (node:http2, pre-framed 1 MiB messages)`,
+    `  plain relay = the same server running the command and sending each read of its stdout as one message (header beside the data, no copy): not a target, what a hand-written Node server gets from the real command`,
     `  minimal Node plugin = tools/bench/servers/minimal-plugin.cjs (node:http2 on the unix socket, go-plugin handshake, canned answers; no protobuf runtime, no dependencies): the floor for start-up and idle RSS`,
     `done in ${report.seconds.toFixed(0)} s; JSON: ${o.json}${o.snapshot ? ` and results/${o.snapshot}.json` : ""}`,
     "",

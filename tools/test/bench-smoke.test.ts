@@ -28,12 +28,12 @@ describe("npm run bench", () => {
       expect(report.client).toMatch(/http2/);
       expect(report.machine.nproc).toBeGreaterThan(0);
       const m = report.measures;
-      for (const k of ["raw", "ref", "onehop", "grpcjs"]) expect(m.exec[k].mbPerSec).toBeGreaterThan(0);
+      for (const k of ["raw", "relay", "ref", "onehop", "grpcjs"]) expect(m.exec[k].mbPerSec).toBeGreaterThan(0);
       expect(m.exec.bytes).toBe(4 * 1024 * 1024);
       for (const k of ["ref", "refyg", "onehop", "grpcjs"]) expect(m.unary[k].callsPerSec).toBeGreaterThan(0);
       if (goClient) {
         expect(report.goClient).toMatch(/grpc-go/);
-        for (const k of ["raw", "ref", "onehop", "grpcjs"]) {
+        for (const k of ["raw", "relay", "ref", "onehop", "grpcjs"]) {
           expect(m.exec.goClient[k].mbPerSec).toBeGreaterThan(0);
           expect(m.exec.goClient[k].messages).toBeGreaterThan(0);
         }

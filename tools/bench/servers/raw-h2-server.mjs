@@ -3,8 +3,12 @@
 // 0a <len> 0a <len> + zeros) written again and again with backpressure, no child process, no
 // encoding, no copy; then the stdout/stderr close markers, exited, and grpc-status 0. The byte
 // count comes from the setup command (`head -c N ...`). Prints the unix socket path first.
-// Options: one JSON argument ({"messageSize": payload bytes per message, default 1 MiB}).
+// Options: one JSON argument ({"messageSize": payload bytes per message, default 1 MiB;
+// "relay": true to run the setup command instead and send each read of its stdout as one message,
+// the gRPC prefix and protobuf header written beside the data, never copied: the plain relay, what
+// a hand-written Node server pays for the real command with Node's own pipe reads}).
 import * as http2 from "node:http2";
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,17 +28,18 @@ function varint(n) {
   return out;
 }
 
-/** The gRPC frame of {stdout: {data: <n zero bytes>}}. */
-function framed(n) {
+/** The gRPC prefix and protobuf header of {stdout: {data: <n bytes>}}, the data not included. */
+function header(n) {
   const inner = [0x0a, ...varint(n)];
   const outer = [0x0a, ...varint(inner.length + n)];
-  const len = outer.length + inner.length + n;
-  const buf = Buffer.alloc(5 + len);
-  buf.writeUInt32BE(len, 1);
+  const buf = Buffer.alloc(5 + outer.length + inner.length);
+  buf.writeUInt32BE(outer.length + inner.length + n, 1);
   buf.set(outer, 5);
   buf.set(inner, 5 + outer.length);
   return buf;
 }
+/** The gRPC frame of {stdout: {data: <n zero bytes>}}. */
+const framed = (n) => Buffer.concat([header(n), Buffer.alloc(n)]);
 const small = (hex) => {
   const p = Buffer.from(hex, "hex");
   const b = Buffer.alloc(5 + p.length);
@@ -44,6 +49,8 @@ const small = (hex) => {
 };
 // stdout close, stderr close, exited + result{exit_code 0}.
 const tail = Buffer.concat([small("0a021001"), small("12021001"), small("18012200")]);
+// The same with result{exit_code: code} (1..127).
+const tailWith = (code) => Buffer.concat([small("0a021001"), small("12021001"), small(`1801220208${code.toString(16).padStart(2, "0")}`)]);
 const full = framed(messageSize);
 
 const server = http2.createServer({
@@ -64,6 +71,7 @@ server.on("stream", (stream) => {
     const total = i >= 0 ? Number(setup.command[i + 1]) : 0;
     stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
     stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
+    if (opts.relay) return void relay(stream, setup.command);
     let left = total;
     const pump = () => {
       while (left > 0) {
@@ -77,6 +85,23 @@ server.on("stream", (stream) => {
     pump();
   });
 });
+
+/** Runs `argv` and sends each read of its stdout as one message, pausing it while the stream is full. */
+function relay(stream, argv) {
+  const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "ignore"] });
+  child.stdout.on("data", (chunk) => {
+    stream.cork();
+    stream.write(header(chunk.length));
+    const ok = stream.write(chunk);
+    stream.uncork();
+    if (!ok) {
+      child.stdout.pause();
+      stream.once("drain", () => child.stdout.resume());
+    }
+  });
+  child.on("error", () => {}); // then "close", with a negative code
+  child.on("close", (code) => stream.end(code === 0 ? tail : tailWith(code > 0 ? Math.min(code, 127) : 127)));
+}
 
 const dir = mkdtempSync(join(tmpdir(), "nk-bench-raw-"));
 const socket = join(dir, "raw.sock");
