@@ -25,7 +25,7 @@ import { Code, ConnectError, type CallOptions, type Transport } from "@connectrp
 import { PluginShutdownError, cancellationError, isCancellation } from "../errors.js";
 import { ExitWatch, type PluginExitSignal } from "./exit-watch.js";
 import { h2Unary, pluginSessions } from "./h2-call.js";
-import { isTransportFailure, recoverableFrom, refusedStream } from "./normalize.js";
+import { dialFailure, isTransportFailure, recoverableFrom, refusedStream } from "./normalize.js";
 
 export type { CallOptions };
 
@@ -168,7 +168,8 @@ export class ClientRuntime {
     if (callerSignal?.aborted) return cancellationError(err);
     if (this.#closed?.aborted) return closedHere(err);
     if (!(err instanceof ConnectError)) return err;
-    const ce = refusedStream(err) ?? err;
+    // Both are Unavailable, as grpc-go reports them, so they wait for the plugin's exit as Nomad does.
+    const ce = refusedStream(err) ?? dialFailure(err) ?? err;
     err = ce;
     const rec = recoverableFrom(ce);
     if (rec !== undefined) return rec;

@@ -1,4 +1,9 @@
-/** Classifies call failures: recoverable-error details, and transport failures that may mean the plugin died. */
+/**
+ * Classifies call failures: recoverable-error details, failures to connect, and transport failures
+ * that may mean the plugin died.
+ */
+import { statSync } from "node:fs";
+import { getSystemErrorMap } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { RecoverableError } from "../errors.js";
@@ -49,13 +54,32 @@ export function isTransportFailure(err: ConnectError): boolean {
   return false;
 }
 
+/** One error of a cause chain: its string `code` and message, and a Node system error's details. */
+interface ChainLink {
+  code?: string;
+  message?: string;
+  /** The failed system call (`connect` for a socket that could not be connected to). */
+  syscall?: string;
+  errno?: number;
+  /** The socket's path (unix) or IP address (tcp). */
+  address?: string;
+  port?: number;
+}
+
 /** `err` and its causes (at most 8 deep): each one's string `code` and message (a ConnectError's raw one). */
-function* causeChain(err: unknown): Generator<{ code?: string; message?: string }> {
+function* causeChain(err: unknown): Generator<ChainLink> {
   for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 8; depth++) {
     if (typeof e !== "object") break;
-    const o = e as { code?: unknown; message?: unknown; rawMessage?: unknown; cause?: unknown };
+    const o = e as Record<keyof ChainLink | "rawMessage" | "cause", unknown>;
     const msg = typeof o.rawMessage === "string" ? o.rawMessage : o.message;
-    yield { ...(typeof o.code === "string" && { code: o.code }), ...(typeof msg === "string" && { message: msg }) };
+    yield {
+      ...(typeof o.code === "string" && { code: o.code }),
+      ...(typeof msg === "string" && { message: msg }),
+      ...(typeof o.syscall === "string" && { syscall: o.syscall }),
+      ...(typeof o.errno === "number" && { errno: o.errno }),
+      ...(typeof o.address === "string" && { address: o.address }),
+      ...(typeof o.port === "number" && { port: o.port }),
+    };
     e = o.cause;
   }
 }
@@ -94,6 +118,52 @@ export function refusedStream(err: ConnectError): ConnectError | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * A call whose connection could not be made (connect(2) on the plugin's socket failed: no such
+ * file, nothing listening, not a socket, no permission) as Unavailable naming the socket and why,
+ * as grpc-go fails an RPC whose dial failed (Unavailable, "transport: Error while dialing: dial unix
+ * <path>: connect: <errno text>"): Nomad waits for the plugin's exit on exactly that code. Node and
+ * connect-node report most of these (ENOENT, ENOTDIR, EACCES, EAGAIN) as Internal with a bare
+ * errno. The dial's own error stays in the cause chain. Undefined for any other failure.
+ *
+ * @example
+ * ```ts
+ * const err = dialFailure(ce) ?? ce; // Code.Unavailable: "cannot connect to the plugin at unix:/tmp/p.sock: ..."
+ * ```
+ */
+export function dialFailure(err: ConnectError): ConnectError | undefined {
+  if (!dialCodes.has(err.code) || answeredByPlugin(err)) return undefined;
+  for (const link of causeChain(err)) {
+    if (link.syscall !== "connect" || link.code === undefined) continue;
+    const host = link.address?.includes(":") ? `[${link.address}]` : link.address;
+    const where = link.address === undefined ? "" : link.port === undefined ? ` at unix:${link.address}` : ` at tcp:${host}:${link.port}`;
+    const text = link.errno === undefined ? undefined : getSystemErrorMap().get(link.errno)?.[1];
+    const why = text === undefined ? link.message ?? link.code : `${text} (${link.code})`;
+    const refused = link.code === "ECONNREFUSED" && link.address !== undefined && link.port === undefined ? refusedBecause(link.address) : "";
+    return new ConnectError(`cannot connect to the plugin${where}: ${why}${refused}`, Code.Unavailable, err.metadata, undefined, err);
+  }
+  return undefined;
+}
+
+/** The codes connect-node and `ConnectError.from` give a Node error (a dial's among them). */
+const dialCodes = new Set([Code.Internal, Code.Unknown, Code.Aborted, Code.Unavailable]);
+
+/**
+ * Why connecting to unix socket `path` was refused: Linux refuses a path that is not a socket the
+ * same way as a socket nobody listens on (one its plugin left as it died).
+ */
+function refusedBecause(path: string): string {
+  let st: ReturnType<typeof statSync>;
+  try {
+    st = statSync(path, { throwIfNoEntry: false });
+  } catch {
+    return ""; // out of reach now: nothing more to say than the errno
+  }
+  if (st === undefined || st.isSocket()) return ": nothing listens on it";
+  const kind = st.isFile() ? "a regular file" : st.isDirectory() ? "a directory" : "something else";
+  return `: it is ${kind}, not a socket`;
 }
 
 /** The RecoverableError a FailedPrecondition status carries as a detail, if any. */
