@@ -33,6 +33,28 @@ export interface TaskCgroupOptions {
   parent?: string;
   /** Where cgroupfs is mounted (the v2 mount, or the directory of the v1 controllers' mounts); default `/sys/fs/cgroup`. */
   root?: string;
+  /**
+   * The CPUs the task reserves (the job's `resources { cores = N }`, as the scheduler picked them);
+   * default none. The task then gets Nomad's layout for reserved cores: its own cpuset cgroup
+   * `<parent>/reserve.slice/<allocId>.<task>.scope` on v2, `cpuset/<parent>/reserve/<allocId>.<task>`
+   * on v1, with these CPUs in its `cpuset.cpus`; the `reserve` level holds every reserved CPU and
+   * the `share` level (of the tasks without reserved cores) loses them until the last task holding
+   * them is destroyed, as Nomad's client partitions them. Each must be among the parent's CPUs.
+   * Pass the same list to `nomadTaskConfig` as `cores`.
+   *
+   * Nomad's client leaves the task's own `cpuset.cpus` to the driver's executor, which writes
+   * `linux_resources.cpuset_cpus` there; this writes it already (the same value), so that a process
+   * put in the cgroup directly runs, and so that the reservations can be read back from the
+   * hierarchy by every process. A driver must still write it itself to work under Nomad. Where the
+   * v2 hierarchy offers no cpuset controller, the layout is made but no CPUs are partitioned.
+   *
+   * @example
+   * ```ts
+   * const cgroup = createTaskCgroup({ allocId, task: "db", cores: [2, 3] });
+   * const task = nomadTaskConfig({ ...o, cpusetCgroup: cgroup.path, cores: cgroup.cores });
+   * ```
+   */
+  cores?: readonly number[];
 }
 
 /** A task's cgroup as {@link createTaskCgroup} made it. */
@@ -40,14 +62,15 @@ export interface TaskCgroup {
   /**
    * The value for `resources.linux_resources.cpuset_cgroup`: the v2 scope, or on v1 the cpuset
    * cgroup, which (as in Nomad) is `cpuset/<parent>/share`, shared by every task without reserved
-   * cores: see {@link shared}.
+   * cores (see {@link shared}), or the task's own `cpuset/<parent>/reserve/<allocId>.<task>` with them.
    */
   readonly path: string;
   /**
    * Whether {@link path} is shared with other tasks, as Nomad's v1 `share` cpuset cgroup is: a
    * driver joins it but must not kill through it, limit it or read a task's statistics from it;
    * the task's own cgroups are the other {@link paths} (`<controller>/<parent>/<alloc>.<task>`).
-   * {@link destroy} kills and removes only those. False on cgroup v2, where `path` is the task's own.
+   * {@link destroy} kills and removes only those. False on cgroup v2 and for a task with reserved
+   * cores, where `path` is the task's own.
    *
    * @example
    * ```ts
@@ -57,6 +80,8 @@ export interface TaskCgroup {
   readonly shared: boolean;
   /** The host's cgroup mode. */
   readonly version: 1 | 2;
+  /** The CPUs the task reserves, ascending ([] for none): see {@link TaskCgroupOptions.cores}. */
+  readonly cores: readonly number[];
   /**
    * The parent as given (or the default), what Nomad's client puts in the task's
    * `NOMAD_PARENT_CGROUP` (its `cgroup_parent`): pass it to `nomadTaskConfig` as `cgroupParent`.
@@ -166,9 +191,13 @@ const FREEZE_MS = 1_000;
  *   `shared` is true. The task's own are `<root>/<c>/<parent>/<allocId>.<task>` for c in freezer,
  *   cpu, memory where mounted.
  *
+ * With reserved cores (`cores`), Nomad's other partition: `reserve.slice` (v2) or `reserve` (v1)
+ * in place of `share`, the task's own cpuset cgroup below it, and the cores taken from `share`
+ * until the task is destroyed (see {@link TaskCgroupOptions.cores}).
+ *
  * Existing directories are reused. Throws {@link TaskCgroupUnavailableError} (after removing what
- * it made) when the host does not allow it, and an Error for an id or name that is not one
- * directory name.
+ * it made) when the host does not allow it, an Error for an id or name that is not one directory
+ * name, and a RangeError for cores that are not CPU numbers or not among the parent's CPUs.
  *
  * @example
  * ```ts
@@ -188,6 +217,7 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
       throw new Error(`${what} ${JSON.stringify(v)} cannot name a cgroup directory`);
     }
   }
+  const cores = checkCores(o.cores);
   const root = o.root ?? "/sys/fs/cgroup";
   const v2 = existsSync(join(root, "cgroup.controllers"));
   const parent = o.parent ?? (v2 ? DEFAULT_CGROUP_PARENTS.v2 : DEFAULT_CGROUP_PARENTS.v1);
@@ -197,13 +227,16 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
   }
   // Parent levels are removed with the task's only when nobody else may rely on them.
   const ownParent = o.parent === undefined;
+  const reserving = cores.length > 0;
   const made: string[] = [];
   const setup = new CgroupSetup(made);
   try {
     if (v2) {
       if (!existsSync(join(root, "cgroup.procs"))) throw unavailable(`${root} is not a cgroup v2 mount`);
-      const levels = [...parentLevels, "share.slice"];
+      // Nomad's partitions (cgroupslib's GetPartitionFromBool): tasks with reserved cores in reserve.slice.
+      const levels = [...parentLevels, reserving ? "reserve.slice" : "share.slice"];
       const path = join(root, ...levels, `${o.allocId}.${o.task}.scope`);
+      const partition = new CpuPartition(join(root, ...parentLevels), 2);
       setup.run(() => {
         enableControllers(root);
         for (let i = 1; i <= levels.length; i++) {
@@ -211,9 +244,16 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
           setup.mkdir(dir);
           enableControllers(dir);
         }
-        setup.mkdir(path);
+        if (partition.available()) {
+          // The scope joins with its CPUs written: share loses them first, reserve gets them.
+          if (reserving || existsSync(partition.reserve)) partition.write(cores);
+          setup.mkdir(path);
+          if (reserving) writeFileSync(join(path, "cpuset.cpus"), cores.join(","));
+        } else {
+          setup.mkdir(path);
+        }
       });
-      return new Cgroup(2, parent, path, [path], undefined, parentLevelsOf(root, levels, made, ownParent));
+      return new Cgroup(2, parent, path, [path], undefined, parentLevelsOf(root, levels, made, ownParent), cores, reserving ? partition : undefined);
     }
     const cpusetRoot = join(root, "cpuset");
     if (!existsSync(join(cpusetRoot, "cgroup.procs"))) {
@@ -221,9 +261,11 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
     }
     const leaf = `${o.allocId}.${o.task}`;
     // Nomad puts every task without reserved cores in one cpuset cgroup, `share`, and
-    // gives each its own cgroup only in the other controllers (cgroupslib's lifeCG1.paths).
-    const cpusetLevels = [...parentLevels, "share"];
-    const path = join(cpusetRoot, ...cpusetLevels);
+    // gives each its own cgroup only in the other controllers (cgroupslib's lifeCG1.paths);
+    // a task with reserved cores gets its own cpuset cgroup too, `reserve/<alloc>.<task>`.
+    const cpusetLevels = [...parentLevels, reserving ? "reserve" : "share"];
+    const path = reserving ? join(cpusetRoot, ...cpusetLevels, leaf) : join(cpusetRoot, ...cpusetLevels);
+    const partition = new CpuPartition(join(cpusetRoot, ...parentLevels), 1);
     const others = V1_CONTROLLERS.filter((c) => existsSync(join(root, c, "cgroup.procs")));
     setup.run(() => {
       // The task's own directories first: from then on they tell another process's destroy that
@@ -237,22 +279,138 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
         setup.mkdir(dir);
         inheritCpuset(dir);
       }
+      // The reserved CPUs leave share before reserve (and then the task's cgroup, a subset of it) holds them.
+      if (reserving || existsSync(partition.reserve)) partition.write(cores);
+      if (reserving) {
+        setup.mkdir(path);
+        // Nomad's lifeCG1.Setup gives it its parent's memory nodes; the CPUs are the task's.
+        writeFileSync(join(path, "cpuset.mems"), readFileSync(join(partition.reserve, "cpuset.mems"), "utf8").trim());
+        writeFileSync(join(path, "cpuset.cpus"), cores.join(","));
+      }
     });
     const paths = [path, ...others.map((c) => join(root, c, ...parentLevels, leaf))];
     const parents = [
       ...parentLevelsOf(cpusetRoot, cpusetLevels, made, ownParent),
       ...others.flatMap((c) => parentLevelsOf(join(root, c), parentLevels, made, ownParent)),
     ];
+    const freezer = others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined;
+    if (reserving) return new Cgroup(1, parent, path, paths, undefined, parents, cores, partition, freezer);
     const share: SharedCpuset = { path, neighbours: others.map((c) => join(root, c, ...parentLevels)) };
     shareUsers.set(path, (shareUsers.get(path) ?? 0) + 1);
-    return new Cgroup(1, parent, path, paths, share, parents, others.includes("freezer") ? join(root, "freezer", ...parentLevels, leaf) : undefined);
+    return new Cgroup(1, parent, path, paths, share, parents, cores, undefined, freezer);
   } catch (err) {
     for (const d of made.reverse()) tryRmdir(d);
-    if (err instanceof TaskCgroupUnavailableError) throw err;
+    if (err instanceof TaskCgroupUnavailableError || err instanceof RangeError) throw err;
     const code = (err as NodeJS.ErrnoException).code;
     const hint = code === "EACCES" || code === "EPERM" ? (process.getuid?.() === 0 ? "not permitted: " : "not root: ") : code === "EROFS" ? "read-only: " : "";
     throw unavailable(`${hint}${(err as Error).message}`, err);
   }
+}
+
+/** The reserved cores as given: whole CPU numbers, sorted, without repeats. */
+function checkCores(cores: readonly number[] | undefined): number[] {
+  if (cores === undefined) return [];
+  if (!Array.isArray(cores)) throw new RangeError(`cores ${String(cores)}: must be an array of CPU numbers`);
+  for (const c of cores) {
+    if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`cores: ${String(c)} is not a CPU number (an integer >= 0)`);
+  }
+  return [...new Set(cores)].sort((a, b) => a - b);
+}
+
+/**
+ * Nomad's cpuset partition (cgroupslib's partition) under one parent: `share` holds the parent's
+ * CPUs that no task reserves, `reserve` those that tasks do. What is reserved is read back from
+ * the hierarchy, the `cpuset.cpus` of the task cgroups in `reserve`, so that tasks of several
+ * processes add up and a CPU two tasks reserve stays reserved until both are gone.
+ */
+class CpuPartition {
+  readonly share: string;
+  readonly reserve: string;
+
+  constructor(
+    /** The parent cgroup, whose CPUs are partitioned. */
+    readonly parent: string,
+    private readonly version: 1 | 2,
+  ) {
+    this.share = join(parent, version === 2 ? "share.slice" : "share");
+    this.reserve = join(parent, version === 2 ? "reserve.slice" : "reserve");
+  }
+
+  /** Whether the parent is there with a cpuset controller (on v1 always; on v2 where enabled for it). */
+  available(): boolean {
+    return existsSync(join(this.parent, this.version === 2 ? "cpuset.cpus.effective" : "cpuset.cpus"));
+  }
+
+  /**
+   * Writes share and reserve (those that exist) for the tasks in reserve plus `adding`, which must
+   * be among the parent's CPUs. Share is written first, as in Nomad: on v1 its CPUs may overlap
+   * reserve's, but a task cgroup's must be within reserve's.
+   */
+  write(adding: readonly number[]): void {
+    // Gone with the last task's destroy, in another process (or no cpuset controller): nothing to give back.
+    if (adding.length === 0 && !this.available()) return;
+    // On v2 the parent's own cpuset.cpus may be empty (all of its parent's): take the effective ones.
+    const usable = parseCpuList(readFileSync(join(this.parent, this.version === 2 ? "cpuset.cpus.effective" : "cpuset.cpus"), "utf8"));
+    const missing = adding.filter((c) => !usable.has(c));
+    if (missing.length > 0) {
+      throw new RangeError(`cores ${formatCpuList(missing)}: not among the CPUs of ${this.parent} (${formatCpuList([...usable]) || "none"})`);
+    }
+    const reserved = new Set(adding);
+    for (const dir of subdirs(this.reserve)) {
+      for (const c of parseCpuList(tryRead(join(dir, "cpuset.cpus")))) if (usable.has(c)) reserved.add(c);
+    }
+    writeCpus(this.share, [...usable].filter((c) => !reserved.has(c)));
+    writeCpus(this.reserve, [...reserved]);
+  }
+}
+
+/** The cgroups right below `dir` (none when it is gone). */
+function subdirs(dir: string): string[] {
+  try {
+    return readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join(dir, e.name));
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Sets a partition's CPUs, where it exists. As Nomad's writeCpuset: the kernel refuses to empty the
+ * CPUs of a cgroup with processes in it (ENOSPC), and then the previous ones stay.
+ */
+function writeCpus(dir: string, cpus: number[]): void {
+  if (!existsSync(dir)) return;
+  try {
+    // An empty list clears them (a write of nothing would not reach the kernel).
+    writeFileSync(join(dir, "cpuset.cpus"), formatCpuList(cpus) || "\n");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" && !existsSync(dir)) return; // removed meanwhile by another process's destroy
+    if (!(cpus.length === 0 && code === "ENOSPC")) throw err;
+  }
+}
+
+/** A cpuset list ("0-2,5", as cpuset(7) writes it) as a set of CPU numbers. */
+function parseCpuList(text: string): Set<number> {
+  const out = new Set<number>();
+  for (const part of text.trim().split(",")) {
+    const m = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
+    if (!m) continue;
+    for (let c = Number(m[1]); c <= Number(m[2] ?? m[1]); c++) out.add(c);
+  }
+  return out;
+}
+
+/** CPU numbers as a cpuset list with ranges, ascending ("0-2,5"), as Nomad's idset writes them; "" for none. */
+export function formatCpuList(cpus: Iterable<number>): string {
+  const sorted = [...new Set(cpus)].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++;
+    parts.push(j === i ? `${sorted[i]}` : `${sorted[i]}-${sorted[j]}`);
+    i = j + 1;
+  }
+  return parts.join(",");
 }
 
 /** Makes directories, remembering the ones it made; retries a set-up that lost a race with another process's destroy. */
@@ -364,6 +522,9 @@ class Cgroup implements TaskCgroup {
     private readonly share: SharedCpuset | undefined,
     /** Parent levels to remove when empty, deepest first. */
     private readonly parents: readonly string[],
+    readonly cores: readonly number[],
+    /** Where the task's reserved cores are partitioned, to give them back once it is gone. */
+    private readonly partition: CpuPartition | undefined,
     /** The v1 freezer cgroup, to stop the task before killing it. */
     private readonly freezer?: string,
   ) {
@@ -412,6 +573,13 @@ class Cgroup implements TaskCgroup {
       yield Math.min(100, 5 * 2 ** round, until - now);
     }
     if (left.length > 0) throw new Error(`cannot remove the task's cgroups: ${left.join("; ")}`);
+    // Its cores go back to share (those no other task holds), as Nomad's partition Release does.
+    let released: unknown;
+    try {
+      this.partition?.write([]);
+    } catch (err) {
+      released = err;
+    }
     if (this.usesShare) {
       this.usesShare = false;
       const n = shareUsers.get(this.share!.path)! - 1;
@@ -422,6 +590,9 @@ class Cgroup implements TaskCgroup {
     for (const dir of this.parents) {
       if (dir === this.share?.path && shareInUse(this.share)) continue;
       if (tryRmdir(dir) === undefined) madeParents.delete(dir);
+    }
+    if (released !== undefined) {
+      throw new Error(`cannot give the task's reserved cores back to ${this.partition!.share}: ${(released as Error).message}`, { cause: released });
     }
   }
 

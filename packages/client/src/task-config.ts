@@ -4,10 +4,11 @@
  * output paths, so a driver sees what it will see under Nomad.
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { hostname } from "node:os";
+import { cpus, hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema, TaskHandle } from "@nomadkit/protocol/driver";
 import { nodeTotalComputeMhz } from "./agent-config.js";
+import { formatCpuList } from "./task-cgroup.js";
 import type { TaskDirs } from "./task-dirs.js";
 
 /** A StartTask `task` in init form, as {@link nomadTaskConfig} builds it: a plain object whose `id` is set. */
@@ -47,8 +48,25 @@ export interface NomadTaskConfigOptions {
   datacenter?: string;
   /** The task's `user`; default none. */
   user?: string;
-  /** CPU in MHz (cpu_shares); default 100, Nomad's default task resources. */
+  /**
+   * CPU in MHz (cpu_shares); default 100, Nomad's default task resources, or with `cores` what
+   * Nomad's scheduler gives a task that reserves them: the node's compute per core times their number.
+   */
   cpuMhz?: number;
+  /**
+   * The CPUs the task reserves (`resources { cores = N }`, as the scheduler picked them); default
+   * none. As Nomad's task runner: `linux_resources.cpuset_cpus` lists them (comma-separated, in the
+   * order given) for the driver to write into the task's cpuset cgroup, and NOMAD_CPU_CORES names
+   * them as a cpuset list ("0-2,5"). Give the task's cgroup from `createTaskCgroup` with the same
+   * `cores` as `cpusetCgroup`.
+   *
+   * @example
+   * ```ts
+   * const cgroup = createTaskCgroup({ allocId, task: "db", cores: [2, 3] });
+   * const task = nomadTaskConfig({ name: "db", dirs, allocId, msgpackDriverConfig, stdoutPath, stderrPath, cpusetCgroup: cgroup.path, cores: cgroup.cores });
+   * ```
+   */
+  cores?: readonly number[];
   /** Memory in MB; default 300, Nomad's default task resources. */
   memoryMb?: number;
   /**
@@ -127,7 +145,10 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
   const namespace = o.namespace ?? "default";
   const allocIndex = o.allocIndex ?? 0;
   if (!Number.isSafeInteger(allocIndex) || allocIndex < 0) throw new Error(`allocIndex ${allocIndex}: must be a non-negative integer`);
-  const cpuShares = BigInt(o.cpuMhz ?? 100);
+  const cores = o.cores ?? [];
+  for (const c of cores) if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`cores: ${String(c)} is not a CPU number (an integer >= 0)`);
+  // The scheduler's SharesPerCore times the cores: what a task that reserves them is charged.
+  const cpuShares = BigInt(o.cpuMhz ?? (cores.length > 0 ? Math.floor((o.totalComputeMhz ?? nodeTotalComputeMhz()) / cpus().length) * new Set(cores).size : 100));
   const memoryMb = BigInt(o.memoryMb ?? 300);
   const memoryMaxMb = BigInt(o.memoryMaxMb ?? 0);
   const memoryLimitMb = memoryMaxMb > memoryMb ? memoryMaxMb : memoryMb;
@@ -157,6 +178,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
       NOMAD_DC: o.datacenter ?? "dc1",
       ...(o.cgroupParent !== undefined && { NOMAD_PARENT_CGROUP: o.cgroupParent }),
       NOMAD_CPU_LIMIT: String(cpuShares),
+      ...(cores.length > 0 && { NOMAD_CPU_CORES: formatCpuList(cores) }),
       NOMAD_MEMORY_LIMIT: String(memoryMb),
       ...(memoryMaxMb > 0n && { NOMAD_MEMORY_MAX_LIMIT: String(memoryMaxMb) }),
       // Isolated tasks see the directories where the driver mounts them (Nomad's task dir hook).
@@ -172,6 +194,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
         cpuShares,
         memoryLimitBytes: memoryLimitMb * 1024n * 1024n,
         PercentTicks: Number(cpuShares) / (o.totalComputeMhz ?? nodeTotalComputeMhz()),
+        ...(cores.length > 0 && { cpusetCpus: cores.join(",") }),
         ...(o.cpusetCgroup !== undefined && { cpusetCgroup: o.cpusetCgroup }),
       },
     },

@@ -4,7 +4,7 @@
 // nomadkit-test-<pid>… and removed after each test, whatever happened.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { cpus, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { CGROUP_ROOT, canMakeCgroups, mountCgroup2, removeCgroupTree, testCgroups, v2Host } from "./cgroup-fixtures.js";
@@ -52,6 +52,23 @@ function dead(pid: number): boolean {
   } catch {
     return true;
   }
+}
+
+/** A cpuset list ("0-2,5") as CPU numbers, ascending. */
+function cpuList(text: string): number[] {
+  return text
+    .trim()
+    .split(",")
+    .filter(Boolean)
+    .flatMap((part) => {
+      const [a, b = a] = part.split("-").map(Number);
+      return Array.from({ length: b! - a! + 1 }, (_, i) => a! + i);
+    });
+}
+
+/** The CPUs the kernel lets `pid` run on. */
+function cpusAllowed(pid: number): number[] {
+  return cpuList(/^Cpus_allowed_list:\s*(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]!);
 }
 
 /** Puts `pid` in every directory of the task (on v1 one per controller). */
@@ -224,6 +241,85 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     expect(await sb.exited).toBe("SIGKILL");
   });
 
+  it.skipIf(v2Host || cpus().length < 2)("on cgroup v1, reserved cores get Nomad's reserve/<alloc>.<task> cpuset cgroup and leave share until the last task holding them is gone", async () => {
+    const parent = `${tag}-cores`;
+    const all = readFileSync(`${ROOT}/cpuset/cpuset.cpus`, "utf8").trim();
+    const last = Math.max(...cpuList(all));
+    const rest = cpuList(all).filter((c) => c !== last);
+    const plain = make({ allocId: "alloc1", task: "plain", parent });
+    const sharing = sleeper();
+    enter(plain, sharing.pid);
+    expect(cpusAllowed(sharing.pid)).toEqual(cpuList(all));
+
+    const pinned = make({ allocId: "alloc2", task: "pinned", parent, cores: [last] });
+    // Nomad's LinuxResourcesPath for a task with reserved cores: its own cpuset cgroup.
+    expect(pinned.path).toBe(`${ROOT}/cpuset/${parent}/reserve/alloc2.pinned`);
+    expect(pinned.shared).toBe(false);
+    expect(pinned.cores).toEqual([last]);
+    const others = ["freezer", "cpu", "memory"].filter((c) => existsSync(`${ROOT}/${c}/cgroup.procs`));
+    expect(pinned.paths).toEqual([pinned.path, ...others.map((c) => `${ROOT}/${c}/${parent}/alloc2.pinned`)]);
+    // The partition: reserve holds the core, share (and the task already in it) lost it.
+    expect(cpuList(readFileSync(`${ROOT}/cpuset/${parent}/reserve/cpuset.cpus`, "utf8"))).toEqual([last]);
+    expect(cpuList(readFileSync(join(plain.path, "cpuset.cpus"), "utf8"))).toEqual(rest);
+    expect(cpusAllowed(sharing.pid)).toEqual(rest);
+    const reserved = sleeper();
+    enter(pinned, reserved.pid);
+    expect(cgroupOf(reserved.pid)).toContain(`:cpuset:/${parent}/reserve/alloc2.pinned\n`);
+    expect(cpusAllowed(reserved.pid)).toEqual([last]);
+    expect(pinned.pids()).toEqual([reserved.pid]);
+
+    // Another task holding the same core (a replacement placed before the old one stopped): the core stays reserved until both are gone.
+    const again = make({ allocId: "alloc3", task: "pinned", parent, cores: [last] });
+    await pinned.destroy();
+    expect(await reserved.exited).toBe("SIGKILL");
+    for (const p of pinned.paths) expect(existsSync(p), p).toBe(false);
+    expect(cpusAllowed(sharing.pid)).toEqual(rest);
+    expect(cpuList(readFileSync(`${ROOT}/cpuset/${parent}/reserve/cpuset.cpus`, "utf8"))).toEqual([last]);
+    // Another process's task holding it (what it wrote is all there is to go by): still reserved after ours are gone.
+    const foreign = `${ROOT}/cpuset/${parent}/reserve/alloc9.theirs`;
+    mkdirSync(foreign);
+    writeFileSync(join(foreign, "cpuset.mems"), readFileSync(`${ROOT}/cpuset/cpuset.mems`, "utf8").trim());
+    writeFileSync(join(foreign, "cpuset.cpus"), String(last));
+    again.destroySync();
+    expect(cpusAllowed(sharing.pid)).toEqual(rest);
+    expect(existsSync(`${ROOT}/cpuset/${parent}/reserve`)).toBe(true);
+    rmdirSync(foreign);
+    again.destroySync(); // idempotent: gives back what nobody holds any more
+    // The last one gives it back, and the reserve level this process made goes.
+    expect(cpuList(readFileSync(join(plain.path, "cpuset.cpus"), "utf8"))).toEqual(cpuList(all));
+    expect(cpusAllowed(sharing.pid)).toEqual(cpuList(all));
+    expect(existsSync(`${ROOT}/cpuset/${parent}/reserve`)).toBe(false);
+    expect(dead(sharing.pid)).toBe(false);
+
+    // A task without reserved cores set up while a core is reserved does not get it back in share.
+    const third = make({ allocId: "alloc4", task: "pinned", parent, cores: [last] });
+    await plain.destroy();
+    expect(await sharing.exited).toBe("SIGKILL");
+    const late = make({ allocId: "alloc5", task: "late", parent });
+    expect(cpuList(readFileSync(join(late.path, "cpuset.cpus"), "utf8"))).toEqual(rest);
+    await third.destroy();
+    expect(cpuList(readFileSync(join(late.path, "cpuset.cpus"), "utf8"))).toEqual(cpuList(all));
+    await late.destroy();
+    expect(existsSync(`${ROOT}/cpuset/${parent}`)).toBe(false);
+  });
+
+  it("refuses cores that are not CPU numbers, or not the parent's, leaving nothing behind", () => {
+    const parent = `${tag}-badcores`;
+    for (const cores of [[-1], [1.5], [Number.NaN]]) {
+      expect(() => createTaskCgroup({ allocId: "alloc1", task: "web", parent, cores }), JSON.stringify(cores)).toThrow(/^cores: .* is not a CPU number/);
+    }
+    const err = (() => {
+      try {
+        createTaskCgroup({ allocId: "alloc1", task: "web", parent, cores: [0, 4096] });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(RangeError);
+    expect((err as Error).message).toMatch(new RegExp(`^cores 4096: not among the CPUs of .*/${parent} \\(`));
+    expect(testCgroups(tag)).toEqual([]);
+  });
+
   it("destroySync throws naming what it could not remove in time, and may be called again", () => {
     const parent = `${tag}-busy`;
     const cg = make({ allocId: "alloc1", task: "web", parent });
@@ -316,6 +412,32 @@ describe("createTaskCgroup on cgroup v2", () => {
     expect(existsSync(`${mnt}/${parent}`)).toBe(false);
   });
 
+  it("with reserved cores, makes <parent>/reserve.slice/<alloc>.<task>.scope, which takes a real process; its cores leave share.slice while it lives", async (t) => {
+    const mnt = canCgroup ? mountCgroup2(cleanups, tag) : undefined;
+    if (!mnt) return t.skip();
+    const parent = `${tag}-cores.slice`;
+    const plain = make({ allocId: "alloc1", task: "plain", parent, root: mnt });
+    const cg = make({ allocId: "alloc2", task: "web", parent, root: mnt, cores: [0] });
+    expect(cg.path).toBe(`${mnt}/${parent}/reserve.slice/alloc2.web.scope`);
+    expect([cg.paths, cg.shared, cg.cores]).toEqual([[cg.path], false, [0]]);
+    const sleep = sleeper();
+    writeFileSync(join(cg.path, "cgroup.procs"), `${sleep.pid}\n`);
+    expect(cgroupOf(sleep.pid)).toContain(`0::/${parent}/reserve.slice/alloc2.web.scope\n`);
+    // Only a hierarchy with the cpuset controller (not the unified one of a hybrid host) has CPUs to partition.
+    const usable = existsSync(`${mnt}/${parent}/cpuset.cpus.effective`) ? cpuList(readFileSync(`${mnt}/${parent}/cpuset.cpus.effective`, "utf8")) : [];
+    if (usable.length > 1) {
+      expect(cpuList(readFileSync(`${mnt}/${parent}/reserve.slice/cpuset.cpus`, "utf8"))).toEqual([0]);
+      expect(cpuList(readFileSync(`${mnt}/${parent}/share.slice/cpuset.cpus`, "utf8"))).toEqual(usable.filter((c) => c !== 0));
+      expect(cpusAllowed(sleep.pid)).toEqual([0]);
+    }
+    await cg.destroy();
+    expect(await sleep.exited).toBe("SIGKILL");
+    expect(existsSync(`${mnt}/${parent}/reserve.slice`)).toBe(false);
+    if (usable.length > 1) expect(cpuList(readFileSync(`${mnt}/${parent}/share.slice/cpuset.cpus`, "utf8"))).toEqual(usable);
+    await plain.destroy();
+    expect(existsSync(`${mnt}/${parent}`)).toBe(false);
+  });
+
   it("destroySync kills with cgroup.kill and removes the scope and its parent levels before it returns", async (t) => {
     const mnt = canCgroup ? mountCgroup2(cleanups, tag) : undefined;
     if (!mnt) return t.skip();
@@ -361,6 +483,25 @@ describe("nomadTaskConfig", () => {
     const o = { name: "web", dirs: createTaskDirs(alloc, "web"), msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e", hostEnv: {} };
     expect(nomadTaskConfig({ ...o, cgroupParent: "custom.slice" }).env?.NOMAD_PARENT_CGROUP).toBe("custom.slice");
     expect(nomadTaskConfig(o).env).not.toHaveProperty("NOMAD_PARENT_CGROUP");
+  });
+
+  it("with reserved cores, lists them in linux_resources.cpuset_cpus and NOMAD_CPU_CORES and charges their compute, as Nomad's task runner", () => {
+    const alloc = mkdtempSync(join(tmpdir(), "nk-taskcores-"));
+    cleanups.push(() => rmSync(alloc, { recursive: true, force: true }));
+    const o = { name: "web", dirs: createTaskDirs(alloc, "web"), msgpackDriverConfig: new Uint8Array(), stdoutPath: "/o", stderrPath: "/e", hostEnv: {}, totalComputeMhz: 8000 };
+    const pinned = nomadTaskConfig({ ...o, cores: [5, 0, 1, 2] });
+    // buildTaskConfig joins ReservedCores in order; the env builder writes them as an idset.
+    expect(pinned.resources?.linuxResources?.cpusetCpus).toBe("5,0,1,2");
+    expect(pinned.env?.NOMAD_CPU_CORES).toBe("0-2,5");
+    const shares = BigInt(Math.floor(8000 / cpus().length) * 4);
+    expect(pinned.resources?.allocatedResources?.cpu?.cpuShares).toBe(shares);
+    expect(pinned.resources?.linuxResources?.cpuShares).toBe(shares);
+    expect(pinned.env?.NOMAD_CPU_LIMIT).toBe(String(shares));
+    expect(nomadTaskConfig({ ...o, cores: [1], cpuMhz: 700 }).resources?.linuxResources?.cpuShares).toBe(700n);
+    const plain = nomadTaskConfig(o);
+    expect(plain.resources?.linuxResources).not.toHaveProperty("cpusetCpus");
+    expect(plain.env).not.toHaveProperty("NOMAD_CPU_CORES");
+    expect(() => nomadTaskConfig({ ...o, cores: [-1] })).toThrow(/cores: -1 is not a CPU number/);
   });
 
   it("with memory_max, the hard limit is the larger of the two and the reservation stays memory (Nomad's buildTaskConfig)", () => {
