@@ -10,6 +10,23 @@ afterEach(cleanup);
 
 const v2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
 
+/** A cpuset list ("0-2,5") as CPU numbers, ascending. */
+function cpuList(text: string): number[] {
+  return text
+    .trim()
+    .split(",")
+    .filter(Boolean)
+    .flatMap((part) => {
+      const [a, b = a] = part.split("-").map(Number);
+      return Array.from({ length: b! - a! + 1 }, (_, i) => a! + i);
+    });
+}
+
+/** The CPUs the kernel lets `pid` run on. */
+function cpusAllowed(pid: number): number[] {
+  return cpuList(/^Cpus_allowed_list:\s*(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]!);
+}
+
 /** The lines of /proc/<pid>/cgroup that name the task's cgroup for this host's mode. */
 function expectedLines(t: { allocId: string; name: string }): string[] {
   const leaf = `${t.allocId}.${t.name}`;
@@ -42,6 +59,35 @@ describe("the task's cgroup, made as Nomad's client makes it", () => {
     await t.cgroup!.destroy();
     // The task's own; on cgroup v1 the cpuset cgroup is shared (other tasks of the parent, the probe's here) and stays.
     for (const d of t.cgroup!.paths) if (!(t.cgroup!.shared && d === t.cgroup!.path)) expect(existsSync(d), d).toBe(false);
+  }, 120_000);
+
+  it("with reserved cores, the task runs in its own reserve cpuset cgroup on those cores only, which the tasks without them lose meanwhile", async (ctx) => {
+    const why = isRoot ? cgroupsUnavailable() : "not root";
+    if (why) return ctx.skip(why);
+    const usable = cpuList(readFileSync(v2 ? "/sys/fs/cgroup/cpuset.cpus.effective" : "/sys/fs/cgroup/cpuset/cpuset.cpus", "utf8"));
+    if (usable.length < 2) return ctx.skip("fewer than two CPUs to partition");
+    const last = usable[usable.length - 1]!;
+    const p = await startPlugin();
+    const t = newTask(sh("exec sleep 600"), { cgroup: true, cores: [last] });
+    expect(t.config.resources?.linuxResources?.cpusetCpus).toBe(String(last));
+    const handle = await start(p, t);
+    const { driver } = JSON.parse(new TextDecoder().decode(handle.driverState)) as { driver: { pid: number } };
+    const leaf = `${t.allocId}.${t.name}`;
+    const lines = readFileSync(`/proc/${driver.pid}/cgroup`, "utf8");
+    expect(lines).toContain(v2 ? `0::/${CGROUP_PARENT}/reserve.slice/${leaf}.scope\n` : `:cpuset:/${CGROUP_PARENT}/reserve/${leaf}\n`);
+    expect(cpusAllowed(driver.pid)).toEqual([last]);
+    // A task without reserved cores started meanwhile runs on the others.
+    const other = newTask(sh("exec sleep 600"), { cgroup: true });
+    const otherHandle = await start(p, other);
+    const otherPid = (JSON.parse(new TextDecoder().decode(otherHandle.driverState)) as { driver: { pid: number } }).driver.pid;
+    expect(cpusAllowed(otherPid)).toEqual(usable.filter((c) => c !== last));
+
+    await p.driver.destroyTask({ taskId: t.id, force: true });
+    await until(() => !alive(driver.pid), `task pid ${driver.pid} to be killed`);
+    await t.cgroup!.destroy();
+    for (const d of t.cgroup!.paths) expect(existsSync(d), d).toBe(false);
+    // The core is back for the tasks without reserved cores.
+    expect(cpusAllowed(otherPid)).toEqual(usable);
   }, 120_000);
 
   it("when the task's executor is killed, WaitTask and DestroyTask still end everything in the cgroup: exec'd commands and children that left the task's group", async (ctx) => {

@@ -79,12 +79,12 @@ export interface TestTask {
  */
 export function newTask(
   driverConfig: Record<string, unknown>,
-  extra: Partial<TaskConfigInit> & { alloc?: { allocId: string; allocDir: string }; cgroup?: boolean } = {},
+  extra: Partial<TaskConfigInit> & { alloc?: { allocId: string; allocDir: string }; cgroup?: boolean; cores?: number[] } = {},
 ): TestTask {
-  const { alloc = newAlloc(), cgroup: withCgroup, ...rest } = extra;
+  const { alloc = newAlloc(), cgroup: withCgroup, cores, ...rest } = extra;
   const name = rest.name ?? "web";
   const taskDirs = createTaskDirs(alloc.allocDir, name);
-  const cgroup = (withCgroup ?? cgroupsUnavailable() === undefined) ? createTaskCgroup({ allocId: alloc.allocId, task: name, parent: CGROUP_PARENT }) : undefined;
+  const cgroup = (withCgroup ?? cgroupsUnavailable() === undefined) ? createTaskCgroup({ allocId: alloc.allocId, task: name, parent: CGROUP_PARENT, cores }) : undefined;
   if (cgroup) cgroups.push(cgroup);
   const stdoutPath = join(taskDirs.logsDir, `${name}.stdout.0`);
   const stderrPath = join(taskDirs.logsDir, `${name}.stderr.0`);
@@ -100,6 +100,7 @@ export function newTask(
       memoryMb: 64,
       cpusetCgroup: cgroup?.path,
       cgroupParent: cgroup?.parent,
+      cores,
     }),
     ...rest,
   } as TaskConfigInit;
