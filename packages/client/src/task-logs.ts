@@ -2,7 +2,7 @@
  * The task's stdout and stderr as Nomad's log collector (logmon) provides them, for tools and
  * tests that start tasks themselves: FIFOs in `alloc/logs` that are read before StartTask and
  * copied until EOF into `<task>.stdout.0` / `<task>.stderr.0`; what is written after that EOF is
- * lost under Nomad, and reported here.
+ * lost under Nomad, and reported here, unless the agent restarts (logmon's Start then reads again).
  */
 import { execFileSync } from "node:child_process";
 import { closeSync, constants, lstatSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
@@ -50,7 +50,10 @@ export interface TaskLogs {
   stdout(): string;
   /** The task's stderr read so far. */
   stderr(): string;
-  /** Resolves once both FIFOs reached EOF: every writer that opened them (driver, executor, task) closed them. */
+  /**
+   * Resolves once both FIFOs reached EOF: every writer that opened them (driver, executor, task)
+   * closed them. After {@link TaskLogs.agentRestart}, the EOF of the fresh readers.
+   */
   readonly ended: Promise<void>;
   /**
    * The output written to each FIFO after its first EOF, so far (none: `[]`): read now, so what was
@@ -66,6 +69,27 @@ export interface TaskLogs {
    */
   lateOutput(): LateOutput[];
   /**
+   * Runs `restarting` (the plugin's relaunch and RecoverTask) as a restart of the Nomad agent, then
+   * reads both FIFOs again, as Nomad does: it calls the driver's RecoverTask as it restores the
+   * task (TaskRunner.Restore), then runs the task's logmon hook again, whose logmon Start reopens
+   * each FIFO whose copy had ended (the plugin that held its write end died, say). So a driver
+   * whose plugin reopens a FIFO in RecoverTask has what it writes from then on collected, not
+   * reported as late. Meanwhile nothing written after an EOF is read: it waits in the pipe for the
+   * fresh reader, as under Nomad (the writer blocks once 64 KiB pile up). What a writer left there
+   * and closed before the fresh reader came is lost, as under Nomad (logmon closes its old read
+   * end first), and reported as late. Output written after an EOF before this call stays late.
+   * The fresh readers come even when `restarting` throws (Nomad starts logmon before StartTask too).
+   *
+   * @example
+   * ```ts
+   * await logs.agentRestart(async () => {
+   *   plugin = await launchPlugin(path);
+   *   await plugin.driver.recoverTask({ taskId, handle: restoredTaskHandle(handle) });
+   * });
+   * ```
+   */
+  agentRestart<T>(restarting: () => Promise<T>): Promise<T>;
+  /**
    * Stops collecting, like logmon's Stop: waits up to `graceMs` (default 2000, Nomad's tolerance)
    * for the writers left to close the FIFOs, then stops reading and closes every descriptor it
    * holds (a writer that comes after this finds no reader). Idempotent.
@@ -75,11 +99,13 @@ export interface TaskLogs {
 
 /**
  * One FIFO and its reader: opened at once, copied until EOF, like logmon's logRotatorWrapper, whose
- * read end then stays open until Stop. Output written after that EOF is counted, not collected.
+ * read end then stays open until Stop. Output written after that EOF is counted, not collected,
+ * unless an agent restart's fresh reader (reopen) takes it from the pipe.
  */
 class FifoCopy {
-  readonly ended: Promise<void>;
-  private readonly reader: Socket;
+  /** Resolves at the EOF of the current reader (or when close() stops it). */
+  ended!: Promise<void>;
+  private reader!: Socket;
   private out: number | undefined;
   /**
    * A second read end, held from the start until close(): the copy's own goes at EOF, and logmon's
@@ -90,13 +116,15 @@ class FifoCopy {
   /** Reads what is written after EOF as it comes (the held end cannot be watched: see watch()). */
   private watcher: Socket | undefined;
   private eof = false;
+  /** The agent is down (agentRestart): what comes after EOF stays in the pipe for reopen(). */
+  private paused = false;
   private closing = false;
   private lateBytes = 0;
 
   constructor(
     readonly fifo: string,
     readonly file: string,
-    onData: ((chunk: Buffer) => void) | undefined,
+    private readonly onData: ((chunk: Buffer) => void) | undefined,
     private readonly onLate: ((late: LateOutput) => void) | undefined,
   ) {
     makeFifo(fifo);
@@ -117,25 +145,36 @@ class FifoCopy {
       this.closeFile(); // nobody else would: the caller never gets this object
       throw err;
     }
+    this.read(fd);
+  }
+
+  /** Copies from `fd` until EOF into the log file and onData, as logmon's copy goroutine. */
+  private read(fd: number): void {
     // `fd` is honoured by the constructor (Node's types list it for pipes and sockets alike).
-    this.reader = new Socket({ fd, readable: true, writable: false } as SocketConstructorOpts);
-    this.reader.on("data", (chunk: Buffer) => {
-      if (this.out !== undefined) writeSync(this.out, chunk);
-      onData?.(chunk);
-    });
+    const reader = new Socket({ fd, readable: true, writable: false } as SocketConstructorOpts);
+    this.reader = reader;
+    let resolve!: (to?: Promise<void>) => void;
+    this.ended = new Promise<void>((r) => (resolve = r));
+    reader.on("data", (chunk: Buffer) => this.collect(chunk));
     // EOF proper, not a close() that stopped the copy first.
-    this.reader.once("end", () => {
+    reader.once("end", () => {
+      if (this.reader !== reader) return;
       this.eof = true;
       this.watch();
     });
-    this.ended = new Promise((resolve) => {
-      const done = () => {
-        this.closeFile();
-        resolve();
-      };
-      this.reader.once("close", done);
-      this.reader.once("error", done);
-    });
+    const done = () => {
+      // Replaced by reopen(): whoever waits for this reader's EOF waits for the fresh one's.
+      if (this.reader !== reader) return resolve(this.ended);
+      this.closeFile();
+      resolve();
+    };
+    reader.once("close", done);
+    reader.once("error", done);
+  }
+
+  private collect(chunk: Buffer): void {
+    if (this.out !== undefined) writeSync(this.out, chunk);
+    this.onData?.(chunk);
   }
 
   /**
@@ -145,7 +184,7 @@ class FifoCopy {
    * Unref'd: watching keeps no process alive.
    */
   private watch(): void {
-    if (this.closing) return;
+    if (this.closing || this.paused) return;
     let fd: number;
     try {
       fd = openSync(this.fifo, constants.O_RDONLY | constants.O_NONBLOCK);
@@ -170,21 +209,66 @@ class FifoCopy {
     if (first) this.onLate?.(this.record()!);
   }
 
+  /** The agent goes down: from now on nothing written after EOF is read, until reopen(). */
+  pause(): void {
+    this.paused = true;
+    this.watcher?.destroy();
+    this.watcher = undefined;
+  }
+
+  /**
+   * As logmon's Start after an agent restart: the old copy stops and a fresh reader copies what
+   * the pipe holds and what comes next, until its own EOF. (logmon reopens only when a copy ended;
+   * replacing one still copying changes nothing, and spares waiting for an EOF not yet read.)
+   */
+  reopen(): void {
+    this.paused = false;
+    if (this.closing) return;
+    const old = this.reader;
+    let fd: number;
+    try {
+      this.out ??= openSync(this.file, "a", 0o644);
+      fd = openSync(this.fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    } catch {
+      // not expected (the FIFO and the log file were opened before): the old copy stays, as it was
+      if (this.eof) this.watch();
+      return;
+    }
+    // What the old reader took and has not passed on yet, then what the pipe holds: collected, as
+    // logmon's old copy or its fresh one would. Except, once the copy had ended, what no writer is
+    // left to keep: logmon closes its old read end, the last, before it opens the fresh one, and
+    // the kernel drops what a pipe holds once nobody has it open.
+    for (let c: Buffer | null; (c = old.read() as Buffer | null) !== null; ) this.collect(c);
+    const { chunks, writers } = this.drain();
+    for (const c of chunks) {
+      if (this.eof && !writers) this.late(c.length);
+      else this.collect(c);
+    }
+    this.eof = false;
+    this.read(fd);
+    old.destroy();
+  }
+
+  /** Reads what the pipe holds now through the held end, and whether a writer is still there. */
+  private drain(): { chunks: Buffer[]; writers: boolean } {
+    const chunks: Buffer[] = [];
+    if (this.held === undefined) return { chunks, writers: false };
+    for (;;) {
+      const buf = Buffer.allocUnsafe(64 * 1024);
+      let n: number;
+      try {
+        n = readSync(this.held, buf);
+      } catch {
+        return { chunks, writers: true }; // EAGAIN: a writer is there, nothing pending
+      }
+      if (n === 0) return { chunks, writers: false }; // no writer, nothing pending
+      chunks.push(buf.subarray(0, n));
+    }
+  }
+
   /** Output after EOF so far, with what the pipe holds now read first (undefined: none). */
   lateOutput(): LateOutput | undefined {
-    if (this.eof && this.held !== undefined) {
-      const buf = Buffer.allocUnsafe(64 * 1024);
-      for (;;) {
-        let n: number;
-        try {
-          n = readSync(this.held, buf);
-        } catch {
-          break; // EAGAIN: a writer is there, nothing pending
-        }
-        if (n === 0) break; // no writer, nothing pending
-        this.late(n);
-      }
-    }
+    if (this.eof && !this.paused) for (const c of this.drain().chunks) this.late(c.length);
     return this.record();
   }
 
@@ -204,6 +288,7 @@ class FifoCopy {
 
   async close(graceMs: number): Promise<void> {
     this.closing = true;
+    this.paused = false;
     // A writer that opens and closes at once: EOF now when no other writer is left (the driver never
     // opened the FIFO, or all of them closed it), after what is buffered has been read.
     try {
@@ -299,8 +384,20 @@ export function openTaskLogs(dirs: TaskDirs, taskName: string, options: TaskLogs
     stderrFile: err.file,
     stdout: () => readText(out.file),
     stderr: () => readText(err.file),
-    ended: Promise.all([out.ended, err.ended]).then(() => undefined),
+    get ended() {
+      return Promise.all([out.ended, err.ended]).then(() => undefined);
+    },
     lateOutput: () => [out.lateOutput(), err.lateOutput()].filter((l) => l !== undefined),
+    agentRestart: async (restarting) => {
+      out.pause();
+      err.pause();
+      try {
+        return await restarting();
+      } finally {
+        out.reopen();
+        err.reopen();
+      }
+    },
     close: (graceMs = 2000) => (closing ??= Promise.all([out.close(graceMs), err.close(graceMs)]).then(() => undefined)),
   };
 }

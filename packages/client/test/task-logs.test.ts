@@ -103,6 +103,89 @@ describe("openTaskLogs", () => {
     expect(logs.stdout()).toBe("");
   });
 
+  it("agentRestart() reads again after RecoverTask, as logmon's Start after an agent restart: a writer that reopens then is collected", async () => {
+    const late: LateOutput[] = [];
+    const seen: string[] = [];
+    const { logs } = logsFor("web", { onStdout: (d) => seen.push(d.toString()), onLateOutput: (l) => late.push(l) });
+    // The plugin holds the write end.
+    const plugin = openSync(logs.stdoutPath, "a");
+    writeSync(plugin, "before\n");
+    closeSync(openSync(logs.stderrPath, "a"));
+    let again = -1;
+    const r = await logs.agentRestart(async () => {
+      // It dies with the agent: EOF.
+      closeSync(plugin);
+      await logs.ended;
+      // The new plugin's RecoverTask opens the FIFO again (a blocking open: a read end is there)
+      // and writes, before the fresh reader: it waits in the pipe, as under Nomad. The pause lets
+      // a reader that should not be there take it.
+      again = openSync(logs.stdoutPath, "a");
+      writeSync(again, "recovered\n");
+      await new Promise((r) => setTimeout(r, 100));
+      return 42;
+    });
+    expect(r).toBe(42);
+    writeSync(again, "after\n");
+    closeSync(again);
+    // The fresh readers' EOF, once a writer came and went (stderr's too, read again as well).
+    closeSync(openSync(logs.stderrPath, "a"));
+    await logs.ended;
+    expect(logs.stdout()).toBe("before\nrecovered\nafter\n");
+    expect(seen.join("")).toBe("before\nrecovered\nafter\n");
+    await logs.close(0);
+    expect(logs.lateOutput()).toEqual([]);
+    expect(late).toEqual([]);
+  });
+
+  it("agentRestart() leaves late what was written after EOF before it, and what a writer left and closed before the fresh reader", async () => {
+    const { logs } = logsFor("web");
+    closeSync(openSync(logs.stdoutPath, "a"));
+    closeSync(openSync(logs.stderrPath, "a"));
+    await logs.ended;
+    const w = openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK);
+    writeSync(w, "lost1\n");
+    closeSync(w);
+    expect(logs.lateOutput().map((l) => l.bytes)).toEqual([6]);
+    await logs.agentRestart(async () => {
+      // Written and closed while the agent is down: logmon closes its old read end, the last one,
+      // before it opens the fresh one, and the kernel drops what the pipe held.
+      const gone = openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK);
+      writeSync(gone, "lost22\n");
+      closeSync(gone);
+    });
+    // The fresh reader waits for a writer, as logmon's blocking open: this one's output is collected.
+    const next = openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK);
+    writeSync(next, "kept\n");
+    closeSync(next);
+    closeSync(openSync(logs.stderrPath, "a"));
+    await logs.ended;
+    await logs.close(0);
+    expect(logs.stdout()).toBe("kept\n");
+    expect(logs.lateOutput().map((l) => [l.fifo, l.bytes])).toEqual([[logs.stdoutPath, 13]]);
+  });
+
+  it("agentRestart() of a FIFO still being written changes nothing, and the fresh readers come even when the restart throws", async () => {
+    const { logs } = logsFor("web");
+    // The task holds both write ends across the restart: no EOF, nothing to reopen under Nomad.
+    const out = openSync(logs.stdoutPath, "a");
+    const err = openSync(logs.stderrPath, "a");
+    writeSync(out, "one\n");
+    await expect(
+      logs.agentRestart(async () => {
+        writeSync(out, "two\n");
+        throw new Error("RecoverTask failed");
+      }),
+    ).rejects.toThrow("RecoverTask failed");
+    writeSync(out, "three\n");
+    writeSync(err, "e\n");
+    closeSync(out);
+    closeSync(err);
+    await logs.ended;
+    expect(logs.stdout()).toBe("one\ntwo\nthree\n");
+    expect(logs.stderr()).toBe("e\n");
+    expect(logs.lateOutput()).toEqual([]);
+  });
+
   it("close() releases every descriptor it holds, also after EOF and output after it", async () => {
     const fds = () => readdirSync("/proc/self/fd").length;
     const before = fds();
@@ -113,6 +196,8 @@ describe("openTaskLogs", () => {
     const again = openSync(logs.stdoutPath, constants.O_WRONLY | constants.O_NONBLOCK);
     writeSync(again, "late\n");
     closeSync(again);
+    // Fresh readers too, the old ones gone.
+    await logs.agentRestart(async () => undefined);
     await logs.close(0);
     expect(fds()).toBe(before);
     // No reader is left: a writer that comes now is refused rather than kept waiting.

@@ -768,20 +768,25 @@ export const CHECKS: readonly Check[] = [
       const before = s.size(task.logs.stdoutFile);
       s.rememberProcesses(old);
       s.expectExit(old);
-      process.kill(old.pid, "SIGKILL");
-      await old.exited;
-      s.run = await s.launch();
-      await s.setConfig(s.run);
-      await s.init(s.run);
-      s.openStreams(s.run);
-      try {
-        // As after an agent restart, the strictest case: the handle read back from Nomad's state
-        // database, which drops the task's config block; the driver must re-attach from driver_state.
-        await s.run.driver.recoverTask({ taskId: task.id, handle: restoredTaskHandle(task.handle) }, s.co());
-      } catch (err) {
-        if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
-        throw new CheckFailure(`RecoverTask failed: ${describe(err)}; ${await restartTask(s, task)}`);
-      }
+      // As an agent restart, the strictest case: the handle read back from Nomad's state database,
+      // which drops the task's config block (the driver must re-attach from driver_state), and the
+      // task's FIFOs read again after RecoverTask (Nomad's logmon hook, run again once the task is
+      // restored): a FIFO whose writer died with the plugin and that RecoverTask reopens is collected.
+      let refused: unknown;
+      s.run = await task.logs.agentRestart(async () => {
+        process.kill(old.pid, "SIGKILL");
+        await old.exited;
+        const p = (s.run = await s.launch());
+        await s.setConfig(p);
+        await s.init(p);
+        s.openStreams(p);
+        await p.driver.recoverTask({ taskId: task.id, handle: restoredTaskHandle(task.handle) }, s.co()).catch((err: unknown) => {
+          if (err instanceof PluginShutdownError || s.signal.aborted) throw err;
+          refused = err;
+        });
+        return p;
+      });
+      if (refused !== undefined) throw new CheckFailure(`RecoverTask failed: ${describe(refused)}; ${await restartTask(s, task)}`);
       s.watch(s.run, task);
       const r = await s.run.driver.inspectTask({ taskId: task.id }, s.co());
       s.learnFromInspect(r);

@@ -17,6 +17,8 @@ const broken = fileURLToPath(new URL("./fixtures/broken-driver.mjs", import.meta
 // One behaviour each, chosen by BUG_MODE: real processes (modes-driver) or the generated handlers (modes-raw).
 const modesDriver = fileURLToPath(new URL("./fixtures/modes-driver.mjs", import.meta.url));
 const modesRaw = fileURLToPath(new URL("./fixtures/modes-raw.mjs", import.meta.url));
+// A correct driver whose plugin process writes the stdout FIFO itself, and reopens it in RecoverTask.
+const relayDriver = fileURLToPath(new URL("./fixtures/relay-driver.mjs", import.meta.url));
 const isRoot = process.getuid?.() === 0;
 // Nomad's bounds (2 s shutdown, a prompt first fingerprint) are checked generously here: the
 // project's tests run on busy machines; the CLI and the API default to Nomad's values.
@@ -418,6 +420,21 @@ describe("conformance judges what Nomad relies on, not what the kit happens to d
       const row = byName(report).recover!;
       expect(row.status, formatReport(report)).toBe("fail");
       expect(row.message).toMatch(/^WaitTask on the recovered task returned \(exit_code 0\), while the task's process \d+ still runs: Nomad would take the running task as exited$/);
+    },
+    120_000,
+  );
+
+  it(
+    "passes recover for a driver whose plugin writes the stdout FIFO and reopens it in RecoverTask: Nomad's logmon reads it again",
+    async () => {
+      // The plugin's death is the FIFO's EOF. Nomad's task runner then calls RecoverTask and runs
+      // logmon's Start, which reads each ended FIFO again: what the recovered plugin relays (at once,
+      // in RecoverTask, and after) is collected under Nomad, so it is no lost output here either.
+      const report = await run(relayDriver, "", ["recover"], { callTimeoutMs: 10_000 });
+      const row = byName(report).recover!;
+      expect(row.status, formatReport(report)).toBe("pass");
+      expect(row.message).toMatch(/; task pid \d+ never stopped; SignalTask\(SIGHUP\) reached it; WaitTask pending$/);
+      expect(report.ok, formatReport(report)).toBe(true);
     },
     120_000,
   );
