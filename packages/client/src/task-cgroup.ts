@@ -452,13 +452,16 @@ const shareUsers = new Map<string, number>();
  * Whether a shared cpuset cgroup may still be joined by a task: one (of any process) that has its
  * own directory beside it in another controller, or, with no other controller mounted, one of
  * this process's not destroyed yet. An empty `share` has no sub-cgroups to keep it busy, so rmdir
- * alone would remove it from under a task not started yet.
+ * alone would remove it from under a task not started yet. A task with reserved cores, whose own
+ * cpuset cgroup is in `reserve`, never joins it: counted, it would keep `share` for ever once the
+ * other tasks were gone first.
  */
 function shareInUse(s: SharedCpuset): boolean {
   if (s.neighbours.length === 0) return (shareUsers.get(s.path) ?? 0) > 0;
+  const reserve = join(dirname(s.path), "reserve");
   return s.neighbours.some((dir) => {
     try {
-      return readdirSync(dir, { withFileTypes: true }).some((e) => e.isDirectory());
+      return readdirSync(dir, { withFileTypes: true }).some((e) => e.isDirectory() && !existsSync(join(reserve, e.name)));
     } catch {
       return false;
     }

@@ -303,6 +303,17 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     expect(existsSync(`${ROOT}/cpuset/${parent}`)).toBe(false);
   });
 
+  it.skipIf(v2Host)("on cgroup v1, a task with reserved cores does not keep share in use: the last task's destroy leaves no level behind", async () => {
+    const parent = `${tag}-coresorder`;
+    const plain = make({ allocId: "alloc1", task: "plain", parent });
+    const pinned = make({ allocId: "alloc2", task: "pinned", parent, cores: [0] });
+    // The task without reserved cores goes first: share has no user left (the other never joins it).
+    await plain.destroy();
+    expect(existsSync(plain.path)).toBe(false);
+    await pinned.destroy();
+    expect(testCgroups(tag)).toEqual([]);
+  });
+
   it("refuses cores that are not CPU numbers, or not the parent's, leaving nothing behind", () => {
     const parent = `${tag}-badcores`;
     for (const cores of [[-1], [1.5], [Number.NaN]]) {
