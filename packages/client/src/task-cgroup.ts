@@ -230,6 +230,8 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
   const reserving = cores.length > 0;
   const made: string[] = [];
   const setup = new CgroupSetup(made);
+  // Set once the partition gave this task's cores to reserve: a set-up failing after that gives them back.
+  let partitioned: CpuPartition | undefined;
   try {
     if (v2) {
       if (!existsSync(join(root, "cgroup.procs"))) throw unavailable(`${root} is not a cgroup v2 mount`);
@@ -247,6 +249,7 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
         if (partition.available()) {
           // The scope joins with its CPUs written: share loses them first, reserve gets them.
           if (reserving || existsSync(partition.reserve)) partition.write(cores);
+          if (reserving) partitioned = partition;
           setup.mkdir(path);
           if (reserving) writeFileSync(join(path, "cpuset.cpus"), cores.join(","));
         } else {
@@ -282,6 +285,7 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
       // The reserved CPUs leave share before reserve (and then the task's cgroup, a subset of it) holds them.
       if (reserving || existsSync(partition.reserve)) partition.write(cores);
       if (reserving) {
+        partitioned = partition;
         setup.mkdir(path);
         // Nomad's lifeCG1.Setup gives it its parent's memory nodes; the CPUs are the task's.
         writeFileSync(join(path, "cpuset.mems"), readFileSync(join(partition.reserve, "cpuset.mems"), "utf8").trim());
@@ -300,6 +304,11 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
     return new Cgroup(1, parent, path, paths, share, parents, cores, undefined, freezer);
   } catch (err) {
     for (const d of made.reverse()) tryRmdir(d);
+    try {
+      partitioned?.write([]);
+    } catch {
+      // the set-up's own error is the one to report
+    }
     if (err instanceof TaskCgroupUnavailableError || err instanceof RangeError) throw err;
     const code = (err as NodeJS.ErrnoException).code;
     const hint = code === "EACCES" || code === "EPERM" ? (process.getuid?.() === 0 ? "not permitted: " : "not root: ") : code === "EROFS" ? "read-only: " : "";

@@ -314,6 +314,31 @@ describe.skipIf(!canCgroup)("createTaskCgroup on this host", () => {
     expect(testCgroups(tag)).toEqual([]);
   });
 
+  it.skipIf(v2Host || cpus().length < 2)("on cgroup v1, a set-up that fails after its cores were reserved gives them back to share", () => {
+    const parent = `${tag}-coresfail`;
+    const plain = make({ allocId: "alloc1", task: "plain", parent });
+    const last = cpus().length - 1;
+    // The task's cgroup is there already (a leftover), with a child on CPU `last`: v1 cpusets hold
+    // their children's CPUs, so writing the task's own (0) fails after the partition took CPU 0.
+    const mems = readFileSync(`${ROOT}/cpuset/cpuset.mems`, "utf8").trim();
+    let dir = `${ROOT}/cpuset/${parent}`;
+    for (const level of ["reserve", "alloc2.web", "child"]) {
+      dir = join(dir, level);
+      mkdirSync(dir);
+      writeFileSync(join(dir, "cpuset.mems"), mems);
+      writeFileSync(join(dir, "cpuset.cpus"), String(last));
+    }
+    let err: unknown;
+    try {
+      make({ allocId: "alloc2", task: "web", parent, cores: [0] });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(TaskCgroupUnavailableError);
+    // CPU 0 is back in share; `last` stays reserved while the leftover cgroup holds it.
+    expect(cpuList(readFileSync(join(plain.path, "cpuset.cpus"), "utf8"))).toEqual(cpus().map((_, i) => i).filter((c) => c !== last));
+  });
+
   it("refuses cores that are not CPU numbers, or not the parent's, leaving nothing behind", () => {
     const parent = `${tag}-badcores`;
     for (const cores of [[-1], [1.5], [Number.NaN]]) {
