@@ -238,7 +238,8 @@ class FifoCopy {
     // logmon's old copy or its fresh one would. Except, once the copy had ended, what no writer is
     // left to keep: logmon closes its old read end, the last, before it opens the fresh one, and
     // the kernel drops what a pipe holds once nobody has it open.
-    for (let c: Buffer | null; (c = old.read() as Buffer | null) !== null; ) this.collect(c);
+    // read() hands each chunk to the old reader's "data" listener, which collects it.
+    while (old.read() !== null);
     const { chunks, writers } = this.drain();
     for (const c of chunks) {
       if (this.eof && !writers) this.late(c.length);
