@@ -39,6 +39,7 @@ export {
   type RawFrame,
 } from "./runtime.js";
 export { RequestQueue, type RequestQueueOptions } from "./request-queue.js";
+export { formatCpuList, MAX_CPU_NUMBER, parseCpuList } from "./cpu-list.js";
 export { createTaskDirs, type TaskDirs, type TaskDirsEnv } from "./task-dirs.js";
 export { makeDirectory } from "./make-directory.js";
 export {
@@ -53,6 +54,7 @@ export {
 export { openTaskLogs, type LateOutput, type TaskLogs, type TaskLogsOptions } from "./task-logs.js";
 export { procInfo, processDescendants, type ProcInfo } from "./process-tree.js";
 export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } from "./agent-config.js";
+export { checkTaskResources, type TaskResources } from "./task-resources.js";
 export { nomadTaskConfig, NOMAD_ENV_DENYLIST, restoredTaskHandle, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";
 export * from "./gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";

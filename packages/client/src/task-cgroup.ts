@@ -6,6 +6,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
+import { formatCpuList, parseCpuList } from "./cpu-list.js";
 
 /** A parent cgroup for each cgroup mode. */
 export interface CgroupParents {
@@ -359,7 +360,7 @@ class CpuPartition {
     // Gone with the last task's destroy, in another process (or no cpuset controller): nothing to give back.
     if (adding.length === 0 && !this.available()) return;
     // On v2 the parent's own cpuset.cpus may be empty (all of its parent's): take the effective ones.
-    const usable = parseCpuList(readFileSync(join(this.parent, this.version === 2 ? "cpuset.cpus.effective" : "cpuset.cpus"), "utf8"));
+    const usable = new Set(parseCpuList(readFileSync(join(this.parent, this.version === 2 ? "cpuset.cpus.effective" : "cpuset.cpus"), "utf8")));
     const missing = adding.filter((c) => !usable.has(c));
     if (missing.length > 0) {
       throw new RangeError(`cores ${formatCpuList(missing)}: not among the CPUs of ${this.parent} (${formatCpuList([...usable]) || "none"})`);
@@ -396,30 +397,6 @@ function writeCpus(dir: string, cpus: number[]): void {
     if (code === "ENOENT" && !existsSync(dir)) return; // removed meanwhile by another process's destroy
     if (!(cpus.length === 0 && code === "ENOSPC")) throw err;
   }
-}
-
-/** A cpuset list ("0-2,5", as cpuset(7) writes it) as a set of CPU numbers. */
-function parseCpuList(text: string): Set<number> {
-  const out = new Set<number>();
-  for (const part of text.trim().split(",")) {
-    const m = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
-    if (!m) continue;
-    for (let c = Number(m[1]); c <= Number(m[2] ?? m[1]); c++) out.add(c);
-  }
-  return out;
-}
-
-/** CPU numbers as a cpuset list with ranges, ascending ("0-2,5"), as Nomad's idset writes them; "" for none. */
-export function formatCpuList(cpus: Iterable<number>): string {
-  const sorted = [...new Set(cpus)].sort((a, b) => a - b);
-  const parts: string[] = [];
-  for (let i = 0; i < sorted.length; ) {
-    let j = i;
-    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++;
-    parts.push(j === i ? `${sorted[i]}` : `${sorted[i]}-${sorted[j]}`);
-    i = j + 1;
-  }
-  return parts.join(",");
 }
 
 /** Makes directories, remembering the ones it made; retries a set-up that lost a race with another process's destroy. */

@@ -8,7 +8,7 @@ import { cpus, hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema, TaskHandle } from "@nomadkit/protocol/driver";
 import { nodeTotalComputeMhz } from "./agent-config.js";
-import { formatCpuList } from "./task-cgroup.js";
+import { formatCpuList } from "./cpu-list.js";
 import type { TaskDirs } from "./task-dirs.js";
 
 /** A StartTask `task` in init form, as {@link nomadTaskConfig} builds it: a plain object whose `id` is set. */
