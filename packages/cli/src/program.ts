@@ -2,6 +2,7 @@ import { Command, CommanderError, Option } from "commander";
 import { CliError } from "./errors.js";
 import { interrupted } from "./interrupt.js";
 import type { GlobalOptions } from "./plugin.js";
+import { addResourceOptions } from "./resources.js";
 
 const EXAMPLES = `
 Plugins are started exactly as Nomad starts them (magic cookie, go-plugin handshake, gRPC); a
@@ -15,6 +16,7 @@ Examples (with @nomadkit/cli installed in the project, not globally: npx nomadki
   $ nomadkit fingerprint ./driver.mjs --config agent.json --watch
   $ nomadkit run ./driver.mjs --config agent.json --task-config task.json --state run.json
   $ nomadkit run ./driver.mjs --task-config '{"command":"/bin/date"}'     (JSON inline or a file)
+  $ nomadkit run ./driver.mjs --task-config task.json --memory 256 --memory-max 512 --cores 0-1
   $ nomadkit exec run.json <task-id> -it -- /bin/sh     (in a second terminal, while run is running)
   $ nomadkit stats run.json <task-id>
   $ nomadkit bundle src/main.ts --out dist/plugin --name my-driver
@@ -103,7 +105,7 @@ export function createProgram(info: { version?: string } = {}): Command {
       await capabilitiesCommand(plugin, opts, globals(cmd));
     });
 
-  program
+  const run = program
     .command("run")
     .description(
       "start one task like Nomad (SetConfig, Init, the allocation's directories, StartTask, WaitTask), stream its output, print its exit and exit with its status",
@@ -139,10 +141,12 @@ export function createProgram(info: { version?: string } = {}): Command {
     .option(
       "--cgroup-parent <path>",
       "parent of the task's cgroup (Nomad's cgroup_parent); default nomadkit.slice on cgroup v2, nomadkit on v1",
-    )
+    );
+  // Nomad's default task resources: 100 MHz, 300 MB.
+  addResourceOptions(run, { cpu: "100 (with --cores: the node's MHz per core times their number)", memory: "300" })
     .addHelpText(
       "after",
-      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it; a third exits (130)\nwithout waiting for WaitTask, once what was started is cleaned up. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone. The task's cgroup (as root: Nomad's layout\nunder nomadkit.slice on cgroup v2, nomadkit on v1, where cpuset_cgroup is the cpuset cgroup <parent>/share that tasks without\nreserved cores share, beside the task's own freezer, cpu and memory cgroups) is removed after DestroyTask, with anything left in it.",
+      "\nCtrl-C stops the task (StopTask with --kill-signal, 5 s timeout); a second Ctrl-C destroys it; a third exits (130)\nwithout waiting for WaitTask, once what was started is cleaned up. The plugin is killed\n(GRPCController.Shutdown, then SIGKILL after 2 s) when the task is gone. The task's cgroup (as root: Nomad's layout\nunder nomadkit.slice on cgroup v2, nomadkit on v1, where cpuset_cgroup is the cpuset cgroup <parent>/share that tasks without\nreserved cores share, or with --cores the task's own below <parent>/reserve, beside the task's own freezer, cpu and memory cgroups) is removed after DestroyTask, with anything left in it.",
     )
     .action(async (plugin: string, opts, cmd: Command) => {
       const { runCommand } = await import("./commands/run.js");

@@ -378,6 +378,48 @@ describe("nomadkit", () => {
     60_000,
   );
 
+  it.skipIf(process.getuid?.() !== 0)(
+    "run --cpu, --memory and --memory-max give the task those resources: its NOMAD_* limits and its cgroup's limits (reference driver, root)",
+    async () => {
+      // The task reads its own memory and cpu cgroups' limits, which the driver's executor wrote.
+      const task = join(dir, "resources-task.json");
+      const script = [
+        'echo "$NOMAD_CPU_LIMIT $NOMAD_MEMORY_LIMIT $NOMAD_MEMORY_MAX_LIMIT"',
+        "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then d=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); cat $d/memory.max $d/memory.low $d/cpu.weight",
+        "else for c in memory cpu; do eval $c=/sys/fs/cgroup/$c$(sed -n \"s/^[0-9]*:[^:]*\\b$c\\b[^:]*://p\" /proc/self/cgroup); done; cat $memory/memory.limit_in_bytes $memory/memory.soft_limit_in_bytes $cpu/cpu.shares; fi",
+      ].join("\n");
+      writeFileSync(task, JSON.stringify({ command: "/bin/sh", args: ["-c", script] }));
+      const r = await nomadkit("run", rawexec, "--task-config", task, "--cpu", "250", "--memory", "64", "--memory-max", "96");
+      expect(r.code, r.stderr).toBe(0);
+      const [vars, hard, soft, cpu] = r.stdout.split("\n");
+      expect(vars).toBe("250 64 96");
+      // memory_max is the hard limit, memory the soft one, as Nomad's executor writes them.
+      expect(hard).toBe(String(96 * 1024 * 1024));
+      expect(soft).toBe(String(64 * 1024 * 1024));
+      // v2: cpu.weight from the shares, as Nomad's executor converts them (1 + (250 - 2) * 9999 / 262142).
+      expect(cpu).toBe(v2Host ? "10" : "250");
+    },
+    60_000,
+  );
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "run --cores runs the task on those CPUs only, in its own cpuset cgroup of Nomad's reserve partition (reference driver, root)",
+    async (ctx) => {
+      const usable = readFileSync(v2Host ? "/sys/fs/cgroup/cpuset.cpus.effective" : "/sys/fs/cgroup/cpuset/cpuset.cpus", "utf8").trim();
+      const last = Number(/(\d+)$/.exec(usable)![1]);
+      if (usable === String(last)) return ctx.skip("one CPU: nothing to reserve apart");
+      const task = join(dir, "cores-task.json");
+      writeFileSync(task, JSON.stringify({ command: "/bin/sh", args: ["-c", 'echo "cores=$NOMAD_CPU_CORES"; grep Cpus_allowed_list /proc/self/status'] }));
+      const r = await nomadkit("run", rawexec, "--task-config", task, "--name", "pinned", "--cores", String(last));
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toBe(`cores=${last}\nCpus_allowed_list:\t${last}\n`);
+      const [, path] = /started task \S+ \(cpuset_cgroup (\S+)\)/.exec(r.stderr) ?? [];
+      expect(path).toMatch(v2Host ? /\/reserve\.slice\/[0-9a-f-]+\.pinned\.scope$/ : /\/reserve\/[0-9a-f-]+\.pinned$/);
+      expect(existsSync(path!)).toBe(false);
+    },
+    60_000,
+  );
+
   it("refuses configs Nomad's decoder would refuse, naming the flag, the file and the key", async () => {
     const task = join(dir, "typo-task.json");
     writeFileSync(task, JSON.stringify({ command: "/bin/true", agrs: ["x"] }));
@@ -1142,6 +1184,55 @@ describe("nomadkit errors name the plugin, file or flag at fault", () => {
     expect(r.code).toBe(1);
     const n = await runMarked(`kill-signal-n-${process.pid}`, "--kill-signal", "99");
     expect(n.stderr).toBe('nomadkit: --kill-signal "99": not a signal (a name such as SIGTERM, or a number)\n');
+  });
+
+  it("run refuses resources Nomad would refuse in a job, or that are not numbers, naming the flag, before starting the plugin", async () => {
+    const cases: [string[], string][] = [
+      [["--memory", "lots"], '--memory "lots": expected a whole number of MB'],
+      [["--memory", "5"], "--memory 5: must be a whole number of MB, at least 10 (Nomad's minimum)"],
+      [["--cpu", "1.5"], '--cpu "1.5": expected a whole number of MHz'],
+      [["--cpu", "0"], "--cpu 0: must be a whole number of MHz, at least 1 (Nomad's minimum)"],
+      [["--memory-max", "-2"], "--memory-max -2: must be a whole number of MB (0: none, -1: no hard limit)"],
+      [["--memory-max", "128"], `--memory-max 128: below the task's memory, 300 MB (the default); Nomad refuses it: "MemoryMaxMB value (128) should be larger than MemoryMB value (300)"`],
+      [["--memory", "256", "--memory-max", "128"], `--memory-max 128: below the task's memory, 256 MB (--memory); Nomad refuses it: "MemoryMaxMB value (128) should be larger than MemoryMB value (256)"`],
+      [["--cpu", "500", "--cores", "0"], `--cpu and --cores: a task asks for one or the other; Nomad refuses both: "Task can only ask for 'cpu' or 'cores' resource, not both."`],
+      [["--cores", "0-x"], '--cores "0-x": "0-x" is not a CPU number or a low-high span (a cpuset list such as 0-1,3)'],
+      [["--cores", "3-1"], '--cores "3-1": "3-1" is not a CPU number or a low-high span (a cpuset list such as 0-1,3)'],
+      [["--cores", ""], '--cores "": names no CPU (a cpuset list such as 0-1,3)'],
+      [["--cores", "0", "--no-task-cgroup"], "--cores 0: reserved cores need the task's cgroup, which --no-task-cgroup turns off"],
+    ];
+    for (const [flags, message] of cases) {
+      const r = await runMarked(`resources-${process.pid}`, ...flags);
+      expect(r.stderr, flags.join(" ")).toBe(`nomadkit: ${message}\n`);
+      expect(r.code).toBe(1);
+    }
+  });
+
+  it.skipIf(process.getuid?.() !== 0)("run refuses --cores this host's CPUs do not have, naming the flag, and leaves nothing behind (root)", async () => {
+    const r = await runMarked(`cores-missing-${process.pid}`, "--cores", "4000");
+    expect(r.stderr).toMatch(/^nomadkit: --cores 4000: cores 4000: not among the CPUs of \/sys\/fs\/cgroup\/\S+ \([\d,-]+\)\n$/);
+    expect(r.code).toBe(1);
+  });
+
+  it.skipIf(process.getuid?.() !== 0)("run --cores where the host cannot make the task's cgroup (a user who is not root) says so, and starts no task", () => {
+    const mark = `cores-no-cgroup-${process.pid}`;
+    try {
+      // As nobody: the run falls back to no task cgroup, which reserved cores cannot do without.
+      const r = spawnSync(process.execPath, [bin, "run", rawexec, "--task-config", '{"command":"/bin/echo","args":["ran"]}', "--cores", "0"], {
+        cwd: "/",
+        uid: 65534,
+        gid: 65534,
+        env: { ...process.env, NOMADKIT_TEST_MARK: mark, TMPDIR: "/tmp" },
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      expect(r.stderr).toMatch(/^nomadkit: --cores 0: reserved cores need the task's cgroup, which this host cannot make: not root: EACCES: .*\n$/);
+      expect(r.stdout).toBe("");
+      expect(r.status).toBe(1);
+      expect(withEnv("NOMADKIT_TEST_MARK", mark)).toEqual([]);
+    } finally {
+      for (const pid of withEnv("NOMADKIT_TEST_MARK", mark)) process.kill(pid, "SIGKILL");
+    }
   });
 
   it("run refuses a --cgroup-parent that is not below the root before starting the plugin", async () => {

@@ -43,9 +43,10 @@ import {
   type RunState,
 } from "../plugin.js";
 import { atExit, interrupt, interrupted, onInterrupt } from "../interrupt.js";
+import { parseResourceFlags, type ResourceFlags } from "../resources.js";
 import { configure } from "./inspect.js";
 
-export interface RunOptions {
+export interface RunOptions extends ResourceFlags {
   config?: string;
   taskConfig?: string;
   name: string;
@@ -59,6 +60,9 @@ export interface RunOptions {
   /** Its parent (--cgroup-parent); default createTaskCgroup's. */
   cgroupParent?: string;
 }
+
+/** Without --memory the task gets Nomad's default, as nomadTaskConfig gives it. */
+const DEFAULT_MEMORY_MB = 300;
 
 /**
  * How many times a run relaunches a plugin that died under its task to recover the task, as Nomad
@@ -109,6 +113,10 @@ export async function runCommand(
   const killSignal = opts.killSignal === undefined || opts.killSignal === "" ? "" : signalFlag("--kill-signal", opts.killSignal, "SIGTERM");
   const parent = opts.cgroupParent;
   if (opts.taskCgroup) checkCgroupParent(parent);
+  const resources = parseResourceFlags(opts, DEFAULT_MEMORY_MB);
+  // Nomad's reserve partition is a cpuset cgroup of the task's own: without it the cores mean nothing.
+  if (resources.cores !== undefined && !opts.taskCgroup)
+    throw new CliError(`--cores ${opts.cores}: reserved cores need the task's cgroup, which --no-task-cgroup turns off`);
 
   // The directories Nomad makes before StartTask; drivers may rely on them. Made before the plugin
   // starts: a name the filesystem refuses (too long) then fails with nothing to stop.
@@ -345,14 +353,19 @@ export async function runCommand(
     let cgroupNote = "no task cgroup (--no-task-cgroup)";
     if (opts.taskCgroup) {
       try {
-        cgroup = createTaskCgroup({ allocId, task: opts.name, parent });
+        cgroup = createTaskCgroup({ allocId, task: opts.name, parent, cores: resources.cores });
         noExitCgroup = atExit(destroyCgroupAtExit);
         cgroupNote = `cpuset_cgroup ${cgroup.path}`;
       } catch (err) {
+        // Cores this host's (or the parent's) cpuset does not have.
+        if (err instanceof RangeError) throw new CliError(`--cores ${opts.cores}: ${err.message}`);
         if (!(err instanceof TaskCgroupUnavailableError)) {
           const flag = parent === undefined ? "" : ` under --cgroup-parent ${JSON.stringify(parent)}`;
           throw new CliError(`cannot create the task's cgroup${flag}: ${(err as Error).message}`);
         }
+        // Started without one, the task would run on every CPU while told it reserves some.
+        if (resources.cores !== undefined)
+          throw new CliError(`--cores ${opts.cores}: reserved cores need the task's cgroup, which this host cannot make: ${err.reason}`);
         cgroupNote = `no task cgroup: ${err.reason}`;
       }
     }
@@ -362,6 +375,11 @@ export async function runCommand(
       allocId,
       cpusetCgroup: cgroup?.path,
       cgroupParent: cgroup?.parent,
+      cpuMhz: resources.cpuMhz,
+      memoryMb: resources.memoryMb,
+      memoryMaxMb: resources.memoryMaxMb,
+      // The cgroup's: the same CPUs, as the task config and the cgroup must name.
+      cores: cgroup?.cores,
       msgpackDriverConfig,
       stdoutPath: out.stdoutPath,
       stderrPath: out.stderrPath,
