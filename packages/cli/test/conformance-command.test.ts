@@ -1,7 +1,7 @@
 // `nomadkit conformance`: the suite from a shell, against the reference driver (exit 0) and a
 // deliberately broken plugin (exit 1), plus flag errors that name the flag.
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -68,6 +68,45 @@ describe("nomadkit conformance", () => {
       expect(r.code).toBe(1);
     }
   });
+
+  it("refuses task resources Nomad would refuse, naming the flag, before launching the plugin", async () => {
+    const cases: [string[], string][] = [
+      [["--memory-max", "100"], `--memory-max 100: below the task's memory, 128 MB (the default); Nomad refuses it: "MemoryMaxMB value (100) should be larger than MemoryMB value (128)"`],
+      [["--cpu", "500", "--cores", "0"], `--cpu and --cores: a task asks for one or the other; Nomad refuses both: "Task can only ask for 'cpu' or 'cores' resource, not both."`],
+      [["--memory", "big"], '--memory "big": expected a whole number of MB'],
+      [["--cores", "1,x"], '--cores "1,x": "x" is not a CPU number or a low-high span (a cpuset list such as 0-1,3)'],
+      [["--cores", "0", "--no-task-cgroup"], "--cores 0: reserved cores need the tasks' cgroups, which --no-task-cgroup turns off"],
+    ];
+    for (const [flags, message] of cases) {
+      const r = await nomadkit(["conformance", rawexec, ...flags]);
+      expect([r.code, r.stdout, r.stderr], flags.join(" ")).toEqual([1, "", `nomadkit: ${message}\n`]);
+    }
+  });
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "--cores and --memory reach the tasks; where the host cannot make their cgroups (not root), start-task fails saying why",
+    async (ctx) => {
+      const usable = readFileSync(existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup/cpuset.cpus.effective" : "/sys/fs/cgroup/cpuset/cpuset.cpus", "utf8").trim();
+      const last = /(\d+)$/.exec(usable)![1]!;
+      if (usable === last) return ctx.skip("one CPU: nothing to reserve apart");
+      const args = ["conformance", rawexec, "--cores", last, "--memory", "64", "--memory-max", "96", "--checks", "start-task", "--shutdown-timeout", "15000"];
+      const r = await nomadkit(args);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^start-task +PASS .*cpuset_cgroup \/sys\/fs\/cgroup\/\S+\/reserve(\.slice)?\/\S+, the task runs in it/m);
+      // As nobody: the kit cannot make the task's cgroup, which reserved cores need.
+      const nobody = spawnSync(process.execPath, [bin, "--log-level", "off", ...withTestCgroupParent(args)], {
+        cwd: "/",
+        uid: 65534,
+        gid: 65534,
+        env: { ...process.env, NO_COLOR: "1", TMPDIR: "/tmp" },
+        encoding: "utf8",
+        timeout: 120_000,
+      });
+      expect(nobody.status, nobody.stdout + nobody.stderr).toBe(1);
+      expect(nobody.stdout).toMatch(new RegExp(`^start-task +FAIL .*cores ${last}: reserved cores need the task's cgroup, which this host cannot make: not root: EACCES`, "m"));
+    },
+    180_000,
+  );
 
   it("--list names every check", async () => {
     const r = await nomadkit(["conformance", "--list"]);

@@ -1005,7 +1005,7 @@ export const CHECKS: readonly Check[] = [
       const cg = task.cgroup;
       if (cg === undefined || !cg.shared) {
         task.destroyed = true; // never started: its cgroup goes with the next release
-        throw new SkipCheck(cg === undefined ? `no task cgroup (${s.noCgroup ?? "none made"})` : "cgroup v2: cpuset_cgroup is the task's own");
+        throw new SkipCheck(cg === undefined ? `no task cgroup (${s.noCgroup ?? "none made"})` : cg.cores.length > 0 ? "the tasks reserve cores (cores): cpuset_cgroup is the task's own" : "cgroup v2: cpuset_cgroup is the task's own");
       }
       // In the shared cpuset cgroup only, as another task's process is under Nomad.
       const other = spawn("sleep", ["1000"], { stdio: "ignore" });

@@ -1,8 +1,8 @@
-import { PluginShutdownError } from "@nomadkit/client";
+import { checkTaskResources, PluginShutdownError } from "@nomadkit/client";
 import { checkView } from "./check-view.js";
 import { CHECKS, type Check } from "./checks.js";
 import { cleanupOnExit } from "./exit-cleanup.js";
-import { Suite, type ResolvedOptions } from "./suite.js";
+import { DEFAULT_MEMORY_MB, Suite, type ResolvedOptions } from "./suite.js";
 import type { CheckInfo, CheckResult, ConformanceOptions, ConformanceReport } from "./types.js";
 import { LostOutput, SkipCheck, describe } from "./util.js";
 
@@ -20,6 +20,10 @@ export function listChecks(): CheckInfo[] {
 
 function resolve(options: ConformanceOptions): ResolvedOptions {
   if (!options.plugin) throw new Error("plugin: the path of the plugin executable is required");
+  // What Nomad refuses in a job, refused before anything starts, naming the option.
+  checkTaskResources(options, { defaultMemoryMb: DEFAULT_MEMORY_MB });
+  if (options.cores !== undefined && options.cores.length > 0 && options.taskCgroup === false)
+    throw new Error("cores: reserved cores need the tasks' cgroups, which taskCgroup false turns off");
   return {
     ...options,
     args: options.args ?? [],

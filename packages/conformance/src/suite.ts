@@ -6,6 +6,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   createTaskCgroup,
   createTaskDirs,
+  formatCpuList,
   launchPlugin,
   nomadAgentConfig,
   nomadTaskConfig,
@@ -48,6 +49,9 @@ export interface ResolvedOptions extends ConformanceOptions {
   fingerprintTimeoutMs: number;
   shutdownTimeoutMs: number;
 }
+
+/** The tasks' memory in MB without `memoryMb`: small, as many tasks may run at once. */
+export const DEFAULT_MEMORY_MB = 128;
 
 /** Marker lines of the default task (see {@link defaultTaskConfig}). */
 export const START_MARKER = "conformance-start";
@@ -458,9 +462,15 @@ export class Suite {
     // Logmon's FIFOs, read from before StartTask until EOF: a driver must open them for writing
     // (a regular file would let it reopen, truncate or seek). What comes after EOF is reported by
     // the check during which it is noticed (lostOutput).
-    const logs = openTaskLogs(dirs, name);
-    const { stdoutPath, stderrPath } = logs;
     const cgroup = this.taskCgroup(allocId, name);
+    let logs: TaskLogs;
+    try {
+      logs = openTaskLogs(dirs, name);
+    } catch (err) {
+      cgroup?.destroySync();
+      throw err;
+    }
+    const { stdoutPath, stderrPath } = logs;
     const config = nomadTaskConfig({
       name,
       dirs,
@@ -471,7 +481,11 @@ export class Suite {
       jobName: "conformance",
       groupName: "conformance",
       user: this.opts.user ?? "",
-      memoryMb: 128,
+      cpuMhz: this.opts.cpuMhz,
+      memoryMb: this.opts.memoryMb ?? DEFAULT_MEMORY_MB,
+      memoryMaxMb: this.opts.memoryMaxMb,
+      // The cgroup's list: the task config and the cgroup name the same CPUs.
+      cores: cgroup?.cores,
       networkIsolation: opts.network,
       // As Nomad's task dir hook: the directories as the driver shows them to its task.
       fsIsolation: FS_ISOLATION[this.caps?.fsIsolation ?? DriverCapabilities_FSIsolation.NONE] ?? "none",
@@ -489,12 +503,19 @@ export class Suite {
    * this host does not allow it (the first refusal is remembered, not retried for every task).
    */
   private taskCgroup(allocId: string, task: string): TaskCgroup | undefined {
-    if (this.noCgroup !== undefined) return undefined;
+    const cores = this.opts.cores ?? [];
+    // Reserved cores are a cpuset cgroup of the task's own: a task without one would not have them.
+    const needed = (why: string) => new Error(`cores ${formatCpuList(cores)}: reserved cores need the task's cgroup, which this host cannot make: ${why}`);
+    if (this.noCgroup !== undefined) {
+      if (cores.length > 0) throw needed(this.noCgroup);
+      return undefined;
+    }
     try {
-      return createTaskCgroup({ allocId, task, parent: this.opts.cgroupParent });
+      return createTaskCgroup({ allocId, task, parent: this.opts.cgroupParent, cores });
     } catch (err) {
       if (!(err instanceof TaskCgroupUnavailableError)) throw err;
       this.noCgroup = err.reason;
+      if (cores.length > 0) throw needed(err.reason);
       return undefined;
     }
   }

@@ -110,6 +110,31 @@ export interface ConformanceOptions {
   taskCgroup?: boolean;
   /** Parent of the tasks' cgroups; default `nomadkit.slice` (cgroup v2) or `nomadkit` (v1), apart from a Nomad agent's. */
   cgroupParent?: string;
+  /**
+   * The tasks' `cpu` in MHz (cpu_shares, NOMAD_CPU_LIMIT); default 100, Nomad's. Not with `cores`:
+   * Nomad refuses a task that asks for both.
+   */
+  cpuMhz?: number;
+  /** The tasks' `memory` in MB (NOMAD_MEMORY_LIMIT), at least 10, Nomad's minimum; default 128. */
+  memoryMb?: number;
+  /**
+   * The tasks' `memory_max` in MB (memory oversubscription: the hard limit, NOMAD_MEMORY_MAX_LIMIT),
+   * not below `memoryMb` (Nomad refuses that); -1 for no hard limit. Default none.
+   */
+  memoryMaxMb?: number;
+  /**
+   * CPUs every task reserves (`resources { cores = N }`, as the scheduler picked them); default none.
+   * Each task then gets its own cpuset cgroup in Nomad's reserve partition and
+   * `linux_resources.cpuset_cpus` (see `createTaskCgroup`'s `cores`), so they need the task cgroups:
+   * refused with `taskCgroup: false`, and a task fails to start, saying why, where the host cannot
+   * make its cgroup.
+   *
+   * @example
+   * ```ts
+   * await runConformance({ plugin: "./bin/my-driver", cores: [1], memoryMb: 256, memoryMaxMb: 512 });
+   * ```
+   */
+  cores?: readonly number[];
   /** How long to wait for each plugin's go-plugin handshake, in ms; default 60000 (go-plugin's). */
   startTimeoutMs?: number;
   /** Talk go-plugin AutoMTLS (`PLUGIN_CLIENT_CERT`) as non-Nomad hosts do; default false, like Nomad. */

@@ -117,6 +117,60 @@ describe("conformance of the reference driver (nomadkit-rawexec)", () => {
   );
 });
 
+describe("the tasks' resources (cpuMhz, memoryMb, memoryMaxMb, cores), as a job gives them", () => {
+  it.skipIf(!canCgroup)(
+    "each task gets them: its NOMAD_* limits, its cgroup's memory limit, and with cores its own reserve cpuset cgroup, on those CPUs only (root)",
+    async (ctx) => {
+      const usable = readFileSync(v2Host ? `${CGROUP_ROOT}/cpuset.cpus.effective` : `${CGROUP_ROOT}/cpuset/cpuset.cpus`, "utf8").trim();
+      const last = Number(/(\d+)$/.exec(usable)![1]);
+      if (usable === String(last)) return ctx.skip("one CPU: nothing to reserve apart");
+      const dir = mkdtempSync(join(tmpdir(), "nk-cf-resources-"));
+      try {
+        // A task of the caller's that says what it got, then runs until stopped.
+        const out = join(dir, "seen");
+        const script = [
+          `echo "$NOMAD_MEMORY_LIMIT $NOMAD_MEMORY_MAX_LIMIT $NOMAD_CPU_CORES" > ${out}`,
+          `grep Cpus_allowed_list /proc/self/status >> ${out}`,
+          "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then cat /sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)/memory.max",
+          `else cat /sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:[^:]*\\bmemory\\b[^:]*://p' /proc/self/cgroup)/memory.limit_in_bytes; fi >> ${out}`,
+          "exec sleep 600",
+        ].join("\n");
+        const report = await runConformance({
+          plugin: rawexec,
+          taskConfig: { command: "/bin/sh", args: ["-c", script] },
+          memoryMb: 64,
+          memoryMaxMb: 96,
+          cores: [last],
+          cgroupParent,
+          checks: ["start-task", "shared-cpuset", "destroy-task"],
+          ...generous,
+        });
+        expectPassed(report, ["start-task", "destroy-task"]);
+        const layout = v2Host ? `${cgroupParent}/reserve\\.slice/[^ ]+\\.main\\.scope` : `cpuset/${cgroupParent}/reserve/[^ ]+\\.main`;
+        expect(byName(report)["start-task"]!.message).toMatch(new RegExp(`cpuset_cgroup ${CGROUP_ROOT}/${layout}$`));
+        expect(readFileSync(out, "utf8")).toBe(`64 96 ${last}\nCpus_allowed_list:\t${last}\n${96 * 1024 * 1024}\n`);
+        // Its cpuset cgroup is its own, not the one tasks without reserved cores share.
+        expect(byName(report)["shared-cpuset"]).toMatchObject({ status: "skip", message: v2Host ? "cgroup v2: cpuset_cgroup is the task's own" : "the tasks reserve cores (cores): cpuset_cgroup is the task's own" });
+        expect(testCgroups(cgroupParent)).toEqual([]);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    180_000,
+  );
+
+  it("refuses, before starting anything, what Nomad refuses in a job, naming the option", async () => {
+    await expect(runConformance({ plugin: rawexec, cpuMhz: 500, cores: [0] })).rejects.toThrow(
+      `cpuMhz and cores: a task asks for one or the other; Nomad refuses both: "Task can only ask for 'cpu' or 'cores' resource, not both."`,
+    );
+    await expect(runConformance({ plugin: rawexec, memoryMaxMb: 100 })).rejects.toThrow(
+      `memoryMaxMb 100: below the task's memory, 128 MB (the default); Nomad refuses it: "MemoryMaxMB value (100) should be larger than MemoryMB value (128)"`,
+    );
+    await expect(runConformance({ plugin: rawexec, memoryMb: 4 })).rejects.toThrow("memoryMb 4: must be a whole number of MB, at least 10 (Nomad's minimum)");
+    await expect(runConformance({ plugin: rawexec, cores: [0], taskCgroup: false })).rejects.toThrow("cores: reserved cores need the tasks' cgroups, which taskCgroup false turns off");
+  });
+});
+
 describe("conformance catches a broken plugin", () => {
   it(
     "reports two exited messages and a stats sample without timestamp as failures",

@@ -3,9 +3,13 @@ import type { ConformanceOptions } from "@nomadkit/conformance";
 import { CliError } from "../errors.js";
 import { readJsonOption } from "../files.js";
 import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
+import { addResourceOptions, parseResourceFlags, type ResourceFlags } from "../resources.js";
 import { checkCgroupParent, nomadLaunchProblems, pluginCommand, positiveMs, signalFlag, stderrLogger, type GlobalOptions } from "../plugin.js";
 
-interface ConformanceFlags {
+/** The kit's tasks' memory without --memory (its memoryMb default), which --memory-max must not be below. */
+const KIT_MEMORY_MB = 128;
+
+interface ConformanceFlags extends ResourceFlags {
   pluginConfig?: string;
   taskConfig?: string;
   execShell: string;
@@ -40,6 +44,9 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
   if (flags.execShell !== undefined && flags.execShell.trim() === "")
     throw new CliError("--exec-shell: must name a shell (the default task runs under it)");
   if (flags.taskCgroup) checkCgroupParent(flags.cgroupParent);
+  const resources = parseResourceFlags(flags, KIT_MEMORY_MB);
+  if (resources.cores !== undefined && !flags.taskCgroup)
+    throw new CliError(`--cores ${flags.cores}: reserved cores need the tasks' cgroups, which --no-task-cgroup turns off`);
   const { cmd, args } = pluginCommand(plugin);
   const options: ConformanceOptions = {
     plugin: cmd,
@@ -50,6 +57,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
     autoMTLS: g.automtls === true,
     taskCgroup: flags.taskCgroup,
     cgroupParent: flags.cgroupParent,
+    ...resources,
   };
   if (flags.pluginConfig !== undefined) options.pluginConfig = readJsonOption("--plugin-config", flags.pluginConfig).value;
   if (flags.taskConfig !== undefined) options.taskConfig = readJsonOption("--task-config", flags.taskConfig).value;
@@ -107,7 +115,7 @@ async function conformanceCommand(plugin: string | undefined, flags: Conformance
  * commands keep starting fast.
  */
 export function registerConformanceCommand(program: Command): void {
-  program
+  const cmd = program
     .command("conformance")
     .description("run the driver conformance suite against a plugin, launched exactly as Nomad does; exit 1 on any failure")
     .argument("[plugin]", "driver plugin executable or .js file")
@@ -135,7 +143,8 @@ export function registerConformanceCommand(program: Command): void {
     .option(
       "--cgroup-parent <path>",
       "parent of the tasks' cgroups (Nomad's cgroup_parent); default nomadkit.slice on cgroup v2, nomadkit on v1",
-    )
+    );
+  addResourceOptions(cmd, { cpu: "100 (with --cores: the node's MHz per core times their number)", memory: String(KIT_MEMORY_MB) })
     .option("--json", "print the report as JSON")
     .addHelpText(
       "after",
