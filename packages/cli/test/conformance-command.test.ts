@@ -30,6 +30,12 @@ afterAll(() => {
 });
 
 describe("nomadkit conformance", () => {
+  it("checks --memory-max against the kit's own default memory", async () => {
+    const { DEFAULT_MEMORY_MB } = await import("@nomadkit/conformance");
+    const { KIT_MEMORY_MB } = await import("../src/commands/conformance.js");
+    expect(KIT_MEMORY_MB).toBe(DEFAULT_MEMORY_MB);
+  });
+
   it(
     "Ctrl-C stops the run, cleans up what it started, and exits 130",
     async () => {

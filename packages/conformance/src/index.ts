@@ -16,5 +16,5 @@ export type { FormatOptions } from "./report.js";
 export { shapeConfig, encodeConfig, configProblems, encodeCheckedConfig, ConfigRefusedError } from "./config.js";
 export { runExecStream } from "./exec.js";
 export type { ExecOutcome, ExecRequest } from "./exec.js";
-export { defaultTaskConfig } from "./suite.js";
+export { DEFAULT_MEMORY_MB, defaultTaskConfig } from "./suite.js";
 export type { CheckInfo, CheckResult, CheckStatus, ConformanceOptions, ConformanceReport } from "./types.js";

@@ -50,7 +50,14 @@ export interface ResolvedOptions extends ConformanceOptions {
   shutdownTimeoutMs: number;
 }
 
-/** The tasks' memory in MB without `memoryMb`: small, as many tasks may run at once. */
+/**
+ * The tasks' memory in MB without `memoryMb`: small, as many tasks may run at once.
+ *
+ * @example
+ * ```ts
+ * await runConformance({ plugin, memoryMaxMb: DEFAULT_MEMORY_MB * 2 });
+ * ```
+ */
 export const DEFAULT_MEMORY_MB = 128;
 
 /** Marker lines of the default task (see {@link defaultTaskConfig}). */

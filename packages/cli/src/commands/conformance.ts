@@ -6,8 +6,11 @@ import { interrupted, launchInterrupted, onInterrupt } from "../interrupt.js";
 import { addResourceOptions, parseResourceFlags, type ResourceFlags } from "../resources.js";
 import { checkCgroupParent, nomadLaunchProblems, pluginCommand, positiveMs, signalFlag, stderrLogger, type GlobalOptions } from "../plugin.js";
 
-/** The kit's tasks' memory without --memory (its memoryMb default), which --memory-max must not be below. */
-const KIT_MEMORY_MB = 128;
+/**
+ * The kit's tasks' memory without --memory (its `DEFAULT_MEMORY_MB`), which --memory-max must not
+ * be below: a copy, as the kit loads only when it runs (a test keeps the two equal).
+ */
+export const KIT_MEMORY_MB = 128;
 
 interface ConformanceFlags extends ResourceFlags {
   pluginConfig?: string;
