@@ -55,7 +55,7 @@ export { openTaskLogs, type LateOutput, type TaskLogs, type TaskLogsOptions } fr
 export { procInfo, processDescendants, type ProcInfo } from "./process-tree.js";
 export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } from "./agent-config.js";
 export { checkTaskResources, type TaskResources } from "./task-resources.js";
-export { nomadTaskConfig, NOMAD_ENV_DENYLIST, restoredTaskHandle, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
+export { DEFAULT_TASK_MEMORY_MB, nomadTaskConfig, NOMAD_ENV_DENYLIST, restoredTaskHandle, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";
 export * from "./gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 export * from "./gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";

@@ -67,7 +67,7 @@ export interface NomadTaskConfigOptions {
    * ```
    */
   cores?: readonly number[];
-  /** Memory in MB; default 300, Nomad's default task resources. */
+  /** Memory in MB; default {@link DEFAULT_TASK_MEMORY_MB}, Nomad's default task resources. */
   memoryMb?: number;
   /**
    * The task's `memory_max` in MB (memory oversubscription); default none. As in Nomad's task
@@ -123,6 +123,17 @@ function hostVariables(o: NomadTaskConfigOptions): Record<string, string> {
 }
 
 /**
+ * A task's memory in MB when its job gives none (Nomad's default task resources): what
+ * {@link nomadTaskConfig} uses without `memoryMb`.
+ *
+ * @example
+ * ```ts
+ * nomadTaskConfig({ ...o, memoryMaxMb: DEFAULT_TASK_MEMORY_MB * 2 });
+ * ```
+ */
+export const DEFAULT_TASK_MEMORY_MB = 300;
+
+/**
  * A StartTask `task` the way Nomad builds it: `<alloc>/<task>/<invocation>` id, job, group,
  * namespace and node names, the host's environment (for drivers that do not run images, minus
  * Nomad's denylist), the NOMAD_* variables Nomad always sets (alloc id, short id, name and index,
@@ -149,7 +160,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
   for (const c of cores) if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`cores: ${String(c)} is not a CPU number (an integer >= 0)`);
   // The scheduler's SharesPerCore times the cores: what a task that reserves them is charged.
   const cpuShares = BigInt(o.cpuMhz ?? (cores.length > 0 ? Math.floor((o.totalComputeMhz ?? nodeTotalComputeMhz()) / cpus().length) * new Set(cores).size : 100));
-  const memoryMb = BigInt(o.memoryMb ?? 300);
+  const memoryMb = BigInt(o.memoryMb ?? DEFAULT_TASK_MEMORY_MB);
   const memoryMaxMb = BigInt(o.memoryMaxMb ?? 0);
   const memoryLimitMb = memoryMaxMb > memoryMb ? memoryMaxMb : memoryMb;
   return {

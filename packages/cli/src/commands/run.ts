@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import { dirname, extname, join, resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
+  DEFAULT_TASK_MEMORY_MB,
   createTaskCgroup,
   createTaskDirs,
   nomadTaskConfig,
@@ -60,9 +61,6 @@ export interface RunOptions extends ResourceFlags {
   /** Its parent (--cgroup-parent); default createTaskCgroup's. */
   cgroupParent?: string;
 }
-
-/** Without --memory the task gets Nomad's default, as nomadTaskConfig gives it. */
-const DEFAULT_MEMORY_MB = 300;
 
 /**
  * How many times a run relaunches a plugin that died under its task to recover the task, as Nomad
@@ -113,7 +111,7 @@ export async function runCommand(
   const killSignal = opts.killSignal === undefined || opts.killSignal === "" ? "" : signalFlag("--kill-signal", opts.killSignal, "SIGTERM");
   const parent = opts.cgroupParent;
   if (opts.taskCgroup) checkCgroupParent(parent);
-  const resources = parseResourceFlags(opts, DEFAULT_MEMORY_MB);
+  const resources = parseResourceFlags(opts, DEFAULT_TASK_MEMORY_MB);
   // Nomad's reserve partition is a cpuset cgroup of the task's own: without it the cores mean nothing.
   if (resources.cores !== undefined && !opts.taskCgroup)
     throw new CliError(`--cores ${opts.cores}: reserved cores need the task's cgroup, which --no-task-cgroup turns off`);
