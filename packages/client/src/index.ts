@@ -57,6 +57,7 @@ export { nomadAgentConfig, nodeTotalComputeMhz, type NomadAgentConfigOptions } f
 export { checkTaskResources, type TaskResources } from "./task-resources.js";
 export { DEFAULT_TASK_MEMORY_MB, nomadTaskConfig, NOMAD_ENV_DENYLIST, restoredTaskHandle, type NomadTaskConfig, type NomadTaskConfigOptions, type TaskId } from "./task-config.js";
 export { createUnixSocketTransport, type UnixSocketTransportOptions } from "./runtime/transport.js";
+export { DEFAULT_CONNECT_TIMEOUT_MS } from "./runtime/h2-handshake.js";
 export * from "./gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 export * from "./gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 export * from "./gen/hashicorp/nomad/plugins/executor/proto/executor_nomadkit.js";

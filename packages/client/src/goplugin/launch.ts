@@ -12,6 +12,7 @@ import { ClientRuntime } from "../runtime/client-runtime.js";
 import { registerPluginSessions } from "../runtime/h2-call.js";
 import { answeredByPlugin } from "../runtime/normalize.js";
 import { PluginSessionManager } from "../runtime/sessions.js";
+import type { DEFAULT_CONNECT_TIMEOUT_MS } from "../runtime/h2-handshake.js";
 import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { DriverClient } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
 import { HealthClient } from "../gen/grpc/health/v1/health_nomadkit.js";
@@ -64,6 +65,13 @@ export interface PluginConnectOptions {
   shutdownGraceMs?: number;
   /** How long `kill()` waits for the exit after GRPCController.Shutdown before SIGKILL; default 2000. */
   killTimeoutMs?: number;
+  /**
+   * How long a new connection to the plugin may take until its HTTP/2 SETTINGS arrive (TLS
+   * included) before the calls waiting for it fail with Unavailable naming the socket, as grpc-go
+   * gives up on a connection after its connect timeout. Default {@link DEFAULT_CONNECT_TIMEOUT_MS}
+   * (20 s); ≤ 0: no limit.
+   */
+  connectTimeoutMs?: number;
 }
 
 /** Options for {@link launchPlugin}. */
@@ -211,6 +219,8 @@ interface ConnectionParams {
   network: "unix" | "tcp";
   address: string;
   tls?: { serverCertPem: string; certPem: string; keyPem: string };
+  /** `PluginConnectOptions.connectTimeoutMs`. */
+  connectTimeoutMs?: number;
 }
 
 function createTransport(params: ConnectionParams): {
@@ -243,7 +253,7 @@ function createTransport(params: ConnectionParams): {
     : () => net.connect(target as net.NetConnectOpts);
   const baseUrl = t ? "https://localhost" : "http://localhost";
   // Enlarged HTTP/2 windows: exec output and other streams are not held to 64 KiB per round trip.
-  const sessions = new PluginSessionManager(baseUrl, { createConnection });
+  const sessions = new PluginSessionManager(baseUrl, { createConnection }, { connectTimeoutMs: params.connectTimeoutMs, target: `${network}:${address}` });
   const transport = createGrpcTransport({
     baseUrl,
     sessionManager: sessions,
@@ -704,6 +714,7 @@ export async function launchPlugin(
     params: {
       network: handshake.network,
       address: handshake.address,
+      connectTimeoutMs: options.connectTimeoutMs,
       tls:
         clientCert && serverCertPem
           ? {
@@ -843,6 +854,7 @@ export async function reattachPlugin(
     params: {
       network: config.network,
       address: config.address,
+      connectTimeoutMs: options.connectTimeoutMs,
       tls: config.tls
         ? {
             serverCertPem: config.tls.serverCertPem,

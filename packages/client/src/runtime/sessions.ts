@@ -10,24 +10,52 @@ import { constants as http2Constants } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Http2SessionManager, type Http2SessionOptions } from "@connectrpc/connect-node";
 import { repairGrpcMessage } from "./grpc-message.js";
+import { DEFAULT_CONNECT_TIMEOUT_MS, handshakeOf, timedConnections } from "./h2-handshake.js";
 import { PLUGIN_CONNECTION_WINDOW, PLUGIN_SESSION_MEMORY_MIB, PLUGIN_STREAM_WINDOW } from "./windows.js";
 
 const widened = new WeakSet<http2.Http2Session>();
 
 function ignoreSessionError(): void {}
 
+/** connect-node's keep-alive options, and how new connections are timed and named. */
+export interface PluginSessionOptions extends Http2SessionOptions {
+  /**
+   * How long a new connection may take until the plugin's HTTP/2 SETTINGS arrive; calls waiting
+   * for it then fail with Unavailable. Default {@link DEFAULT_CONNECT_TIMEOUT_MS}; ≤ 0: no limit.
+   */
+  connectTimeoutMs?: number;
+  /** The plugin's address in errors, e.g. `unix:/tmp/plugin1/plugin.sock`; default the URL's origin. */
+  target?: string;
+}
+
 /**
  * connect-node's session manager with {@link PLUGIN_STREAM_WINDOW} advertised at connect time and
  * the connection window raised to {@link PLUGIN_CONNECTION_WINDOW} on the first stream (the
- * manager does not expose its sessions otherwise).
+ * manager does not expose its sessions otherwise). A stream is handed out only once its
+ * connection's HTTP/2 handshake is done, as grpc-go uses a connection only once the server's
+ * preface has arrived: calls on a connection that does not complete it within the connect timeout,
+ * closes first or answers something else fail with Unavailable naming the plugin's socket (see
+ * h2-handshake.ts).
  */
 export class PluginSessionManager extends Http2SessionManager {
+  readonly #target: string;
+  readonly #connectTimeoutMs: number;
+
   constructor(
     url: URL | string,
     options: http2.ClientSessionOptions | http2.SecureClientSessionOptions = {},
-    pingOptions: Http2SessionOptions = {},
+    { connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS, target, ...pingOptions }: PluginSessionOptions = {},
   ) {
-    super(url, pingOptions, { maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB, ...options, settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings } });
+    const create = options.createConnection;
+    const named = target ?? new URL(url).origin;
+    super(url, pingOptions, {
+      maxSessionMemory: PLUGIN_SESSION_MEMORY_MIB,
+      ...options,
+      ...(create !== undefined && { createConnection: timedConnections(create, named, connectTimeoutMs) }),
+      settings: { initialWindowSize: PLUGIN_STREAM_WINDOW, ...options.settings },
+    });
+    this.#target = named;
+    this.#connectTimeoutMs = connectTimeoutMs;
   }
 
   #aborted = false;
@@ -46,6 +74,20 @@ export class PluginSessionManager extends Http2SessionManager {
   ): Promise<http2.ClientHttp2Stream> {
     if (this.#aborted) throw closedHere();
     const stream = await super.request(method, path, headers, options);
+    const session = stream.session;
+    const handshake = session === undefined ? undefined : handshakeOf(session, this.#target, this.#connectTimeoutMs);
+    if (handshake !== undefined && !handshake.done) {
+      // Nobody listens on the stream yet: its own failure (the connection's) must not be unhandled.
+      stream.on("error", ignoreSessionError);
+      try {
+        await handshake.wait();
+      } catch (err) {
+        if (!stream.destroyed) stream.close(http2Constants.NGHTTP2_CANCEL);
+        throw this.#aborted ? closedHere() : err;
+      } finally {
+        stream.off("error", ignoreSessionError);
+      }
+    }
     // Aborted while the connection was being made: connect-node's manager would have made a new one.
     if (this.#aborted) {
       stream.close(http2Constants.NGHTTP2_CANCEL);
@@ -56,7 +98,6 @@ export class PluginSessionManager extends Http2SessionManager {
     // Ahead of every other listener: they all get this headers object.
     stream.prependListener("response", repairGrpcMessage);
     stream.prependListener("trailers", repairGrpcMessage);
-    const session = stream.session;
     if (session !== undefined && !widened.has(session)) {
       widened.add(session);
       // connect-node destroys a session with an error when a GOAWAY comes with no stream open,

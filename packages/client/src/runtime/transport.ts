@@ -2,10 +2,18 @@
 import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { createGrpcTransport, type GrpcTransportOptions } from "@connectrpc/connect-node";
+import { DEFAULT_CONNECT_TIMEOUT_MS } from "./h2-handshake.js";
 import { PluginSessionManager } from "./sessions.js";
 
-/** Options for {@link createUnixSocketTransport}: connect-node gRPC options minus `baseUrl`. */
-export type UnixSocketTransportOptions = Partial<GrpcTransportOptions>;
+/** Options for {@link createUnixSocketTransport}: connect-node gRPC options minus `baseUrl`, and the connect timeout. */
+export type UnixSocketTransportOptions = Partial<GrpcTransportOptions> & {
+  /**
+   * How long a new connection may take until the plugin's HTTP/2 SETTINGS arrive before the calls
+   * waiting for it fail with Unavailable naming the socket (grpc-go's connect timeout). Default
+   * {@link DEFAULT_CONNECT_TIMEOUT_MS} (20 s); ≤ 0: no limit. Not used with a `sessionManager` of the caller's own.
+   */
+  connectTimeoutMs?: number;
+};
 
 /**
  * A connect-node gRPC transport (HTTP/2 cleartext) to a plugin listening on `socketPath`.
@@ -23,9 +31,10 @@ export type UnixSocketTransportOptions = Partial<GrpcTransportOptions>;
 export function createUnixSocketTransport(socketPath: string, options: UnixSocketTransportOptions = {}): Transport {
   const baseUrl = options.baseUrl ?? "http://localhost";
   const { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs } = options;
+  const { connectTimeoutMs, ...grpcOptions } = options;
   return createGrpcTransport({
     acceptCompression: [],
-    ...options,
+    ...grpcOptions,
     baseUrl,
     // A session manager of the caller's own is used as it is (connect ignores nodeOptions then too).
     sessionManager:
@@ -33,7 +42,7 @@ export function createUnixSocketTransport(socketPath: string, options: UnixSocke
       new PluginSessionManager(
         baseUrl,
         { createConnection: () => net.connect(socketPath), ...options.nodeOptions },
-        { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs },
+        { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs, connectTimeoutMs, target: `unix:${socketPath}` },
       ),
   });
 }

@@ -1,0 +1,219 @@
+// A connection to the plugin that never becomes a working HTTP/2 connection must fail the calls
+// waiting on it as grpc-go's client does (Nomad's): Unavailable, naming the socket, on every call
+// path, once the connect timeout has passed without the plugin's SETTINGS ("failed to receive server
+// preface within timeout"), or as soon as the plugin closes the connection or answers something that
+// is not HTTP/2 ("connection closed before server preface received"). Being Unavailable, such a
+// failure waits for the plugin's exit like any transport failure. The sockets are real: a hung
+// plugin process (its kernel still accepts connections), and listeners that accept and then keep
+// the connection silent, close it, or answer HTTP/1.1.
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { driver } from "@nomadkit/protocol";
+import {
+  ClientRuntime,
+  DriverClient,
+  PluginLaunchError,
+  PluginShutdownError,
+  createUnixSocketTransport,
+  rawBidiStream,
+  reattachPlugin,
+  type ClientOptions,
+} from "../src/index.js";
+import { generateSelfSignedCertificate } from "../src/goplugin/certificate.js";
+import { registerPluginSessions } from "../src/runtime/h2-call.js";
+import { PluginSessionManager } from "../src/runtime/sessions.js";
+import { spawnFixture, tempDir, type Child } from "./helpers.js";
+
+/** The connect timeout the tests use. */
+const TIMEOUT_MS = 300;
+
+/** How each call path fails on `socketPath`: a unary call (direct and through connect), a server stream, a raw bidi relay. */
+async function failures(
+  socketPath: string,
+  options: ClientOptions = {},
+): Promise<Record<string, unknown>> {
+  // A plugin connection as launchPlugin/reattachPlugin make it (unary calls and relays run directly on its sessions)...
+  const sessions = new PluginSessionManager(
+    "http://localhost",
+    { createConnection: () => connect(socketPath) },
+    { connectTimeoutMs: TIMEOUT_MS, target: `unix:${socketPath}` },
+  );
+  const pluginConnection = createUnixSocketTransport(socketPath, {
+    sessionManager: sessions,
+  });
+  registerPluginSessions(pluginConnection, sessions);
+  const direct = new ClientRuntime(pluginConnection, options);
+  // ...and a connect transport, which runs every call through connect.
+  const viaConnect = new ClientRuntime(
+    createUnixSocketTransport(socketPath, { connectTimeoutMs: TIMEOUT_MS }),
+    options,
+  );
+  const drain = async (
+    it: AsyncIterable<unknown> | undefined,
+  ): Promise<unknown> => {
+    try {
+      for await (const _ of it ?? []) return new Error("a response arrived");
+      return new Error("ended without an error");
+    } catch (err) {
+      return err;
+    }
+  };
+  const out = {
+    "unary, direct": await new DriverClient(direct)
+      .capabilities({})
+      .catch((e: unknown) => e),
+    "unary, through connect": await new DriverClient(viaConnect)
+      .capabilities({})
+      .catch((e: unknown) => e),
+    "server stream": await drain(
+      new DriverClient(direct).taskStats({ taskId: "t1" }),
+    ),
+    "raw bidi relay": await drain(
+      rawBidiStream(
+        direct,
+        driver.Driver.method.execTaskStreaming,
+        (async function* () {})(),
+      ),
+    ),
+  };
+  sessions.abort();
+  return out;
+}
+
+/** Code and message of a ConnectError; the error itself otherwise. */
+const status = (err: unknown) =>
+  err instanceof ConnectError
+    ? { code: Code[err.code], message: err.rawMessage }
+    : err;
+
+const paths = [
+  "unary, direct",
+  "unary, through connect",
+  "server stream",
+  "raw bidi relay",
+];
+
+/** Every connection the listeners below accepted, destroyed after each test. */
+const accepted: Socket[] = [];
+
+/** A listener on `path` that hands each accepted connection to `onConnection`; what it receives is read and dropped. */
+async function listen(
+  path: string,
+  onConnection: (socket: Socket) => void,
+): Promise<Server> {
+  const server = createServer((s) => {
+    accepted.push(s);
+    s.on("error", () => {});
+    // Read: an unread preface would hold back the end of the connection, and with it its close.
+    s.resume();
+    onConnection(s);
+  });
+  await new Promise<void>((resolve) => server.listen(path, resolve));
+  return server;
+}
+
+describe("a connection that never completes its HTTP/2 handshake", () => {
+  const tmp = tempDir();
+  const hungPath = `${tmp.dir}/hung.sock`;
+  let hung: Child;
+  const servers: Server[] = [];
+  const silent = (socketPath: string) =>
+    `cannot connect to the plugin at unix:${socketPath}: no HTTP/2 handshake within ${TIMEOUT_MS} ms (the connection was accepted, but the plugin did not answer)`;
+
+  beforeAll(async () => {
+    hung = spawnFixture("hung-plugin.mjs", [hungPath]);
+    await hung.waitFor("ready");
+  });
+  afterEach(async () => {
+    for (const s of accepted.splice(0)) s.destroy();
+    for (const s of servers.splice(0)) await new Promise((r) => s.close(r));
+  });
+  afterAll(() => {
+    hung.proc.kill("SIGKILL");
+    tmp.cleanup();
+  });
+
+  it("a hung plugin process (its socket accepts, nothing answers): every call path fails with Unavailable naming the socket after the connect timeout", async () => {
+    const got = await failures(hungPath);
+    expect(Object.keys(got)).toEqual(paths);
+    for (const [path, err] of Object.entries(got)) {
+      expect(status(err), path).toEqual({
+        code: "Unavailable",
+        message: silent(hungPath),
+      });
+    }
+  }, 30_000);
+
+  it("the failure counts as a transport failure: PluginShutdownError when the plugin's exit comes within the grace", async () => {
+    const path = `${tmp.dir}/silent.sock`;
+    // The "plugin" exits once this side has given up on a connection (the first timeout): the exit
+    // arrives while the failed call waits the grace for it.
+    const exit = new AbortController();
+    servers.push(await listen(path, (s) => s.on("close", () => exit.abort())));
+    const got = await failures(path, {
+      pluginExited: exit.signal,
+      shutdownGraceMs: 60_000,
+    });
+    for (const [p, err] of Object.entries(got)) {
+      expect(err, p).toBeInstanceOf(PluginShutdownError);
+      expect(status((err as Error).cause), p).toEqual({
+        code: "Unavailable",
+        message: silent(path),
+      });
+    }
+  }, 30_000);
+
+  it("a listener that closes each connection at once: Unavailable naming the socket, at once", async () => {
+    const path = `${tmp.dir}/closing.sock`;
+    servers.push(await listen(path, (s) => s.destroy()));
+    for (const [p, err] of Object.entries(await failures(path))) {
+      expect(status(err), p).toEqual({
+        code: "Unavailable",
+        message: `cannot connect to the plugin at unix:${path}: it closed the connection before the HTTP/2 handshake`,
+      });
+    }
+  }, 30_000);
+
+  it("a listener that answers HTTP/1.1: Unavailable naming the socket and saying it is not HTTP/2", async () => {
+    const path = `${tmp.dir}/http1.sock`;
+    servers.push(
+      await listen(path, (s) =>
+        s.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"),
+      ),
+    );
+    for (const [p, err] of Object.entries(await failures(path))) {
+      expect(status(err), p).toEqual({
+        code: "Unavailable",
+        message: `cannot connect to the plugin at unix:${path}: it does not answer in HTTP/2 (Protocol error)`,
+      });
+    }
+  }, 30_000);
+
+  it("reattachPlugin to a hung plugin fails after connectTimeoutMs, with or without AutoMTLS (a TLS handshake nobody answers)", async () => {
+    const client = await generateSelfSignedCertificate();
+    const server = await generateSelfSignedCertificate();
+    for (const tls of [
+      undefined,
+      {
+        serverCertPem: server.certPem,
+        clientCertPem: client.certPem,
+        clientKeyPem: client.keyPem,
+      },
+    ]) {
+      const err = await reattachPlugin(
+        {
+          pid: hung.proc.pid!,
+          network: "unix",
+          address: hungPath,
+          ...(tls && { tls }),
+        },
+        { connectTimeoutMs: TIMEOUT_MS },
+      ).catch((e: unknown) => e);
+      expect(err, tls ? "TLS" : "plain").toBeInstanceOf(PluginLaunchError);
+      expect((err as Error).message, tls ? "TLS" : "plain").toBe(
+        `reattach: cannot talk gRPC to plugin ${hung.proc.pid} at unix:${hungPath}: [unavailable] ${silent(hungPath)}`,
+      );
+    }
+  }, 30_000);
+});
