@@ -103,6 +103,53 @@ describe("servePlugin", () => {
     expect(sock.mode & 0o777).toBe(0o660);
   });
 
+  /**
+   * A PLUGIN_UNIX_SOCKET_DIR that puts the socket at exactly `bytes` bytes: mkdtemp's
+   * "plugin-XXXXXX" and "/plugin.sock" take 26 bytes after it.
+   */
+  async function socketDirFor(bytes: number): Promise<string> {
+    const { mkdirSync, mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const top = mkdtempSync(join(tmpdir(), "nk-long-"));
+    cleanups.push(() => rmSync(top, { recursive: true, force: true }));
+    const dir = `${top}/${"d".repeat(bytes - 26 - top.length - 1)}`;
+    mkdirSync(dir);
+    return dir;
+  }
+
+  it.runIf(process.platform === "linux")(
+    "a socket path of up to 107 bytes (what Linux's sun_path holds with its NUL, and go-plugin accepts) is served",
+    async () => {
+      const dir = await socketDirFor(107);
+      const { plugin } = await launch("", { unixSocketDir: dir });
+      expect(Buffer.byteLength(plugin.address)).toBe(107);
+      expect(statSync(plugin.address).isSocket()).toBe(true);
+      expect((await plugin.basePlugin.pluginInfo({})).name).toBe("test-driver");
+    },
+  );
+
+  it("a socket path too long for a unix socket address fails the start, naming the path and its length, and advertises nothing", async () => {
+    // 108 bytes: Node would bind it (and truncate anything longer), but Go cannot dial it.
+    const dir = await socketDirFor(108);
+    const raw = spawnRaw(testDriver, {
+      ...NOMAD_COOKIE,
+      PLUGIN_PROTOCOL_VERSIONS: "2",
+      PLUGIN_UNIX_SOCKET_DIR: dir,
+    });
+    const { code } = await raw.exit;
+    expect(code).toBe(1);
+    expect(raw.stdout()).toBe("");
+    expect(raw.stderr()).toMatch(
+      new RegExp(
+        `unix socket path ${dir.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}/plugin-\\w{6}/plugin\\.sock is 108 bytes long, over the ${process.platform === "linux" ? 107 : 103} bytes a unix socket address holds: set PLUGIN_UNIX_SOCKET_DIR or TMPDIR to a shorter directory`,
+      ),
+    );
+    // Nothing left behind in the socket directory either.
+    const { readdirSync } = await import("node:fs");
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
   it("listens on TCP 127.0.0.1 within PLUGIN_MIN_PORT..PLUGIN_MAX_PORT when asked", async () => {
     const { plugin } = await launch("tcp", { minPort: 0, maxPort: 0 });
     expect(plugin.handshake.network).toBe("tcp");

@@ -19,8 +19,14 @@ export interface ListenResult {
   socketDir?: string;
 }
 
-// sun_path is 108 bytes on Linux, 104 on macOS; stay under both with the terminating NUL.
-const MAX_UNIX_PATH = 103;
+/**
+ * The longest unix socket path Go (go-plugin's host: Nomad) can dial: sun_path (108 bytes on Linux,
+ * 104 on macOS and the BSDs) less the terminating NUL, as Go's syscall package refuses a path that
+ * fills it ("invalid argument"). Node binds and connects longer paths silently cut to sun_path's
+ * size (a 120-byte path listens on its first 108 bytes), which would advertise a socket that is not
+ * there.
+ */
+const MAX_UNIX_PATH = process.platform === "linux" ? 107 : 103;
 
 function listenOn(
   server: Server,
@@ -82,9 +88,10 @@ export async function listenUnix(
   }
   const path = join(dir, "plugin.sock");
   try {
-    if (Buffer.byteLength(path) > MAX_UNIX_PATH) {
+    const bytes = Buffer.byteLength(path);
+    if (bytes > MAX_UNIX_PATH) {
       throw new PluginEnvironmentError(
-        `unix socket path ${path} is too long (max ${MAX_UNIX_PATH} bytes)`,
+        `unix socket path ${path} is ${bytes} bytes long, over the ${MAX_UNIX_PATH} bytes a unix socket address holds: set PLUGIN_UNIX_SOCKET_DIR or TMPDIR to a shorter directory`,
       );
     }
     chmodSync(dir, 0o700);
