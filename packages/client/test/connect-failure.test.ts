@@ -12,7 +12,7 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
-import { connect } from "node:net";
+import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -20,13 +20,16 @@ import { driver } from "@nomadkit/protocol";
 import {
   ClientRuntime,
   DriverClient,
+  PluginLaunchError,
   PluginShutdownError,
   createUnixSocketTransport,
   rawBidiStream,
+  reattachPlugin,
   type ClientOptions,
 } from "../src/index.js";
 import { registerPluginSessions } from "../src/runtime/h2-call.js";
 import { PluginSessionManager } from "../src/runtime/sessions.js";
+import { connectUnixSocket } from "../src/runtime/unix-socket.js";
 import { spawnFixture, tempDir } from "./helpers.js";
 
 /** How each call path fails on `socketPath`: the error of a unary call (both paths), a server stream and a raw bidi relay. */
@@ -36,7 +39,7 @@ async function failures(
 ): Promise<Record<string, unknown>> {
   // A plugin connection as launchPlugin/reattachPlugin make it (unary calls and relays run directly on its sessions)...
   const sessions = new PluginSessionManager("http://localhost", {
-    createConnection: () => connect(socketPath),
+    createConnection: () => connectUnixSocket(socketPath),
   });
   const pluginConnection = createUnixSocketTransport(socketPath, {
     sessionManager: sessions,
@@ -202,6 +205,46 @@ describe("a call whose connection to the plugin cannot be made", () => {
       }
     }
   });
+
+  it.runIf(process.platform === "linux")(
+    "a socket path longer than a unix socket address holds: Unavailable naming it, never a connection to the socket its first 108 bytes name",
+    async () => {
+      // Node cuts a longer path to sun_path's 108 bytes: this listener's path is exactly those.
+      const deep = `${tmp.dir}/${"d".repeat(98 - tmp.dir.length)}`;
+      mkdirSync(deep);
+      const prefix = `${deep}/plugin.s`;
+      expect(Buffer.byteLength(prefix)).toBe(108);
+      const long = `${prefix}ock-with-a-long-name`;
+      let accepted = 0;
+      const other = createServer((s) => {
+        accepted++;
+        s.destroy();
+      });
+      await new Promise<void>((r) => other.listen(prefix, r));
+      try {
+        const why = `invalid argument (EINVAL): the path is ${Buffer.byteLength(long)} bytes long, over the 107 bytes a unix socket address holds`;
+        for (const [path, err] of Object.entries(await failures(long))) {
+          expect(status(err), path).toEqual({
+            code: "Unavailable",
+            message: `cannot connect to the plugin at unix:${long}: ${why}`,
+          });
+          expect(errnoOf(err), path).toBe("EINVAL");
+        }
+        const err = await reattachPlugin({
+          pid: process.pid,
+          network: "unix",
+          address: long,
+        }).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(PluginLaunchError);
+        expect((err as Error).message).toBe(
+          `reattach: cannot talk gRPC to plugin ${process.pid} at unix:${long}: [unavailable] cannot connect to the plugin at unix:${long}: ${why}`,
+        );
+        expect(accepted).toBe(0);
+      } finally {
+        await new Promise((r) => other.close(r));
+      }
+    },
+  );
 
   // EACCES needs a user the socket's permissions keep out: root passes them. Run as nobody, who must
   // be able to read this checkout's built code.

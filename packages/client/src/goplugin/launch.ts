@@ -12,6 +12,7 @@ import { ClientRuntime } from "../runtime/client-runtime.js";
 import { registerPluginSessions } from "../runtime/h2-call.js";
 import { answeredByPlugin } from "../runtime/normalize.js";
 import { PluginSessionManager } from "../runtime/sessions.js";
+import { checkUnixSocketPath, connectUnixSocket } from "../runtime/unix-socket.js";
 import type { DEFAULT_CONNECT_TIMEOUT_MS } from "../runtime/h2-handshake.js";
 import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
 import { DriverClient } from "../gen/hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.js";
@@ -240,8 +241,9 @@ function createTransport(params: ConnectionParams): {
   }
   const t = params.tls;
   const createConnection = t
-    ? () =>
-        tls.connect({
+    ? () => {
+        if ("path" in target) checkUnixSocketPath(target.path);
+        return tls.connect({
           ...target,
           servername: "localhost",
           ca: t.serverCertPem,
@@ -249,8 +251,11 @@ function createTransport(params: ConnectionParams): {
           key: t.keyPem,
           ALPNProtocols: ["h2"],
           minVersion: "TLSv1.2",
-        })
-    : () => net.connect(target as net.NetConnectOpts);
+        });
+      }
+    : "path" in target
+      ? () => connectUnixSocket(target.path)
+      : () => net.connect(target);
   const baseUrl = t ? "https://localhost" : "http://localhost";
   // Enlarged HTTP/2 windows: exec output and other streams are not held to 64 KiB per round trip.
   const sessions = new PluginSessionManager(baseUrl, { createConnection }, { connectTimeoutMs: params.connectTimeoutMs, target: `${network}:${address}` });

@@ -7,6 +7,7 @@ import { getSystemErrorMap } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RecoverableErrorSchema } from "@nomadkit/protocol/structs";
 import { RecoverableError } from "../errors.js";
+import { MAX_UNIX_SOCKET_PATH } from "./unix-socket.js";
 
 /**
  * Node / nghttp2 error codes and connect-node messages that mean the connection or stream broke,
@@ -141,8 +142,9 @@ export function dialFailure(err: ConnectError): ConnectError | undefined {
     const where = link.address === undefined ? "" : link.port === undefined ? ` at unix:${link.address}` : ` at tcp:${host}:${link.port}`;
     const text = link.errno === undefined ? undefined : getSystemErrorMap().get(link.errno)?.[1];
     const why = text === undefined ? link.message ?? link.code : `${text} (${link.code})`;
-    const refused = link.code === "ECONNREFUSED" && link.address !== undefined && link.port === undefined ? refusedBecause(link.address) : "";
-    return new ConnectError(`cannot connect to the plugin${where}: ${why}${refused}`, Code.Unavailable, err.metadata, undefined, err);
+    const unix = link.address !== undefined && link.port === undefined ? link.address : undefined;
+    const because = unix === undefined ? "" : link.code === "ECONNREFUSED" ? refusedBecause(unix) : link.code === "EINVAL" ? tooLongBecause(unix) : "";
+    return new ConnectError(`cannot connect to the plugin${where}: ${why}${because}`, Code.Unavailable, err.metadata, undefined, err);
   }
   return undefined;
 }
@@ -164,6 +166,12 @@ function refusedBecause(path: string): string {
   if (st === undefined || st.isSocket()) return ": nothing listens on it";
   const kind = st.isFile() ? "a regular file" : st.isDirectory() ? "a directory" : "something else";
   return `: it is ${kind}, not a socket`;
+}
+
+/** Why unix socket `path` is invalid, when it is for its length (see unix-socket.ts). */
+function tooLongBecause(path: string): string {
+  const bytes = Buffer.byteLength(path);
+  return bytes > MAX_UNIX_SOCKET_PATH ? `: the path is ${bytes} bytes long, over the ${MAX_UNIX_SOCKET_PATH} bytes a unix socket address holds` : "";
 }
 
 /** The RecoverableError a FailedPrecondition status carries as a detail, if any. */

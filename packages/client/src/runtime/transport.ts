@@ -1,9 +1,9 @@
 /** gRPC over a unix socket (h2c), the way go-plugin plugins listen. */
-import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { createGrpcTransport, type GrpcTransportOptions } from "@connectrpc/connect-node";
 import { DEFAULT_CONNECT_TIMEOUT_MS } from "./h2-handshake.js";
 import { PluginSessionManager } from "./sessions.js";
+import { connectUnixSocket } from "./unix-socket.js";
 
 /** Options for {@link createUnixSocketTransport}: connect-node gRPC options minus `baseUrl`, and the connect timeout. */
 export type UnixSocketTransportOptions = Partial<GrpcTransportOptions> & {
@@ -41,7 +41,7 @@ export function createUnixSocketTransport(socketPath: string, options: UnixSocke
       options.sessionManager ??
       new PluginSessionManager(
         baseUrl,
-        { createConnection: () => net.connect(socketPath), ...options.nodeOptions },
+        { createConnection: () => connectUnixSocket(socketPath), ...options.nodeOptions },
         { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs, connectTimeoutMs, target: `unix:${socketPath}` },
       ),
   });
