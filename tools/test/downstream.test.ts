@@ -5,7 +5,7 @@
 // packages, and a host launches the plugin and calls it with the generated client. The recipe is
 // the one documented in packages/protocol/README.md.
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, existsSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { copyFixture, installProject, node, outsideEnv, packAll, publicPackages, repoRoot, sh, tempDir, tsc } from "../packaging/lib.mjs";
@@ -20,6 +20,7 @@ const INSTALL_TIMEOUT = 300_000;
 const STEP_TIMEOUT = 240_000;
 let work: string;
 let repo: string;
+let protocolTarball: string;
 
 const rootPkg = JSON.parse(readFileSync(path.join(repoRoot, "package.json"), "utf8"));
 const pin = (name: string) => {
@@ -45,6 +46,7 @@ beforeAll(() => {
   );
   const runtime = packed.filter((p) => p.name !== "@nomadkit/protoc-gen-nomadkit");
   const client = packed.find((p) => p.name === "@nomadkit/client")!;
+  protocolTarball = (packed.find((p) => p.name === "@nomadkit/protocol") as Packed & { tarball: string }).tarball;
   repo = path.join(work, "acme-driver");
   copyFixture("downstream", repo);
   installProject(repo, {
@@ -119,5 +121,53 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
       identify: { recoverable: true, message: "acme is not a real plugin" },
       exitCode: 0,
     });
+  }, STEP_TIMEOUT);
+
+  it("buf breaking, as the README's recipes run it: own contracts against the base, an upgrade against the previous tarball", () => {
+    const buf = path.join(repo, "node_modules/.bin/buf");
+    const run = (args: string[], cwd = repo) => spawnSync(buf, args, { cwd, env: outsideEnv(), encoding: "utf8" });
+    const git = (...args: string[]) => sh("git", ["-c", "user.name=acme", "-c", "user.email=ci@acme.test", ...args], { cwd: repo });
+    writeFileSync(path.join(repo, ".gitignore"), "node_modules\ndist\n");
+    git("init", "-q", "-b", "main");
+    git("add", "-A");
+    git("commit", "-q", "-m", "base");
+
+    // Why the README does not use the usual recipe: the base, read from git, has no node_modules.
+    const naive = run(["breaking", "--against", ".git#branch=main"]);
+    expect(naive.status).not.toBe(0);
+    expect(naive.stderr).toContain("had no .proto files");
+
+    // The README's recipe: a worktree of the base that borrows the installed contracts.
+    const base = path.join(work, "proto-base");
+    git("worktree", "add", "-q", "--detach", base, "main");
+    symlinkSync(path.join(repo, "node_modules"), path.join(base, "node_modules"));
+    const ext = path.join(repo, "proto/acme/ext/v1/ext.proto");
+    const original = readFileSync(ext, "utf8");
+    try {
+      const same = run(["breaking", "--against", base]);
+      expect(same.status, same.stdout + same.stderr).toBe(0);
+      writeFileSync(ext, original.replace("map<string, string> labels = 2;", "map<string, string> tags = 2;"));
+      const broken = run(["breaking", "--against", base]);
+      expect(broken.status).not.toBe(0);
+      expect(broken.stdout).toMatch(/proto\/acme\/ext\/v1\/ext\.proto:.*changed name from "labels" to "tags"/);
+    } finally {
+      writeFileSync(ext, original);
+      git("worktree", "remove", "--force", base);
+    }
+
+    // An upgrade of @nomadkit/protocol, against the tarball of the version it replaces (here the
+    // same tarball, and a copy of the installed package with a renamed field standing in for a
+    // breaking release).
+    const installed = path.join(repo, "node_modules/@nomadkit/protocol");
+    const against = `${protocolTarball}#strip_components=1`;
+    const unchanged = run(["breaking", installed, "--against", against], work);
+    expect(unchanged.status, unchanged.stdout + unchanged.stderr).toBe(0);
+    const next = path.join(work, "protocol-next");
+    cpSync(installed, next, { recursive: true });
+    const driver = path.join(next, "proto/hashicorp/nomad/plugins/drivers/proto/driver.proto");
+    writeFileSync(driver, readFileSync(driver, "utf8").replace("string task_group_name = 13;", "string task_group = 13;"));
+    const upgraded = run(["breaking", next, "--against", against], work);
+    expect(upgraded.status).not.toBe(0);
+    expect(upgraded.stdout).toContain('changed name from "task_group_name" to "task_group"');
   }, STEP_TIMEOUT);
 });
