@@ -99,6 +99,26 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
     expect(server).toMatch(/export function registerExtService\b/);
   }, STEP_TIMEOUT);
 
+  it("generating from the installed contracts with the repository's buf.gen.yaml reproduces its committed src/gen", () => {
+    // The shipped proto/ and the packed plugin, with the options nomadkit itself generates with:
+    // what a downstream gets for Nomad's contracts is what the packages were built from.
+    const env = outsideEnv();
+    env.PATH = [path.join(repo, "node_modules/.bin"), env.PATH].join(path.delimiter);
+    const out = path.join(work, "regen");
+    const input = "node_modules/@nomadkit/protocol/proto";
+    sh(path.join(repo, "node_modules/.bin/buf"), ["generate", input, "--template", path.join(repoRoot, "buf.gen.yaml"), "-o", out], { cwd: repo, env });
+    for (const pkg of ["protocol", "client", "server"]) {
+      const committed = path.join(repoRoot, "packages", pkg, "src/gen");
+      const generated = path.join(out, "packages", pkg, "src/gen");
+      expect(walk(generated), pkg).toEqual(walk(committed));
+      for (const f of walk(committed)) expect(readFileSync(path.join(generated, f), "utf8"), `${pkg}/src/gen/${f}`).toBe(readFileSync(path.join(committed, f), "utf8"));
+    }
+
+    // With default options (the runtime from @nomadkit/client), for rawexec-host.ts.
+    sh(path.join(repo, "node_modules/.bin/buf"), ["generate", input, "--template", "buf.gen.nomad.yaml"], { cwd: repo, env });
+    expect(walk(path.join(repo, "src/nomad"))).toContain("hashicorp/nomad/plugins/drivers/proto/driver_nomadkit.ts");
+  }, STEP_TIMEOUT);
+
   it("buf lint with the README's buf.yaml lints the repository's own files, not Nomad's frozen names", () => {
     const r = spawnSync(path.join(repo, "node_modules/.bin/buf"), ["lint", "--error-format", "json"], { cwd: repo, env: outsideEnv(), encoding: "utf8" });
     const files = r.stdout.split("\n").filter(Boolean).map((l) => (JSON.parse(l) as { path: string }).path);
@@ -121,6 +141,12 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
       identify: { recoverable: true, message: "acme is not a real plugin" },
       exitCode: 0,
     });
+  }, STEP_TIMEOUT);
+
+  it("clients generated from the installed contracts call the reference driver (nomadkit-rawexec)", () => {
+    const rawexec = path.join(repoRoot, "examples/rawexec-driver/bin/nomadkit-rawexec");
+    const out = JSON.parse(node(["dist/rawexec-host.js", rawexec], { cwd: repo, timeout: 120_000 }).trim().split("\n").pop()!);
+    expect(out).toEqual({ name: "nomadkit-rawexec", type: "DRIVER", sendSignals: true, health: "HEALTHY" });
   }, STEP_TIMEOUT);
 
   it("buf breaking, as the README's recipes run it: own contracts against the base, an upgrade against the previous tarball", () => {
