@@ -76,6 +76,19 @@ describe("downstream codegen against the installed @nomadkit/protocol", () => {
     expect(existsSync(path.join(proto, "proto/hashicorp/nomad/plugins/drivers/proto/driver.proto"))).toBe(true);
   });
 
+  it("the README's table of import paths lists exactly the shipped contracts", () => {
+    // Imports are written against these paths, which differ from Nomad's and go-plugin's trees.
+    const proto = path.join(repo, "node_modules/@nomadkit/protocol");
+    const readme = readFileSync(path.join(proto, "README.md"), "utf8");
+    const table = readme.slice(readme.indexOf("| in this package (`proto/`) |"));
+    const rows = [...table.matchAll(/^\| `([^`]+\.proto)` \|/gm)].map((m) => m[1]!);
+    const expand = (p: string): string[] => {
+      const m = /\{([^}]+)\}/.exec(p);
+      return m ? m[1]!.split(",").map((alt) => p.replace(m[0], alt)) : [p];
+    };
+    expect(rows.flatMap(expand).sort()).toEqual(walk(path.join(proto, "proto")));
+  });
+
   it("buf generate runs protoc-gen-es and protoc-gen-nomadkit from the fixture's node_modules", () => {
     // `npx buf` as a user would: node_modules/.bin (buf and both plugins) goes on PATH; nothing of
     // this repository is on it (outsideEnv).
