@@ -125,4 +125,32 @@ describe("kind=server", () => {
     ).get("acme/v1/thing_nomadkit.ts")!;
     expect(src).toContain('import { Things } from "@nomadkit/protocol/gen/acme/v1/thing_pb.js"');
   });
+
+  it("applies the first matching rewrite_imports rule (the README's order for contracts importing Nomad's)", () => {
+    const nomad = create(FileDescriptorProtoSchema, {
+      name: "hashicorp/x/x.proto",
+      package: "hashicorp.x",
+      syntax: "proto3",
+      messageType: [{ name: "Info" }],
+    });
+    const ext = create(FileDescriptorProtoSchema, {
+      name: "acme/v1/ext.proto",
+      package: "acme.v1",
+      syntax: "proto3",
+      dependency: [nomad.name],
+      messageType: [{ name: "Req" }],
+      service: [{ name: "Ext", method: [create(MethodDescriptorProtoSchema, { name: "Get", inputType: ".acme.v1.Req", outputType: ".hashicorp.x.Info" })] }],
+    });
+    const run = (rules: string[]) => {
+      const parameter = ["kind=server", "target=ts", "import_extension=js", ...rules.map((r) => `rewrite_imports=${r}`)].join(",");
+      const res = protocGenNomadkit.run(create(CodeGeneratorRequestSchema, { parameter, fileToGenerate: [ext.name], protoFile: [nomad, ext] }));
+      if (res.error) throw new Error(res.error);
+      return res.file[0]!.content;
+    };
+    const documented = run(["./hashicorp/**/*_pb.js:@nomadkit/protocol/gen", "./**/*_pb.js:../gen"]);
+    expect(documented).toContain('from "@nomadkit/protocol/gen/hashicorp/x/x_pb.js"');
+    expect(documented).toContain('from "../../../gen/acme/v1/ext_pb.js"');
+    // The catch-all first takes Nomad's imports too, to a directory without them.
+    expect(run(["./**/*_pb.js:../gen", "./hashicorp/**/*_pb.js:@nomadkit/protocol/gen"])).toContain('from "../../../gen/hashicorp/x/x_pb.js"');
+  });
 });
