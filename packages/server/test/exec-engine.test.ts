@@ -288,6 +288,40 @@ describe("runExecCommand", () => {
     expect(out).toContain("abc");
   }, 60_000);
 
+  it("gives the process command[0] as typed as its argv[0] (Go's exec.Command keeps it), with and without a tty", async () => {
+    const cmdline = async (options: Parameters<typeof runExecCommand>[0]) => {
+      let out = "";
+      const stdout = new Writable({
+        write(c: Buffer, _e, cb) {
+          out += c.toString("latin1");
+          cb();
+        },
+      });
+      const r = await runExecCommand(options, { stdin: Readable.from([]), stdout, stderr: new PassThrough().resume() });
+      expect(r.exitCode, `${JSON.stringify(options.command)} tty ${options.tty}: ${out}`).toBe(0);
+      return out.replaceAll("\0", " ").trim();
+    };
+    const cwd = mkdtempSync(join(tmpdir(), "nk-argv0-"));
+    try {
+      for (const tty of [false, true]) {
+        expect(await cmdline({ command: ["cat", "/proc/self/cmdline"], tty }), `tty ${tty}`).toBe("cat /proc/self/cmdline");
+        // A relative name is taken from cwd, and kept as typed.
+        const rel = `${"../".repeat(cwd.split("/").length)}bin/cat`;
+        expect(await cmdline({ command: [rel, "/proc/self/cmdline"], tty, cwd }), `tty ${tty}`).toBe(`${rel} /proc/self/cmdline`);
+        // A caller that looked the command up itself names argv[0] (the executor: the name typed).
+        const found = { command: ["/usr/bin/cat", "/proc/self/cmdline"], argv0: "cat", env: { PATH: "/usr/bin" }, tty };
+        expect(await cmdline(found), `tty ${tty}`).toBe("cat /proc/self/cmdline");
+      }
+      // Any name, where node-pty does not exec the command.
+      expect(await cmdline({ command: ["/usr/bin/cat", "/proc/self/cmdline"], argv0: "kitty" })).toBe("kitty /proc/self/cmdline");
+      // Through a caller's spawn too: it gets argv0 among the options.
+      const { spawn } = await import("node:child_process");
+      expect(await cmdline({ command: ["cat", "/proc/self/cmdline"], spawn: (f, a, o) => spawn(f, a, o) })).toBe("cat /proc/self/cmdline");
+    } finally {
+      rmSync(cwd, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it("reports a missing executable naming it", async () => {
     await expect(
       runExecCommand({ command: ["definitely-not-a-command-xyz"] }, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr }),

@@ -24,6 +24,18 @@ export function findExecutable(file: string, env: Readonly<Record<string, string
   throw new ConnectError(`${field}: executable ${JSON.stringify(file)} not found${file.includes("/") ? "" : " in PATH"}`, Code.InvalidArgument);
 }
 
+/**
+ * What to hand a program that execs a command by name the way execvp does (node-pty, setpriv,
+ * nsenter, coreutils' env, a shell gate), for the command to get `argv0` as its argv[0] and run
+ * `file`: `argv0` itself when that lookup (in `env.PATH` and `cwd`, as {@link findExecutable}'s)
+ * finds `file`, else `file`, which the command then sees as its argv[0]. Also `file` when `env` has
+ * no PATH: execvp's default search path is not {@link findExecutable}'s.
+ */
+export function execvpName(argv0: string, file: string, env: Readonly<Record<string, string>>, cwd: string | undefined): string {
+  if (argv0 === file || (!argv0.includes("/") && env.PATH === undefined)) return file;
+  return search(argv0, env, cwd).path === file ? argv0 : file;
+}
+
 function search(file: string, env: Readonly<Record<string, string>>, cwd: string | undefined): { path?: string; notExecutable?: string } {
   const base = cwd ?? process.cwd();
   const candidates = file.includes("/")

@@ -11,7 +11,7 @@ import { finished } from "node:stream/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { ownFile } from "../runtime/own-file.js";
-import { assertDirectory, checkInterpreter, findExecutable } from "./find-executable.js";
+import { assertDirectory, checkInterpreter, execvpName, findExecutable } from "./find-executable.js";
 import { closeHandedOutputs, type HandedOutputs } from "./handoff.js";
 import { openOutputPipes, type OutputPipes } from "./output-pipes.js";
 import { retainsChunks } from "./read-buffers.js";
@@ -22,8 +22,17 @@ import { assertSpawned } from "./spawned.js";
 
 /** What to run, and where. */
 export interface ExecCommandOptions {
-  /** Executable and arguments; the executable is looked up in `env.PATH` unless it has a slash. */
+  /**
+   * Executable and arguments; the executable is looked up in `env.PATH` unless it has a slash. The
+   * process gets `command[0]` as typed as its argv[0] (as Go's exec.Command keeps it), not the path found.
+   */
   command: readonly string[];
+  /**
+   * argv[0] for the process instead of `command[0]`, e.g. the name a user typed when `command[0]`
+   * is a path already looked up. With a tty and no `ptyGate`, only a name that finds the same file
+   * in `env.PATH` is kept (node-pty execs by name); another gives way to the path.
+   */
+  argv0?: string | undefined;
   /** Run under a pseudo-terminal (node-pty); output then all goes to `stdout`. */
   tty?: boolean | undefined;
   /** Working directory. Default: the plugin's. */
@@ -44,7 +53,7 @@ export interface ExecCommandOptions {
    */
   outputs?: HandedOutputs | undefined;
   /**
-   * Starts the process instead of `child_process.spawn` (same arguments), e.g. inside a task's
+   * Starts the process instead of `child_process.spawn` (same arguments, `argv0` among the options), e.g. inside a task's
    * cgroups (`TaskCgroups.spawn` of `@nomadkit/server/executor`). Not with `tty`: node-pty starts
    * the terminal's process.
    */
@@ -81,9 +90,9 @@ export interface PtyGate {
   /**
    * The command line to start in the terminal: a gate that waits for {@link PtyGate.admit}, then
    * execs `file args` (same pid) with exactly `env` (which includes the PWD and TERM node-pty would
-   * have given the command).
+   * have given the command), and `argv0` as the command's argv[0] (default `file`).
    */
-  wrap(file: string, args: readonly string[], env: Readonly<Record<string, string>>): GatedCommand;
+  wrap(file: string, args: readonly string[], env: Readonly<Record<string, string>>, argv0?: string): GatedCommand;
   /** Called with the gate's pid once node-pty has started it; lets it exec the command when done. */
   admit(pid: number): Promise<void>;
 }
@@ -148,11 +157,12 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
     // The task's directory may have been deleted under it: say so, not that the command is missing.
     if (options.cwd !== undefined) assertDirectory(options.cwd, "cwd", Code.FailedPrecondition);
     const file = findExecutable(options.command[0]!, env, options.cwd, "command[0]");
+    const argv0 = options.argv0 ?? options.command[0]!;
     // node-pty would report a missing interpreter as the command's exit 1, spawn as the script's ENOENT.
     checkInterpreter(file, "command[0]");
     const args = options.command.slice(1);
     if (io.signal?.aborted) throw io.signal.reason ?? new Error("aborted");
-    return await (options.tty === true ? runPty(file, args, env, options, io) : runPipes(file, args, env, options, io, releaseHanded));
+    return await (options.tty === true ? runPty(file, argv0, args, env, options, io) : runPipes(file, argv0, args, env, options, io, releaseHanded));
   } finally {
     releaseHanded();
   }
@@ -160,6 +170,7 @@ export async function runExecCommand(options: ExecCommandOptions, io: ExecIO): P
 
 async function runPipes(
   file: string,
+  argv0: string,
   args: string[],
   env: Record<string, string>,
   options: ExecCommandOptions,
@@ -181,6 +192,7 @@ async function runPipes(
   let child: ChildProcess;
   try {
     child = assertSpawned((options.spawn ?? spawn)(file, args, {
+      argv0,
       cwd: options.cwd,
       env,
       ...(options.uid !== undefined ? { uid: options.uid } : {}),
@@ -313,7 +325,7 @@ async function loadNodePty(): Promise<typeof import("node-pty")> {
 /** Linux's limit on one argument or environment string, its terminating NUL included. */
 const MAX_ARG_STRLEN = 32 * 4096;
 
-async function runPty(file: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
+async function runPty(file: string, argv0: string, args: string[], env: Record<string, string>, options: ExecCommandOptions, io: ExecIO): Promise<ExecResult> {
   // node-pty forks before it execs: a command the kernel refuses would only show as the child's
   // "execvp(3) failed." and exit status 1. findExecutable foresees the rest; E2BIG for a string
   // over MAX_ARG_STRLEN (32 pages, its NUL included) is said here as the pipes path says it.
@@ -326,7 +338,8 @@ async function runPty(file: string, args: string[], env: Record<string, string>,
   const cwd = options.cwd ?? process.cwd();
   const gate = options.ptyGate;
   // node-pty adds PWD and TERM to the environment it starts a process with: the gated command gets them too.
-  const command = gate ? gate.wrap(file, args, { ...env, PWD: cwd, TERM: name }) : { file, args, env };
+  // node-pty execs its file by name (execvp, in `cwd`, with `env`): no argv[0] of its own to give.
+  const command = gate ? gate.wrap(file, args, { ...env, PWD: cwd, TERM: name }, argv0) : { file: execvpName(argv0, file, env, cwd), args, env };
   let term: Pty;
   try {
     term = pty.spawn(command.file, command.args, {

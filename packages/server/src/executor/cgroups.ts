@@ -9,13 +9,14 @@ import { accessSync, constants as fsConstants, existsSync, readFileSync, writeFi
 import { constants as osConstants } from "node:os";
 import { isAbsolute, join } from "node:path";
 import type { Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
 import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { PtyGate } from "../exec/local.js";
 import { CGROUP_V2_ROOT, cgroupProcs, type CgroupV1Dirs } from "../stats/cgroup.js";
 import { readProcStat } from "../stats/proc.js";
 import { assertSpawned } from "../exec/spawned.js";
-import { checkInterpreter } from "../exec/find-executable.js";
+import { checkInterpreter, execvpName } from "../exec/find-executable.js";
 
 /** Where a LaunchRequest names the task's cgroups (its field names). */
 export interface TaskCgroupsRequest {
@@ -169,8 +170,8 @@ export class TaskCgroups {
    * has been written to every cgroup, then closes the pipe and execs the command (same pid), so
    * nothing of the command runs outside them and its variables are passed exactly as given (through the
    * gate's own environment where it is perl, else in its arguments). Takes `child_process.spawn`'s options
-   * (uid/gid apply to the command: the executor moves the process, not the process itself), except
-   * `argv0` and `shell`. Throws InvalidArgument when `file` cannot be started (a missing
+   * (uid/gid apply to the command: the executor moves the process, not the process itself; `argv0`
+   * is the command's argv[0], as with `spawn`), except `shell`. Throws InvalidArgument when `file` cannot be started (a missing
    * interpreter), and FailedPrecondition naming the field when a cgroup refuses the process, which
    * is then killed.
    */
@@ -178,9 +179,11 @@ export class TaskCgroups {
     const stdio = expandStdio(options.stdio);
     const gateFd = stdio.length;
     if (gateFd > 9) throw new TypeError("TaskCgroups.spawn: at most 9 stdio entries (the gate's descriptor must be a single digit)");
-    if (options.argv0 !== undefined || options.shell) throw new TypeError("TaskCgroups.spawn: argv0 and shell are not supported");
-    const gated = gateCommand({ fd: gateFd }, file, args, options.env ?? process.env);
-    const child = assertSpawned(spawn(gated.file, gated.args, { ...options, env: gated.env, stdio: [...stdio, "pipe"] }), file);
+    if (options.shell) throw new TypeError("TaskCgroups.spawn: shell is not supported");
+    const { argv0, ...rest } = options;
+    const cwd = options.cwd instanceof URL ? fileURLToPath(options.cwd) : options.cwd;
+    const gated = gateCommand({ fd: gateFd }, file, args, options.env ?? process.env, argv0, cwd);
+    const child = assertSpawned(spawn(gated.file, gated.args, { ...rest, env: gated.env, stdio: [...stdio, "pipe"] }), file);
     const gate = child.stdio[gateFd] as Writable | null;
     if (child.pid === undefined || !gate) return child; // spawn failed: the child emits "error"
     try {
@@ -209,7 +212,8 @@ export class TaskCgroups {
    */
   ptyGate(): PtyGate {
     return {
-      wrap: (file, args, env) => gateCommand("stop", file, args, env),
+      // node-pty starts the gate in the directory its PWD names.
+      wrap: (file, args, env, argv0) => gateCommand("stop", file, args, env, argv0, env.PWD),
       admit: async (pid) => {
         try {
           this.join(pid);
@@ -459,9 +463,18 @@ const GATE_ENV_PREFIX = "NOMADKIT_GATE_ENV_";
  * PPID and OPTIND, so the environment goes to `env -i` in argv. A terminal's gate ignores SIGINT
  * and SIGQUIT while it is stopped: a ^C typed then would stay pending and kill the gate at SIGCONT
  * instead of reaching the command; it is dropped, and the command starts with both at default (as
- * node-pty starts the gate). Throws InvalidArgument for a command that cannot start.
+ * node-pty starts the gate). The command's argv[0] is `argv0` (perl execs `file` with it; env execs
+ * by name, see execvpName). Throws InvalidArgument for a command that cannot start.
  */
-function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly string[], env: NodeJS.ProcessEnv | Readonly<Record<string, string>>): GateLaunch {
+function gateCommand(
+  wait: "stop" | { fd: number },
+  file: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv | Readonly<Record<string, string>>,
+  argv0: string = file,
+  /** The directory the gate starts in; default this process's. */
+  cwd?: string,
+): GateLaunch {
   checkInterpreter(file);
   const vars = Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined);
   const perl = gatePerl();
@@ -473,17 +486,19 @@ function gateCommand(wait: "stop" | { fd: number }, file: string, args: readonly
     // `$! + 0` and ENOENT's number, not %!: that would load Errno.pm (a few ms) at every start.
     const script =
       `my %e; for (grep { /^${GATE_ENV_PREFIX}\\d+\\z/ } keys %ENV) { my ($k, $v) = split /=/, $ENV{$_}, 2; $e{$k} = $v } %ENV = %e; ` +
-      `${hold} my $f = $ARGV[0]; exec { $f } @ARGV; my $err = $! + 0; print STDERR "nomadkit-gate: $f: $!\n"; exit($err == ${osConstants.errno.ENOENT} ? 127 : 126);`;
+      `${hold} my $f = shift @ARGV; exec { $f } @ARGV; my $err = $! + 0; print STDERR "nomadkit-gate: $f: $!\n"; exit($err == ${osConstants.errno.ENOENT} ? 127 : 126);`;
     return {
       file: perl,
-      args: ["-e", script, "--", file, ...args],
+      args: ["-e", script, "--", file, argv0, ...args],
       env: Object.fromEntries(vars.map(([k, v], i) => [`${GATE_ENV_PREFIX}${i}`, `${k}=${v}`])),
     };
   }
+  // env execs by name (execvp) with the variables it was given: the name as typed when that finds `file`.
+  const name = execvpName(argv0, file, Object.fromEntries(vars), cwd);
   // `env` would take the command for one more variable.
-  if (file.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(file)} in cgroups: its path contains "="`, Code.InvalidArgument);
+  if (name.includes("=")) throw new ConnectError(`cannot start ${JSON.stringify(name)} in cgroups: its path contains "="`, Code.InvalidArgument);
   const hold = wait === "stop" ? "trap '' INT QUIT; kill -STOP $$ && trap - INT QUIT &&" : `read -r _ <&${wait.fd} || exit 125; exec ${wait.fd}<&-;`;
-  return { file: GATE_SHELL, args: ["-c", `${hold} exec env -i -- "$@"`, "nomadkit-gate", ...vars.map(([k, v]) => `${k}=${v}`), file, ...args], env: {} };
+  return { file: GATE_SHELL, args: ["-c", `${hold} exec env -i -- "$@"`, "nomadkit-gate", ...vars.map(([k, v]) => `${k}=${v}`), name, ...args], env: {} };
 }
 
 /** Whether a process state means it has exited (gone, or a zombie). */

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process"
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { assertDirectory, checkInterpreter, findExecutable } from "../exec/find-executable.js";
+import { assertDirectory, checkInterpreter, execvpName, findExecutable } from "../exec/find-executable.js";
 import { withoutGoPluginVariables } from "../goplugin/env.js";
 import { checkProcessEnv, checkProcessStrings } from "../runtime/process-strings.js";
 import { assertNetnsUsable, needsNetns, netnsCommand } from "../network/exec.js";
@@ -129,11 +129,14 @@ export function lookPath(cmd: string, ctx: TaskContext, field = "cmd"): string {
  * (which drops the supplementary groups). Spawn with the returned `env`: those wrappers run as root,
  * and the dynamic loader would honour a task's `LD_PRELOAD` (and the other variables glibc ignores
  * for setuid programs) in them, so those reach the command through `env` after the user switch.
+ * Given `argv0` (the name `file` was looked up by, {@link lookPath}), the command gets it as its
+ * argv[0], as Go's exec.Command gives it the name as typed: spawn with the returned `argv0`, or,
+ * behind a wrapper, the wrapper is handed the name to exec (execvp finds the same file).
  *
  * @example
  * ```ts
- * import { commandInContext } from "@nomadkit/server/executor";
- * const { file, args, env, uid, gid } = commandInContext(task.context, "/bin/sh", ["-l"]);
+ * import { commandInContext, lookPath } from "@nomadkit/server/executor";
+ * const { file, args, env, argv0, uid, gid } = commandInContext(task.context, lookPath("sh", task.context), ["-l"], "cmd", "sh");
  * ```
  */
 export function commandInContext(
@@ -142,9 +145,13 @@ export function commandInContext(
   args: readonly string[],
   /** The request field that named `file`, for errors. */
   field = "cmd",
+  /** The command's argv[0]; default `file`. */
+  argv0?: string,
 ): {
   /** Executable to spawn (`nsenter` with a network namespace, `setpriv` with a user). */
   file: string;
+  /** argv[0] to spawn `file` with (child_process.spawn's option); only without a wrapper. */
+  argv0?: string;
   /** Its arguments. */
   args: string[];
   /** Environment to spawn with: the task's, less what is only set after the user switch. */
@@ -155,18 +162,22 @@ export function commandInContext(
   gid?: number;
 } {
   const asUser = ctx.user ? userCommand(ctx.user, file, args) : undefined;
+  // setpriv, nsenter and env exec their command by name (execvp) with the task's PATH, in its
+  // working directory: handed the name as typed, they give it to the command as its argv[0].
+  const named = argv0 !== undefined && (asUser !== undefined || needsNetns(ctx.network)) ? execvpName(argv0, file, ctx.env, ctx.cwd) : file;
   // Root runs setpriv or nsenter before the switch: the loader's variables must not reach them.
   const wrapped = ctx.user !== undefined && ctx.user.uid !== 0 && (asUser !== undefined || needsNetns(ctx.network));
-  const after = wrapped ? afterUserSwitch(ctx.env, file, args, field) : undefined;
+  const after = wrapped ? afterUserSwitch(ctx.env, named, args, field) : undefined;
   const env = after?.env ?? ctx.env;
-  const inner = after ?? { file, args: [...args] };
+  const inner = after ?? { file: named, args: [...args] };
   const cmd = ctx.user && asUser ? userCommand(ctx.user, inner.file, inner.args)! : inner;
   if (ctx.network) {
     // Entering the namespace needs root, so the user is switched to after setns.
     const ids = ctx.user && !asUser ? { uid: ctx.user.uid, gid: ctx.user.gid } : {};
     return { ...netnsCommand(ctx.network, cmd.file, cmd.args, ids), env };
   }
-  const out: { file: string; args: string[]; env: Record<string, string>; uid?: number; gid?: number } = { file: cmd.file, args: cmd.args, env };
+  const out: { file: string; argv0?: string; args: string[]; env: Record<string, string>; uid?: number; gid?: number } = { file: cmd.file, args: cmd.args, env };
+  if (argv0 !== undefined && cmd.file === file) out.argv0 = argv0;
   if (ctx.user && !asUser) {
     out.uid = ctx.user.uid;
     out.gid = ctx.user.gid;
@@ -208,8 +219,8 @@ function afterUserSwitch(env: Record<string, string>, file: string, args: readon
 /**
  * Spawns `file args` in a task context: its env, cwd, user (uid, gid and groups), network namespace
  * (through nsenter) and cgroups (entered before the command runs; a cgroup that refuses the
- * process throws FailedPrecondition). `options` may add stdio, detached, etc.; env/cwd/uid/gid
- * come from `ctx`.
+ * process throws FailedPrecondition). `options` may add stdio, detached, `argv0` (the command's
+ * argv[0], kept behind the wrappers too), etc.; env/cwd/uid/gid come from `ctx`.
  *
  * @example
  * ```ts
@@ -219,10 +230,12 @@ function afterUserSwitch(env: Record<string, string>, file: string, args: readon
  * ```
  */
 export function spawnInContext(ctx: TaskContext, file: string, args: readonly string[], options: SpawnOptions = {}): ChildProcess {
-  const c = commandInContext(ctx, file, args);
+  const { argv0, ...rest } = options;
+  const c = commandInContext(ctx, file, args, "cmd", argv0);
   // Behind nsenter/setpriv a missing interpreter would only be an exit code: say so now.
   if (c.file !== file) checkInterpreter(file);
-  const opts: SpawnOptions = { ...options, env: c.env };
+  const opts: SpawnOptions = { ...rest, env: c.env };
+  if (c.argv0 !== undefined) opts.argv0 = c.argv0;
   if (ctx.cwd !== undefined) {
     // Checked at launch, but the allocation's directory may be gone since (an operator, a GC): say
     // so rather than leave it to the spawn, which blames its first program (the cgroup gate's perl).

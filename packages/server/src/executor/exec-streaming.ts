@@ -45,8 +45,10 @@ export function execStreamingInTask(
           // Behind setpriv or nsenter these would only be an exit status (126, 127), as at launch.
           checkInterpreter(file, "setup.command[0]");
           if (ctx.user) await assertExecutableBy(ctx.user, file, "setup.command[0]");
-          const c = commandInContext(ctx, file, session.command.slice(1), "setup.command[0]");
+          // argv[0] as typed, as Nomad's ExecStreaming (exec.CommandContext(ctx, command[0], ...)) gives it.
+          const c = commandInContext(ctx, file, session.command.slice(1), "setup.command[0]", session.command[0]);
           options.command = [c.file, ...c.args];
+          if (c.argv0 !== undefined) options.argv0 = c.argv0;
           options.env = c.env;
           options.cwd = ctx.cwd;
           if (c.uid !== undefined) options.uid = c.uid;

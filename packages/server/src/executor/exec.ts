@@ -53,7 +53,8 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
     throw new ConnectError(`exec: the deadline (${options.deadline.toISOString()}) has passed; the command was not run`, Code.DeadlineExceeded);
   }
   const limit = options.outputLimit ?? DEFAULT_EXEC_OUTPUT_LIMIT;
-  const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  // argv[0] as typed, as Nomad's ExecScript (exec.CommandContext(ctx, name, args...)) gives it.
+  const child = spawnInContext(ctx, file, args, { stdio: ["ignore", "pipe", "pipe"], detached: true, argv0: cmd });
   const tail = new OutputTail(limit);
   const collect = (b: Buffer) => tail.push(b);
   child.stdout!.on("data", collect);
