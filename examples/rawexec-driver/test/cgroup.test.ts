@@ -4,6 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { parseCpuList } from "@nomadkit/client";
 import { alive, CGROUP_PARENT, cgroupsUnavailable, cleanup, execStream, isRoot, newTask, read, sh, start, startPlugin, until } from "./helpers.js";
 
 afterEach(cleanup);
@@ -11,16 +12,7 @@ afterEach(cleanup);
 const v2 = existsSync("/sys/fs/cgroup/cgroup.controllers");
 
 /** A cpuset list ("0-2,5") as CPU numbers, ascending. */
-function cpuList(text: string): number[] {
-  return text
-    .trim()
-    .split(",")
-    .filter(Boolean)
-    .flatMap((part) => {
-      const [a, b = a] = part.split("-").map(Number);
-      return Array.from({ length: b! - a! + 1 }, (_, i) => a! + i);
-    });
-}
+const cpuList = parseCpuList;
 
 /** The CPUs the kernel lets `pid` run on. */
 function cpusAllowed(pid: number): number[] {

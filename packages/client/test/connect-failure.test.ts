@@ -15,79 +15,17 @@ import {
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { driver } from "@nomadkit/protocol";
+import { Code } from "@connectrpc/connect";
 import {
-  ClientRuntime,
-  DriverClient,
   PluginLaunchError,
   PluginShutdownError,
-  createUnixSocketTransport,
-  rawBidiStream,
   reattachPlugin,
   type ClientOptions,
 } from "../src/index.js";
-import { registerPluginSessions } from "../src/runtime/h2-call.js";
-import { PluginSessionManager } from "../src/runtime/sessions.js";
-import { connectUnixSocket } from "../src/runtime/unix-socket.js";
+import { callPathFailures, status } from "./call-paths.js";
 import { spawnFixture, tempDir } from "./helpers.js";
 
-/** How each call path fails on `socketPath`: the error of a unary call (both paths), a server stream and a raw bidi relay. */
-async function failures(
-  socketPath: string,
-  options: ClientOptions = {},
-): Promise<Record<string, unknown>> {
-  // A plugin connection as launchPlugin/reattachPlugin make it (unary calls and relays run directly on its sessions)...
-  const sessions = new PluginSessionManager("http://localhost", {
-    createConnection: () => connectUnixSocket(socketPath),
-  });
-  const pluginConnection = createUnixSocketTransport(socketPath, {
-    sessionManager: sessions,
-  });
-  registerPluginSessions(pluginConnection, sessions);
-  const direct = new ClientRuntime(pluginConnection, options);
-  // ...and a connect transport, which runs every call through connect.
-  const viaConnect = new ClientRuntime(
-    createUnixSocketTransport(socketPath),
-    options,
-  );
-  const drain = async (
-    it: AsyncIterable<unknown> | undefined,
-  ): Promise<unknown> => {
-    try {
-      for await (const _ of it ?? []) return new Error("a response arrived");
-      return new Error("ended without an error");
-    } catch (err) {
-      return err;
-    }
-  };
-  const out = {
-    "unary, direct": await new DriverClient(direct)
-      .capabilities({})
-      .catch((e: unknown) => e),
-    "unary, through connect": await new DriverClient(viaConnect)
-      .capabilities({})
-      .catch((e: unknown) => e),
-    "server stream": await drain(
-      new DriverClient(direct).taskStats({ taskId: "t1" }),
-    ),
-    "raw bidi relay": await drain(
-      rawBidiStream(
-        direct,
-        driver.Driver.method.execTaskStreaming,
-        (async function* () {})(),
-      ),
-    ),
-  };
-  sessions.abort();
-  return out;
-}
-
-/** Code and message of a ConnectError; the error itself otherwise. */
-const status = (err: unknown) =>
-  err instanceof ConnectError
-    ? { code: Code[err.code], message: err.rawMessage }
-    : err;
+const failures = (socketPath: string, options: ClientOptions = {}) => callPathFailures(socketPath, options);
 
 /** The errno of the Node error under `err` (the dial's own error, kept as a cause). */
 function errnoOf(err: unknown): string | undefined {

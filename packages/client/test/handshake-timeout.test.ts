@@ -6,86 +6,22 @@
 // failure waits for the plugin's exit like any transport failure. The sockets are real: a hung
 // plugin process (its kernel still accepts connections), and listeners that accept and then keep
 // the connection silent, close it, or answer HTTP/1.1.
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { createServer, type Server, type Socket } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { driver } from "@nomadkit/protocol";
 import {
-  ClientRuntime,
-  DriverClient,
   PluginLaunchError,
   PluginShutdownError,
-  createUnixSocketTransport,
-  rawBidiStream,
   reattachPlugin,
   type ClientOptions,
 } from "../src/index.js";
 import { generateSelfSignedCertificate } from "../src/goplugin/certificate.js";
-import { registerPluginSessions } from "../src/runtime/h2-call.js";
-import { PluginSessionManager } from "../src/runtime/sessions.js";
+import { callPathFailures, status } from "./call-paths.js";
 import { spawnFixture, tempDir, type Child } from "./helpers.js";
 
 /** The connect timeout the tests use. */
 const TIMEOUT_MS = 300;
 
-/** How each call path fails on `socketPath`: a unary call (direct and through connect), a server stream, a raw bidi relay. */
-async function failures(
-  socketPath: string,
-  options: ClientOptions = {},
-): Promise<Record<string, unknown>> {
-  // A plugin connection as launchPlugin/reattachPlugin make it (unary calls and relays run directly on its sessions)...
-  const sessions = new PluginSessionManager(
-    "http://localhost",
-    { createConnection: () => connect(socketPath) },
-    { connectTimeoutMs: TIMEOUT_MS, target: `unix:${socketPath}` },
-  );
-  const pluginConnection = createUnixSocketTransport(socketPath, {
-    sessionManager: sessions,
-  });
-  registerPluginSessions(pluginConnection, sessions);
-  const direct = new ClientRuntime(pluginConnection, options);
-  // ...and a connect transport, which runs every call through connect.
-  const viaConnect = new ClientRuntime(
-    createUnixSocketTransport(socketPath, { connectTimeoutMs: TIMEOUT_MS }),
-    options,
-  );
-  const drain = async (
-    it: AsyncIterable<unknown> | undefined,
-  ): Promise<unknown> => {
-    try {
-      for await (const _ of it ?? []) return new Error("a response arrived");
-      return new Error("ended without an error");
-    } catch (err) {
-      return err;
-    }
-  };
-  const out = {
-    "unary, direct": await new DriverClient(direct)
-      .capabilities({})
-      .catch((e: unknown) => e),
-    "unary, through connect": await new DriverClient(viaConnect)
-      .capabilities({})
-      .catch((e: unknown) => e),
-    "server stream": await drain(
-      new DriverClient(direct).taskStats({ taskId: "t1" }),
-    ),
-    "raw bidi relay": await drain(
-      rawBidiStream(
-        direct,
-        driver.Driver.method.execTaskStreaming,
-        (async function* () {})(),
-      ),
-    ),
-  };
-  sessions.abort();
-  return out;
-}
-
-/** Code and message of a ConnectError; the error itself otherwise. */
-const status = (err: unknown) =>
-  err instanceof ConnectError
-    ? { code: Code[err.code], message: err.rawMessage }
-    : err;
+const failures = (socketPath: string, options: ClientOptions = {}) => callPathFailures(socketPath, options, TIMEOUT_MS);
 
 const paths = [
   "unary, direct",

@@ -8,7 +8,7 @@ import { cpus, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { CGROUP_ROOT, canMakeCgroups, mountCgroup2, removeCgroupTree, testCgroups, v2Host } from "./cgroup-fixtures.js";
-import { createTaskCgroup, createTaskDirs, DEFAULT_CGROUP_PARENTS, nomadTaskConfig, TaskCgroupUnavailableError, type TaskCgroup } from "../src/index.js";
+import { createTaskCgroup, createTaskDirs, parseCpuList, DEFAULT_CGROUP_PARENTS, nomadTaskConfig, TaskCgroupUnavailableError, type TaskCgroup } from "../src/index.js";
 
 const ROOT = CGROUP_ROOT;
 const canCgroup = canMakeCgroups;
@@ -55,16 +55,7 @@ function dead(pid: number): boolean {
 }
 
 /** A cpuset list ("0-2,5") as CPU numbers, ascending. */
-function cpuList(text: string): number[] {
-  return text
-    .trim()
-    .split(",")
-    .filter(Boolean)
-    .flatMap((part) => {
-      const [a, b = a] = part.split("-").map(Number);
-      return Array.from({ length: b! - a! + 1 }, (_, i) => a! + i);
-    });
-}
+const cpuList = parseCpuList;
 
 /** The CPUs the kernel lets `pid` run on. */
 function cpusAllowed(pid: number): number[] {
