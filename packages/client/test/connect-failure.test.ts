@@ -25,7 +25,8 @@ import {
 import { callPathFailures, status } from "./call-paths.js";
 import { spawnFixture, tempDir } from "./helpers.js";
 
-const failures = (socketPath: string, options: ClientOptions = {}) => callPathFailures(socketPath, options);
+const failures = (socketPath: string, options: ClientOptions = {}) =>
+  callPathFailures(socketPath, options);
 
 /** The errno of the Node error under `err` (the dial's own error, kept as a cause). */
 function errnoOf(err: unknown): string | undefined {

@@ -21,7 +21,8 @@ import { spawnFixture, tempDir, type Child } from "./helpers.js";
 /** The connect timeout the tests use. */
 const TIMEOUT_MS = 300;
 
-const failures = (socketPath: string, options: ClientOptions = {}) => callPathFailures(socketPath, options, TIMEOUT_MS);
+const failures = (socketPath: string, options: ClientOptions = {}) =>
+  callPathFailures(socketPath, options, TIMEOUT_MS);
 
 const paths = [
   "unary, direct",
