@@ -7,14 +7,22 @@
 // plugin process (its kernel still accepts connections), and listeners that accept and then keep
 // the connection silent, close it, or answer HTTP/1.1.
 import { createServer, type Server, type Socket } from "node:net";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { driver } from "@nomadkit/protocol";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
+  ClientRuntime,
+  DriverClient,
   PluginLaunchError,
   PluginShutdownError,
+  createUnixSocketTransport,
+  rawBidiStream,
   reattachPlugin,
   type ClientOptions,
 } from "../src/index.js";
 import { generateSelfSignedCertificate } from "../src/goplugin/certificate.js";
+import { registerPluginSessions } from "../src/runtime/h2-call.js";
+import { PluginSessionManager } from "../src/runtime/sessions.js";
+import { connectUnixSocket } from "../src/runtime/unix-socket.js";
 import { callPathFailures, status } from "./call-paths.js";
 import { spawnFixture, tempDir, type Child } from "./helpers.js";
 
@@ -126,6 +134,48 @@ describe("a connection that never completes its HTTP/2 handshake", () => {
       });
     }
   }, 30_000);
+
+  it("a call cancelled or past its deadline while it waits for the handshake lets go of the connection at once, on every call path", async () => {
+    // No connect timeout: only the call's own end can let go of what it holds. Before, each such
+    // call kept its stream open, the connection referenced and the host process alive.
+    const sessions = new PluginSessionManager(
+      "http://localhost",
+      { createConnection: () => connectUnixSocket(hungPath) },
+      { connectTimeoutMs: 0, target: `unix:${hungPath}` },
+    );
+    const plugin = createUnixSocketTransport(hungPath, { sessionManager: sessions });
+    registerPluginSessions(plugin, sessions);
+    const direct = new DriverClient(new ClientRuntime(plugin));
+    const viaConnect = new DriverClient(new ClientRuntime(createUnixSocketTransport(hungPath, { sessionManager: sessions })));
+    const drain = async (it: AsyncIterable<unknown>) => {
+      for await (const _ of it) return new Error("a response arrived");
+      return new Error("ended without an error");
+    };
+    const calls: Record<string, (signal: AbortSignal) => Promise<unknown>> = {
+      "unary, direct": (signal) => direct.capabilities({}, { signal }),
+      "unary, direct, deadline": () => direct.capabilities({}, { timeoutMs: 200 }),
+      "unary, through connect": (signal) => viaConnect.capabilities({}, { signal }),
+      "unary, through connect, deadline": () => viaConnect.capabilities({}, { timeoutMs: 200 }),
+      "server stream": (signal) => drain(direct.taskStats({ taskId: "t1" }, { signal })),
+      "raw bidi relay": (signal) =>
+        drain(rawBidiStream(new ClientRuntime(plugin), driver.Driver.method.execTaskStreaming, (async function* () {})(), { signal })!),
+    };
+    try {
+      for (const [path, call] of Object.entries(calls)) {
+        const cancel = new AbortController();
+        const ended = call(cancel.signal).catch((e: unknown) => e);
+        if (!path.endsWith("deadline")) {
+          // The call is waiting on the connection: its stream is open.
+          await vi.waitFor(() => expect(sessions.state(), path).toBe("open"));
+          cancel.abort();
+        }
+        expect(status(await ended), path).toMatchObject({ code: path.endsWith("deadline") ? "DeadlineExceeded" : "Canceled" });
+        await vi.waitFor(() => expect(sessions.state(), path).toBe("idle"), { timeout: 10_000 });
+      }
+    } finally {
+      sessions.abort();
+    }
+  }, 60_000);
 
   it("reattachPlugin to a hung plugin fails after connectTimeoutMs, with or without AutoMTLS (a TLS handshake nobody answers)", async () => {
     const client = await generateSelfSignedCertificate();

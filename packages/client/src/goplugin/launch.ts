@@ -11,7 +11,7 @@ import {
 import { ClientRuntime } from "../runtime/client-runtime.js";
 import { registerPluginSessions } from "../runtime/h2-call.js";
 import { answeredByPlugin } from "../runtime/normalize.js";
-import { PluginSessionManager } from "../runtime/sessions.js";
+import { markCalls, PluginSessionManager } from "../runtime/sessions.js";
 import { checkUnixSocketPath, connectUnixSocket } from "../runtime/unix-socket.js";
 import type { DEFAULT_CONNECT_TIMEOUT_MS } from "../runtime/h2-handshake.js";
 import { BasePluginClient } from "../gen/hashicorp/nomad/plugins/base/proto/base_nomadkit.js";
@@ -263,6 +263,7 @@ function createTransport(params: ConnectionParams): {
     baseUrl,
     sessionManager: sessions,
     acceptCompression: [],
+    interceptors: [markCalls],
   });
   // Unary calls (ClientRuntime) and relays (rawBidiStream) run directly on these sessions.
   registerPluginSessions(transport, sessions);

@@ -25,6 +25,7 @@ import { requestHeader, validateResponse, validateTrailer } from "@connectrpc/co
 import type { Http2SessionManager } from "@connectrpc/connect-node";
 import { cancellationError } from "../errors.js";
 import { webHeaders } from "./headers.js";
+import { markCall, PluginSessionManager } from "./sessions.js";
 
 /** One gRPC message as it travelled: the 5-byte prefix and the protobuf bytes, over several parts. */
 export interface RawFrame {
@@ -179,8 +180,11 @@ export async function* h2Call<I extends DescMessage>(
   // Read through a call: TypeScript would keep `failure` narrowed across the awaits below.
   const failed = (): { err: unknown } | undefined => failure;
   // Cancellation and the deadline also end a call whose connection is still being made.
+  // Aborted with `cancel`: ends the sessions' wait for a new connection's handshake (markCall).
+  const over = new AbortController();
   const cancel = (err: unknown) => {
     fail(err);
+    over.abort(err);
     if (stream !== undefined && !stream.closed) stream.close(8 /* CANCEL */);
   };
   const onAbort = () => cancel(cancellationError(signal?.reason));
@@ -197,6 +201,8 @@ export async function* h2Call<I extends DescMessage>(
     const header: http2.OutgoingHttpHeaders = {};
     requestHeader(true, timeoutMs, options.headers).forEach((v, k) => (header[k] = v));
     if (timeoutMs !== undefined) header["grpc-timeout"] = grpcTimeout(timeoutMs);
+    // Read by the manager before its first await: released once the request is made.
+    const release = sessions instanceof PluginSessionManager ? markCall(header, over.signal) : undefined;
     // Set from the callbacks below (a plain `let` would be narrowed to undefined after them).
     const opening: { result?: { stream: http2.ClientHttp2Stream } | { err: unknown } } = {};
     sessions.request("POST", `/${method.parent.typeName}/${method.name}`, header, {}).then(
@@ -210,6 +216,7 @@ export async function* h2Call<I extends DescMessage>(
         notify();
       },
     );
+    release?.();
     while (opening.result === undefined && failure === undefined) await sleep();
     if (failure !== undefined) throw failure.err;
     const opened = opening.result!;

@@ -70,13 +70,33 @@ export class Handshake {
     return this.#done;
   }
 
-  /** Resolves when the handshake is done; rejects with Unavailable naming the socket when it failed. */
-  wait(): Promise<void> {
+  /**
+   * Resolves when the handshake is done; rejects with Unavailable naming the socket when it failed,
+   * or with `giveUp`'s reason once it is aborted (the waiter is dropped: a caller that left must not
+   * be held until the handshake ends, which with no connect timeout is never).
+   */
+  wait(giveUp?: AbortSignal): Promise<void> {
     if (this.#done) return Promise.resolve();
     if (this.#failure !== undefined) return Promise.reject(this.#failure);
-    return new Promise((resolve, reject) =>
-      this.#waiters.add({ resolve, reject }),
-    );
+    if (giveUp?.aborted) return Promise.reject(giveUp.reason);
+    return new Promise((resolve, reject) => {
+      const onGiveUp = () => {
+        this.#waiters.delete(waiter);
+        reject(giveUp!.reason);
+      };
+      const waiter = {
+        resolve: () => {
+          giveUp?.removeEventListener("abort", onGiveUp);
+          resolve();
+        },
+        reject: (err: ConnectError) => {
+          giveUp?.removeEventListener("abort", onGiveUp);
+          reject(err);
+        },
+      };
+      this.#waiters.add(waiter);
+      giveUp?.addEventListener("abort", onGiveUp, { once: true });
+    });
   }
 
   /** Follows `session`'s frames and end. */

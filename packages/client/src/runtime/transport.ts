@@ -2,7 +2,7 @@
 import type { Transport } from "@connectrpc/connect";
 import { createGrpcTransport, type GrpcTransportOptions } from "@connectrpc/connect-node";
 import { DEFAULT_CONNECT_TIMEOUT_MS } from "./h2-handshake.js";
-import { PluginSessionManager } from "./sessions.js";
+import { markCalls, PluginSessionManager } from "./sessions.js";
 import { connectUnixSocket } from "./unix-socket.js";
 
 /** Options for {@link createUnixSocketTransport}: connect-node gRPC options minus `baseUrl`, and the connect timeout. */
@@ -32,17 +32,20 @@ export function createUnixSocketTransport(socketPath: string, options: UnixSocke
   const baseUrl = options.baseUrl ?? "http://localhost";
   const { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs } = options;
   const { connectTimeoutMs, ...grpcOptions } = options;
+  // A session manager of the caller's own is used as it is (connect ignores nodeOptions then too).
+  const sessionManager =
+    options.sessionManager ??
+    new PluginSessionManager(
+      baseUrl,
+      { createConnection: () => connectUnixSocket(socketPath), ...options.nodeOptions },
+      { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs, connectTimeoutMs, target: `unix:${socketPath}` },
+    );
   return createGrpcTransport({
     acceptCompression: [],
     ...grpcOptions,
     baseUrl,
-    // A session manager of the caller's own is used as it is (connect ignores nodeOptions then too).
-    sessionManager:
-      options.sessionManager ??
-      new PluginSessionManager(
-        baseUrl,
-        { createConnection: () => connectUnixSocket(socketPath), ...options.nodeOptions },
-        { pingIntervalMs, pingIdleConnection, pingTimeoutMs, idleConnectionTimeoutMs, connectTimeoutMs, target: `unix:${socketPath}` },
-      ),
+    sessionManager,
+    // Last, next to the transport: the signal it sees is the call's own, deadline included.
+    interceptors: sessionManager instanceof PluginSessionManager ? [...(grpcOptions.interceptors ?? []), markCalls] : grpcOptions.interceptors,
   });
 }
