@@ -1,5 +1,5 @@
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { chmodSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, createReadStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -755,6 +755,33 @@ describe.runIf(isRoot)("executor: the task user's groups", () => {
       const noInterpreter = await exe2.client.launch({ cmd: script, env: [PATH], user: user.name }).catch((e: unknown) => e as ConnectError);
       expect((noInterpreter as ConnectError).code).toBe(Code.InvalidArgument);
       expect((noInterpreter as ConnectError).rawMessage).toContain("/nonexistent/python9");
+    } finally {
+      rmSync(locked, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses in the buffered Exec (script checks), naming cmd, a command the user may not execute", async () => {
+    // A program in root's 0700 directory, found by name in the task's PATH as root finds it (Nomad's
+    // LookPath too). Nomad's ExecScript then fails its exec as the user (permission denied); behind
+    // setpriv, which still holds root's capabilities when it execs, the user used to run it.
+    const locked = mkdtempSync(join(tmpdir(), "nk-locked-"));
+    try {
+      const id = join(locked, "myid");
+      copyFileSync(execFileSync("sh", ["-c", "command -v id"], { encoding: "utf8" }).trim(), id);
+      chmodSync(id, 0o700);
+      const exe = await executor();
+      await exe.client.launch({ cmd: "sleep", args: ["1000"], env: [`PATH=${locked}:/usr/bin:/bin`], user: user.name });
+      const uid = execFileSync("id", ["-u", user.name], { encoding: "utf8" }).trim();
+      for (const cmd of ["myid", id]) {
+        const got = await exe.client.exec({ cmd, args: ["-u"] }).then(
+          (r) => ({ output: Buffer.from(r.output).toString(), exitCode: r.exitCode }),
+          (e: unknown) => ({ code: Code[ConnectError.from(e).code], message: ConnectError.from(e).rawMessage }),
+        );
+        expect(got, cmd).toEqual({
+          code: "InvalidArgument",
+          message: `cmd: ${JSON.stringify(id)} is not executable by user ${JSON.stringify(user.name)} (uid ${uid})`,
+        });
+      }
     } finally {
       rmSync(locked, { recursive: true, force: true });
     }

@@ -3,6 +3,7 @@ import { CHECK_OUTPUT_LIMIT, OutputTail } from "../exec/output-tail.js";
 import { checkProcessStrings } from "../runtime/process-strings.js";
 import { timerDelayMs } from "../runtime/timer-delay.js";
 import { lookPath, spawnInContext, type TaskContext } from "./context.js";
+import { assertExecutableBy } from "./user.js";
 
 /** Result of {@link execInContext}. */
 export interface BufferedExecResult {
@@ -48,6 +49,9 @@ export async function execInContext(ctx: TaskContext, cmd: string, args: readonl
   checkProcessStrings([cmd], () => "cmd");
   checkProcessStrings(args, (i) => `args[${i}]`);
   const file = lookPath(cmd, ctx, "cmd");
+  // As at launch and in ExecStreaming: setpriv execs with root's capabilities still held, so without
+  // this the user would run a file it may not (Nomad's exec as the user fails with EACCES).
+  if (ctx.user) await assertExecutableBy(ctx.user, file, "cmd");
   // As Go's exec.CommandContext: a deadline already past starts nothing (the command ran before).
   if (options.deadline !== undefined && options.deadline.getTime() <= Date.now()) {
     throw new ConnectError(`exec: the deadline (${options.deadline.toISOString()}) has passed; the command was not run`, Code.DeadlineExceeded);
