@@ -8,7 +8,15 @@
 // the connection silent, close it, or answer HTTP/1.1.
 import { createServer, type Server, type Socket } from "node:net";
 import { driver } from "@nomadkit/protocol";
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import {
+  afterAll,
+  afterEach,
+  beforeAll,
+  describe,
+  expect,
+  it,
+  vi,
+} from "vitest";
 import {
   ClientRuntime,
   DriverClient,
@@ -143,22 +151,39 @@ describe("a connection that never completes its HTTP/2 handshake", () => {
       { createConnection: () => connectUnixSocket(hungPath) },
       { connectTimeoutMs: 0, target: `unix:${hungPath}` },
     );
-    const plugin = createUnixSocketTransport(hungPath, { sessionManager: sessions });
+    const plugin = createUnixSocketTransport(hungPath, {
+      sessionManager: sessions,
+    });
     registerPluginSessions(plugin, sessions);
     const direct = new DriverClient(new ClientRuntime(plugin));
-    const viaConnect = new DriverClient(new ClientRuntime(createUnixSocketTransport(hungPath, { sessionManager: sessions })));
+    const viaConnect = new DriverClient(
+      new ClientRuntime(
+        createUnixSocketTransport(hungPath, { sessionManager: sessions }),
+      ),
+    );
     const drain = async (it: AsyncIterable<unknown>) => {
       for await (const _ of it) return new Error("a response arrived");
       return new Error("ended without an error");
     };
     const calls: Record<string, (signal: AbortSignal) => Promise<unknown>> = {
       "unary, direct": (signal) => direct.capabilities({}, { signal }),
-      "unary, direct, deadline": () => direct.capabilities({}, { timeoutMs: 200 }),
-      "unary, through connect": (signal) => viaConnect.capabilities({}, { signal }),
-      "unary, through connect, deadline": () => viaConnect.capabilities({}, { timeoutMs: 200 }),
-      "server stream": (signal) => drain(direct.taskStats({ taskId: "t1" }, { signal })),
+      "unary, direct, deadline": () =>
+        direct.capabilities({}, { timeoutMs: 200 }),
+      "unary, through connect": (signal) =>
+        viaConnect.capabilities({}, { signal }),
+      "unary, through connect, deadline": () =>
+        viaConnect.capabilities({}, { timeoutMs: 200 }),
+      "server stream": (signal) =>
+        drain(direct.taskStats({ taskId: "t1" }, { signal })),
       "raw bidi relay": (signal) =>
-        drain(rawBidiStream(new ClientRuntime(plugin), driver.Driver.method.execTaskStreaming, (async function* () {})(), { signal })!),
+        drain(
+          rawBidiStream(
+            new ClientRuntime(plugin),
+            driver.Driver.method.execTaskStreaming,
+            (async function* () {})(),
+            { signal },
+          )!,
+        ),
     };
     try {
       for (const [path, call] of Object.entries(calls)) {
@@ -169,8 +194,12 @@ describe("a connection that never completes its HTTP/2 handshake", () => {
           await vi.waitFor(() => expect(sessions.state(), path).toBe("open"));
           cancel.abort();
         }
-        expect(status(await ended), path).toMatchObject({ code: path.endsWith("deadline") ? "DeadlineExceeded" : "Canceled" });
-        await vi.waitFor(() => expect(sessions.state(), path).toBe("idle"), { timeout: 10_000 });
+        expect(status(await ended), path).toMatchObject({
+          code: path.endsWith("deadline") ? "DeadlineExceeded" : "Canceled",
+        });
+        await vi.waitFor(() => expect(sessions.state(), path).toBe("idle"), {
+          timeout: 10_000,
+        });
       }
     } finally {
       sessions.abort();
