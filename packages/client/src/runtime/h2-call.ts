@@ -25,7 +25,7 @@ import { requestHeader, validateResponse, validateTrailer } from "@connectrpc/co
 import type { Http2SessionManager } from "@connectrpc/connect-node";
 import { cancellationError } from "../errors.js";
 import { webHeaders } from "./headers.js";
-import { markCall, PluginSessionManager } from "./sessions.js";
+import { markCall, markingManagers } from "./call-marks.js";
 
 /** One gRPC message as it travelled: the 5-byte prefix and the protobuf bytes, over several parts. */
 export interface RawFrame {
@@ -202,7 +202,7 @@ export async function* h2Call<I extends DescMessage>(
     requestHeader(true, timeoutMs, options.headers).forEach((v, k) => (header[k] = v));
     if (timeoutMs !== undefined) header["grpc-timeout"] = grpcTimeout(timeoutMs);
     // Read by the manager before its first await: released once the request is made.
-    const release = sessions instanceof PluginSessionManager ? markCall(header, over.signal) : undefined;
+    const release = markingManagers.has(sessions) ? markCall(header, over.signal) : undefined;
     // Set from the callbacks below (a plain `let` would be narrowed to undefined after them).
     const opening: { result?: { stream: http2.ClientHttp2Stream } | { err: unknown } } = {};
     sessions.request("POST", `/${method.parent.typeName}/${method.name}`, header, {}).then(

@@ -9,6 +9,7 @@ import type * as http2 from "node:http2";
 import { constants as http2Constants } from "node:http2";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Http2SessionManager, type Http2SessionOptions } from "@connectrpc/connect-node";
+import { markCall, markingManagers, takeCallMark } from "./call-marks.js";
 import { repairGrpcMessage } from "./grpc-message.js";
 import { DEFAULT_CONNECT_TIMEOUT_MS, handshakeOf, timedConnections } from "./h2-handshake.js";
 import { PLUGIN_CONNECTION_WINDOW, PLUGIN_SESSION_MEMORY_MIB, PLUGIN_STREAM_WINDOW } from "./windows.js";
@@ -16,32 +17,6 @@ import { PLUGIN_CONNECTION_WINDOW, PLUGIN_SESSION_MEMORY_MIB, PLUGIN_STREAM_WIND
 const widened = new WeakSet<http2.Http2Session>();
 
 function ignoreSessionError(): void {}
-
-/**
- * The request header by which {@link PluginSessionManager.request} learns which call a stream is
- * for (see {@link markCall}); taken off before the stream is opened, never sent.
- */
-const CALL_HEADER = "nomadkit-internal-call";
-const callSignals = new Map<string, AbortSignal>();
-let lastCall = 0;
-
-/**
- * Marks `headers` (a request's, before {@link PluginSessionManager.request} gets them) as those of a
- * call that is over when `signal` aborts (cancelled, past its deadline): its stream then stops
- * waiting for the connection's handshake and is closed. connect-node hands the manager no signal,
- * and only closes a stream it was given: one held for a handshake that never comes (a hung plugin)
- * would keep the connection referenced, and the process alive, after its caller had left. Call the
- * returned function once the stream is open or the call is over.
- *
- * @internal
- */
-export function markCall(headers: http2.OutgoingHttpHeaders | Headers, signal: AbortSignal): () => void {
-  const token = String(++lastCall);
-  callSignals.set(token, signal);
-  if (headers instanceof Headers) headers.set(CALL_HEADER, token);
-  else headers[CALL_HEADER] = token;
-  return () => callSignals.delete(token);
-}
 
 /** The interceptor that marks each call of a connect transport on a {@link PluginSessionManager} ({@link markCall}). */
 export const markCalls: Interceptor = (next) => async (req) => {
@@ -92,6 +67,7 @@ export class PluginSessionManager extends Http2SessionManager {
     });
     this.#target = named;
     this.#connectTimeoutMs = connectTimeoutMs;
+    markingManagers.add(this);
   }
 
   #aborted = false;
@@ -109,14 +85,9 @@ export class PluginSessionManager extends Http2SessionManager {
     options: Omit<http2.ClientSessionRequestOptions, "signal">,
   ): Promise<http2.ClientHttp2Stream> {
     if (this.#aborted) throw closedHere();
-    let giveUp: AbortSignal | undefined;
-    const call = headers[CALL_HEADER];
-    if (call !== undefined) {
-      giveUp = callSignals.get(String(call));
-      headers = { ...headers };
-      delete headers[CALL_HEADER];
-    }
-    const stream = await super.request(method, path, headers, options);
+    const call = takeCallMark(headers);
+    const giveUp = call.signal;
+    const stream = await super.request(method, path, call.headers, options);
     const session = stream.session;
     const handshake = session === undefined ? undefined : handshakeOf(session, this.#target, this.#connectTimeoutMs);
     if (handshake !== undefined && !handshake.done) {
