@@ -59,3 +59,20 @@ export function formatCpuList(cpus: Iterable<number>): string {
   }
   return parts.join(",");
 }
+
+/**
+ * Throws a RangeError naming `name` unless `cores` is a list of CPU numbers (whole numbers ≥ 0),
+ * as reserved cores are given to the task cgroup, the task config and Nomad's job rules.
+ *
+ * @example
+ * ```ts
+ * checkCpuNumbers([0, 2]); // fine
+ * checkCpuNumbers([1.5], "--cores"); // RangeError: --cores: 1.5 is not a CPU number (an integer >= 0)
+ * ```
+ */
+export function checkCpuNumbers(cores: readonly number[], name = "cores"): void {
+  if (!Array.isArray(cores)) throw new RangeError(`${name} ${String(cores)}: must be a list of CPU numbers`);
+  for (const c of cores) {
+    if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`${name}: ${String(c)} is not a CPU number (an integer >= 0)`);
+  }
+}

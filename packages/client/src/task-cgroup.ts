@@ -6,7 +6,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
-import { formatCpuList, parseCpuList } from "./cpu-list.js";
+import { checkCpuNumbers, formatCpuList, parseCpuList } from "./cpu-list.js";
 
 /** A parent cgroup for each cgroup mode. */
 export interface CgroupParents {
@@ -320,10 +320,7 @@ export function createTaskCgroup(o: TaskCgroupOptions): TaskCgroup {
 /** The reserved cores as given: whole CPU numbers, sorted, without repeats. */
 function checkCores(cores: readonly number[] | undefined): number[] {
   if (cores === undefined) return [];
-  if (!Array.isArray(cores)) throw new RangeError(`cores ${String(cores)}: must be an array of CPU numbers`);
-  for (const c of cores) {
-    if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`cores: ${String(c)} is not a CPU number (an integer >= 0)`);
-  }
+  checkCpuNumbers(cores);
   return [...new Set(cores)].sort((a, b) => a - b);
 }
 

@@ -8,7 +8,7 @@ import { cpus, hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { NetworkIsolationSpecSchema, TaskConfig, TaskConfigSchema, TaskHandle } from "@nomadkit/protocol/driver";
 import { nodeTotalComputeMhz } from "./agent-config.js";
-import { formatCpuList } from "./cpu-list.js";
+import { checkCpuNumbers, formatCpuList } from "./cpu-list.js";
 import type { TaskDirs } from "./task-dirs.js";
 
 /** A StartTask `task` in init form, as {@link nomadTaskConfig} builds it: a plain object whose `id` is set. */
@@ -157,7 +157,7 @@ export function nomadTaskConfig(o: NomadTaskConfigOptions): NomadTaskConfig {
   const allocIndex = o.allocIndex ?? 0;
   if (!Number.isSafeInteger(allocIndex) || allocIndex < 0) throw new Error(`allocIndex ${allocIndex}: must be a non-negative integer`);
   const cores = o.cores ?? [];
-  for (const c of cores) if (!Number.isSafeInteger(c) || c < 0) throw new RangeError(`cores: ${String(c)} is not a CPU number (an integer >= 0)`);
+  checkCpuNumbers(cores);
   // The scheduler's SharesPerCore times the cores: what a task that reserves them is charged.
   const cpuShares = BigInt(o.cpuMhz ?? (cores.length > 0 ? Math.floor((o.totalComputeMhz ?? nodeTotalComputeMhz()) / cpus().length) * new Set(cores).size : 100));
   const memoryMb = BigInt(o.memoryMb ?? DEFAULT_TASK_MEMORY_MB);

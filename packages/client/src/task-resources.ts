@@ -3,6 +3,7 @@
  * for tools that let a person give a task resources the way a job would: what Nomad refuses at
  * job registration is refused here, with Nomad's reason, before a task is started with it.
  */
+import { checkCpuNumbers } from "./cpu-list.js";
 
 /** A task's `resources` as a job gives them, in the units and names of `nomadTaskConfig`'s options. */
 export interface TaskResources {
@@ -75,15 +76,7 @@ export function checkTaskResources(
     );
   }
   const cores = r.cores ?? [];
-  if (!Array.isArray(cores))
-    throw new RangeError(
-      `${name("cores")} ${String(cores)}: must be a list of CPU numbers`,
-    );
-  for (const c of cores)
-    if (!Number.isSafeInteger(c) || c < 0)
-      throw new RangeError(
-        `${name("cores")}: ${String(c)} is not a CPU number (an integer >= 0)`,
-      );
+  checkCpuNumbers(cores, name("cores"));
   if (cores.length > 0 && r.cpuMhz !== undefined)
     throw new RangeError(
       `${name("cpuMhz")} and ${name("cores")}: a task asks for one or the other; Nomad refuses both: "Task can only ask for 'cpu' or 'cores' resource, not both."`,
